@@ -1,0 +1,40 @@
+# autotune — set-up, demo, tests. Everything runs inside .venv, never the system Python.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The torch build this project is tested with; pinned so a fresh machine installs the same one.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+DEMO_OUT ?= demo-out
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-slow lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/autotune run recipes/quickstart.toml --out $(DEMO_OUT)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check autotune tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_warmup.py
+	$(PY) benchmarks/bench_batch.py
+	$(PY) benchmarks/bench_variants.py --quick
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache *.egg-info

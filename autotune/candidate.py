@@ -1,0 +1,177 @@
+"""Candidate records: a worker's result turned into one row of report.json.
+
+Pure logic (numpy via :mod:`autotune.stats`, no torch): the parent builds these rows, checks
+them against the recipe's constraints and extracts the objective values the search optimises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autotune.recipe import Constraints
+from autotune.stats import Measurement
+
+STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
+#: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
+TRACE_POINTS = 400
+
+
+def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
+    if len(values) <= points:
+        return list(values)
+    step = len(values) / points
+    return [values[int(i * step)] for i in range(points)]
+
+
+def candidate_record(
+    *,
+    trial: int,
+    variant: str,
+    spec: Mapping[str, Any],
+    batch_size: int,
+    result: Mapping[str, Any],
+    constraints: Constraints,
+) -> dict[str, Any]:
+    """One report row from a worker result (any status)."""
+    row: dict[str, Any] = {
+        "trial": trial,
+        "variant": variant,
+        "compiler": spec.get("compiler"),
+        "compile_mode": spec.get("compile_mode"),
+        "precision": spec.get("precision", "fp32"),
+        "memory_format": spec.get("memory_format", "contiguous"),
+        "threads": spec.get("threads"),
+        "batch_size": batch_size,
+        "status": result.get("status", "failed"),
+        "reason": result.get("reason") or None,
+        "feasible": False,
+        "violations": [],
+        "throughput": None,
+        "throughput_ci": None,
+        "latency_ms": None,
+        "peak_memory_bytes": result.get("peak_memory_bytes"),
+        "compile_seconds": result.get("compile_seconds"),
+        "warmup_iterations": None,
+        "classification": None,
+        "relative_ci_half_width": None,
+        "samples": 0,
+        "stopped_by": None,
+        "recompiles": result.get("recompiles"),
+        "correctness": result.get("correctness"),
+        "notes": list(result.get("notes", [])),
+        "trace_ms": None,
+    }
+    if row["compile_seconds"] is None and result.get("first_call_seconds") is not None:
+        row["compile_seconds"] = (result.get("build_seconds") or 0.0) + result["first_call_seconds"]
+    if row["status"] == "ok" and result.get("measurement"):
+        m = Measurement.from_dict(result["measurement"])
+        row.update(
+            throughput=m.throughput,
+            throughput_ci=list(m.throughput_ci) if m.throughput_ci else None,
+            latency_ms=dict(m.latency_ms),
+            warmup_iterations=m.warmup_iterations,
+            classification=m.classification,
+            relative_ci_half_width=m.relative_ci_half_width,
+            samples=len(m.samples),
+            stopped_by=m.stopped_by,
+            trace_ms=[s * 1e3 for s in _downsample(m.samples)],
+        )
+        row["violations"] = violations(row, constraints)
+        row["feasible"] = not row["violations"]
+    return row
+
+
+def violations(row: Mapping[str, Any], constraints: Constraints) -> list[str]:
+    """Human-readable constraint violations of a measured row (empty: feasible)."""
+    out = []
+    if constraints.max_latency_ms is not None and row.get("latency_ms"):
+        value = row["latency_ms"][constraints.latency_percentile]
+        if value > constraints.max_latency_ms:
+            out.append(f"{constraints.latency_percentile} latency {value:.3g} ms > SLO {constraints.max_latency_ms:g} ms")
+    if constraints.max_memory_bytes is not None and row.get("peak_memory_bytes") is not None:
+        if row["peak_memory_bytes"] > constraints.max_memory_bytes:
+            out.append(f"peak memory {row['peak_memory_bytes']} B > limit {constraints.max_memory_bytes} B")
+    return out
+
+
+def constraint_values(row: Mapping[str, Any], constraints: Constraints) -> list[float]:
+    """Optuna's convention: each value <= 0 means satisfied."""
+    values = []
+    if constraints.max_latency_ms is not None:
+        lat = (row.get("latency_ms") or {}).get(constraints.latency_percentile, math.inf)
+        values.append(lat - constraints.max_latency_ms)
+    if constraints.max_memory_bytes is not None:
+        peak = row.get("peak_memory_bytes")
+        values.append(float(peak - constraints.max_memory_bytes) if peak is not None else 0.0)
+    return values
+
+
+def latency_value(row: Mapping[str, Any], constraints: Constraints) -> float:
+    """The latency the objective minimises: the constrained percentile (p99 by default), in ms."""
+    return float(row["latency_ms"][constraints.latency_percentile])
+
+
+def objective_values(row: Mapping[str, Any], *, objective: str, constraints: Constraints) -> list[float]:
+    if objective == "throughput":
+        return [float(row["throughput"])]
+    if objective == "latency":
+        return [latency_value(row, constraints)]
+    return [float(row["throughput"]), latency_value(row, constraints)]
+
+
+def directions(objective: str) -> list[str]:
+    return {"throughput": ["maximize"], "latency": ["minimize"], "pareto": ["maximize", "minimize"]}[objective]
+
+
+def pareto_front(rows: Sequence[Mapping[str, Any]], constraints: Constraints) -> list[int]:
+    """Trial numbers of feasible ok rows not dominated in (throughput up, latency down)."""
+    pts = [r for r in rows if r["status"] == "ok" and r["feasible"]]
+    front = []
+    for r in pts:
+        t, lat = r["throughput"], latency_value(r, constraints)
+        dominated = any(
+            (o["throughput"] >= t and latency_value(o, constraints) <= lat)
+            and (o["throughput"] > t or latency_value(o, constraints) < lat)
+            for o in pts
+        )
+        if not dominated:
+            front.append(r["trial"])
+    return sorted(front)
+
+
+def best_row(rows: Sequence[Mapping[str, Any]], *, objective: str, constraints: Constraints) -> Mapping[str, Any] | None:
+    """The recommendation: best feasible ok row; steady-state rows before no-steady-state ones.
+
+    For ``pareto`` the recommendation is the highest-throughput point of the front (the
+    front itself is reported); for ``latency`` the lowest constrained-percentile latency.
+    """
+    ok = [r for r in rows if r["status"] == "ok" and r["feasible"]]
+    if not ok:
+        return None
+
+    def key(r: Mapping[str, Any]) -> tuple[int, float]:
+        steady = 0 if r["classification"] != "no_steady_state" else 1
+        score = latency_value(r, constraints) if objective == "latency" else -float(r["throughput"])
+        return (steady, score)
+
+    return min(ok, key=key)
+
+
+#: Fields that describe a measurement, cleared when a row is derived for a combination not run.
+_MEASURED_FIELDS = (
+    "throughput", "throughput_ci", "latency_ms", "peak_memory_bytes", "compile_seconds", "warmup_iterations",
+    "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness", "trace_ms",
+)
+
+
+def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, status: str, reason: str
+                   ) -> dict[str, Any]:
+    """A row for a combination decided without running it (same variant fields as ``template``)."""
+    row = dict(template)
+    row.update({k: None for k in _MEASURED_FIELDS})
+    row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
+               samples=0)
+    row.pop("repeat_of_trial", None)
+    return row

@@ -1,0 +1,332 @@
+"""Command line: the only place that prints for people and picks exit codes.
+
+Exit codes: 0 success, 1 the tuning ran but found no feasible configuration, 2 bad input
+(a message that names the problem, no traceback), 130 interrupted (what was measured is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.errors import AutotuneError, InputError
+
+EXIT_OK = 0
+EXIT_INFEASIBLE = 1
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _size(text: str) -> int:
+    from autotune.sizes import parse_size
+
+    try:
+        return parse_size(text, field="--memory-budget")
+    except AutotuneError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on bad flags already; keep its message short and clear."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="autotune", description="Find the fastest way to run a PyTorch model on this machine.")
+    p.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the whole tuning and write the reports")
+    run.add_argument("recipe", type=Path)
+    run.add_argument("--out", type=Path, default=None, help="output directory (default: out/<recipe name>)")
+    run.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (overrides the recipe)")
+    run.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
+    run.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///OUT/study.db)")
+    run.add_argument("--study", default=None, metavar="NAME", help="study name (default: the recipe name)")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    warm = sub.add_parser("warmup", help="analyse per-iteration timings for warmup / steady state")
+    warm.add_argument("files", nargs="+", type=Path)
+    warm.add_argument("--json", action="store_true", help="one JSON object per line per file")
+    warm.add_argument("--online", action="store_true", help="feed values one at a time to the online detector")
+
+    batch = sub.add_parser("batch", help="find the largest batch that fits")
+    batch.add_argument("recipe", type=Path)
+    batch.add_argument("--variant", default=None, help="variant name (default: every variant of the recipe)")
+    batch.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE", help="e.g. 4GiB, 512MiB, bytes")
+    batch.add_argument("--device", default=None)
+    batch.add_argument("--json", action="store_true")
+
+    meas = sub.add_parser("measure", help="measure one configuration")
+    meas.add_argument("recipe", type=Path)
+    meas.add_argument("--variant", required=True)
+    meas.add_argument("--batch-size", type=_positive_int, required=True)
+    meas.add_argument("--device", default=None)
+    meas.add_argument("--json", action="store_true")
+
+    rep = sub.add_parser("report", help="render the reports again from a stored run")
+    rep.add_argument("dir", type=Path)
+
+    wk = sub.add_parser("worker", help="join a study from another machine")
+    wk.add_argument("--storage", required=True)
+    wk.add_argument("--study", required=True, metavar="NAME")
+    wk.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
+    wk.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {
+        "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
+        "report": cmd_report, "worker": cmd_worker,
+    }[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print("\nautotune: interrupted; what was measured is kept in the study", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except AutotuneError as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | None = None,
+          seed: int | None = None) -> Any:
+    from autotune.recipe import load_recipe
+    from autotune.tuner import with_cli_overrides
+
+    recipe = load_recipe(recipe_path)
+    if device is not None and not (device in ("auto", "cpu", "cuda") or
+                                   (device.startswith("cuda:") and device[5:].isdigit())):
+        raise InputError(f"--device: '{device}' is not allowed; allowed: auto, cpu, cuda, cuda:N")
+    return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autotune.report import console_table
+    from autotune.tuner import RunOptions, run_tuning
+
+    recipe = _load(args.recipe, device=args.device, time_budget=args.time_budget, seed=args.seed)
+    out = args.out or Path("out") / recipe.name
+    doc = run_tuning(recipe, RunOptions(out_dir=out, storage=args.storage, study_name=args.study,
+                                        progress=not args.no_progress))
+    print(console_table(doc))
+    print(f"\nreports: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
+    if doc["search"]["stopped_by"] == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE
+
+
+# ----------------------------------------------------------------------------- warmup
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from autotune.traces import load_trace, sketch, summary
+    from autotune.warmup import OnlineDetector, analyze
+
+    for path in args.files:
+        values = load_trace(path)
+        consumed = None
+        if args.online:
+            det = OnlineDetector()
+            for v in values:
+                if det.push(float(v)):
+                    break
+            consumed = det.consumed
+            analysis = det.result()
+        else:
+            analysis = analyze(values)
+        if args.json:
+            obj = {"file": str(path), **analysis.to_dict()}
+            if consumed is not None:
+                obj["consumed"] = consumed
+            print(json.dumps(obj), flush=True)
+        else:
+            print(summary(path, analysis, consumed=consumed))
+            print(sketch(values[:consumed] if consumed else values, analysis))
+            print()
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- batch
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from autotune.runner import Runner
+    from autotune.sizes import format_size
+    from autotune.tuner import find_boundaries, validate
+
+    recipe = _load(args.recipe, device=args.device)
+    if args.memory_budget is not None:
+        recipe = replace(recipe, batch=replace(recipe.batch, memory_budget_bytes=args.memory_budget))
+    with Runner() as runner:
+        workload = validate(runner, recipe)
+        if args.variant is not None:
+            wanted = _resolve_variant(args.variant, workload)
+            workload = replace(workload, variants=(wanted,))
+        outcome = find_boundaries(runner, recipe, workload,
+                                  on_variant=lambda v: print(f"probing {v} ...", file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps({"batch_boundary": outcome.documents,
+                          "failures": {v: {"status": s, "reason": r} for v, (s, r) in outcome.failures.items()}},
+                         indent=2))
+        return EXIT_OK if outcome.documents else EXIT_INFEASIBLE
+    from tabulate import tabulate
+
+    for variant, doc in outcome.documents.items():
+        limit = doc.get("memory_limit_bytes")
+        print(f"\n{variant}: max batch size {doc['max_batch_size']}"
+              f"{' (upper bound reached, no OOM)' if doc['hit_upper_bound'] else ''}; usable with "
+              f"{doc['headroom']:.0%} headroom: {doc['usable_max_batch_size']}")
+        print(f"  memory limit: {format_size(limit) if limit else 'unknown'}; measured by {doc['memory_measured_by']}")
+        model = doc.get("model")
+        if model:
+            print(f"  fitted model: peak(b) ≈ {format_size(model['intercept_bytes'])} + "
+                  f"{format_size(model['bytes_per_sample'])} × b")
+        rows = [[p["batch_size"], "yes" if p["fits"] else "no",
+                 format_size(p["peak_memory_bytes"]) if p["peak_memory_bytes"] is not None else "-",
+                 f"{p['seconds']:.2f}", p.get("error") or ""] for p in doc["probes"]]
+        print(tabulate(rows, headers=["batch", "fits", "peak memory", "seconds", "note"], tablefmt="simple"))
+    for variant, (status, reason) in outcome.failures.items():
+        print(f"\n{variant}: {status}: {reason}")
+    return EXIT_OK if outcome.documents else EXIT_INFEASIBLE
+
+
+def _resolve_variant(name: str, workload: Any) -> str:
+    from autotune.recipe import closest
+
+    if name in workload.variants:
+        return name
+    known = list(workload.variants) + [u["variant"] for u in workload.unavailable]
+    for u in workload.unavailable:
+        if u["variant"] == name:
+            raise InputError(f"--variant: '{name}' is not available here: {u['reason']}")
+    hint = closest(name, known)
+    raise InputError(f"--variant: '{name}' is not one of the recipe's variants ({', '.join(workload.variants)})"
+                     + (f" (did you mean '{hint}'?)" if hint else ""))
+
+
+# ----------------------------------------------------------------------------- measure
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from autotune.candidate import candidate_record
+    from autotune.runner import Runner
+    from autotune.tuner import validate
+
+    recipe = _load(args.recipe, device=args.device)
+    with Runner() as runner:
+        workload = validate(runner, recipe)
+        spec = _parse_variant_in_worker(args.variant, runner, recipe, workload)
+        workload = replace(workload, specs={**workload.specs, args.variant: spec})
+        res = runner.call(
+            {"op": "measure", "recipe": recipe.to_dict(), "variant": args.variant, "batch_size": args.batch_size,
+             "settings": {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
+                          "max_seconds": recipe.measure.max_seconds}},
+            timeout=recipe.measure.timeout_s,
+        )
+    row = candidate_record(trial=0, variant=args.variant, spec=spec, batch_size=args.batch_size, result=res,
+                           constraints=recipe.constraints)
+    if args.json:
+        print(json.dumps(row, indent=2))
+    else:
+        print(_describe_row(row))
+    return EXIT_OK if row["status"] == "ok" else EXIT_INFEASIBLE
+
+
+def _parse_variant_in_worker(name: str, runner: Any, recipe: Any, workload: Any) -> dict[str, Any]:
+    if name in workload.specs:
+        return dict(workload.specs[name])
+    res = runner.call({"op": "parse_variant", "variant": name, "device": workload.device,
+                       "recipe": recipe.to_dict()}, timeout=120)
+    if res.get("status") != "ok":
+        raise InputError(f"--variant: {res.get('reason')}")
+    return dict(res["spec"])
+
+
+def _describe_row(row: dict[str, Any]) -> str:
+    lines = [f"{row['variant']} @ batch {row['batch_size']}: {row['status']}"
+             + (f" — {row['reason']}" if row.get("reason") else "")]
+    if row["status"] == "ok":
+        lo, hi = row["throughput_ci"] or (float("nan"), float("nan"))
+        lat = row["latency_ms"]
+        lines += [
+            f"  throughput  {row['throughput']:.2f} samples/s  (95% CI {lo:.2f} – {hi:.2f})",
+            f"  latency ms  mean {lat['mean']:.3f}  p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}",
+            f"  warmup      {row['warmup_iterations']} iterations, classification {row['classification']}, "
+            f"{row['samples']} samples, stopped by {row['stopped_by']}",
+            f"  compile     {row['compile_seconds']:.3f} s (build + first call), recompiles {row['recompiles']}",
+        ]
+        if row.get("peak_memory_bytes") is not None:
+            from autotune.sizes import format_size
+
+            lines.append(f"  peak memory {format_size(row['peak_memory_bytes'])}")
+    if row.get("correctness"):
+        c = row["correctness"]
+        lines.append(f"  correctness max abs err {c['max_abs_error']:.3g}, max rel err {c['max_rel_error']:.3g}, "
+                     f"min cosine {c['min_cosine']:.6f} over {c['batches']} batches")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- report / worker
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.tuner import rerender
+
+    doc = rerender(args.dir)
+    from autotune.report import console_table
+
+    print(console_table(doc))
+    print(f"\nreports: {args.dir / 'report.md'}  {args.dir / 'report.html'}  {args.dir / 'report.json'}")
+    return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autotune.tuner import join_study
+
+    summary = join_study(args.storage, args.study, time_budget=args.time_budget, progress=not args.no_progress)
+    print(f"measured {summary.measured_this_run} candidates for study {args.study}; stopped by {summary.stopped_by}")
+    return EXIT_INTERRUPTED if summary.stopped_by == "interrupted" else EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The one exception hierarchy of autotune.
+
+Library code raises these; only the CLI turns them into messages and exit codes. Every
+``AutotuneError`` carries a message meant for a person: it names the file, the field and
+what is allowed, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base class: anything autotune reports to a user as a clean error."""
+
+    exit_code: int = 2
+
+
+class InputError(AutotuneError):
+    """Bad input from the user (file, recipe field, CLI flag). Exit code 2."""
+
+    exit_code = 2
+
+
+class RecipeError(InputError):
+    """A recipe file is missing, malformed or has an invalid field."""
+
+
+class WorkloadError(InputError):
+    """The model factory or its inputs cannot be built or run as the recipe says."""
+
+
+class DeviceUnavailableError(InputError):
+    """The requested device does not exist on this machine."""
+
+
+class VariantError(AutotuneError):
+    """A variant could not be built or applied (reported as ``failed``, not fatal)."""
+
+
+class WorkerError(AutotuneError):
+    """The worker process died, hung or broke the protocol."""
+
+
+class BatchSearchError(AutotuneError):
+    """The batch boundary search cannot produce an answer (e.g. batch 1 does not fit)."""
+
+
+class NoFeasibleConfigurationError(AutotuneError):
+    """The tuning ran but no candidate met the constraints. Exit code 1."""
+
+    exit_code = 1

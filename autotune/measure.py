@@ -1,0 +1,131 @@
+"""The timing loop: first call, adaptive warmup, steady-state sampling to a precision target.
+
+Algorithm (per candidate)::
+
+    prepare inputs on the device (outside timing)
+    first  = time one call, synchronised            # compile / lazy init, reported apart
+    second = time one call, synchronised
+    k      = 1 in latency mode, else ceil(block_target / second)   # iterations per sample
+    detector = OnlineDetector(ci_target)
+    repeat:
+        s = time a block of k calls (CPU: perf_counter_ns around the block;
+                                     CUDA: events around the block, one sync at its end;
+                                     latency mode: k = 1, so every call is synchronised)
+        if detector.push(s / k): stop (precision reached: steady state + tight CI)
+        if the time budget is spent: stop (budget) — the analysis says how far it got
+    return Measurement(samples, first, analysis of everything pushed)
+
+Why blocks in throughput mode: a per-call synchronisation would drain the GPU queue and
+measure latency, not throughput; one timer read per block also keeps the harness's own
+overhead far below a microsecond per iteration for tiny models.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from autotune.devices import synchronize
+from autotune.stats import Measurement
+from autotune.warmup import OnlineDetector
+
+#: Target wall time of one timed block in throughput mode: long enough that the timer's own
+#: resolution and the loop overhead vanish, short enough to give the detector many samples.
+BLOCK_TARGET_SECONDS = 0.005
+#: Hard cap on samples per candidate, whatever the detector says.
+MAX_SAMPLES = 20_000
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    mode: str = "throughput"  # throughput | latency
+    ci_target: float = 0.01
+    max_seconds: float = 10.0
+    block_target_seconds: float = BLOCK_TARGET_SECONDS
+    max_samples: int = MAX_SAMPLES
+
+
+def _timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
+    """A function timing ``n`` back-to-back calls, in seconds, with the device's clock."""
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+
+        def cuda_block(call: Callable[[], Any], n: int) -> float:
+            start.record()
+            for _ in range(n):
+                call()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+
+        return cuda_block
+
+    clock = time.perf_counter_ns
+
+    def cpu_block(call: Callable[[], Any], n: int) -> float:
+        t0 = clock()
+        for _ in range(n):
+            call()
+        return (clock() - t0) / 1e9
+
+    return cpu_block
+
+
+def time_first_call(call: Callable[[], Any], *, device: torch.device) -> float:
+    """Wall seconds of one synchronised call (used for the compile-dominated first call)."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    call()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def measure_callable(
+    call: Callable[[], Any],
+    *,
+    batch_size: int,
+    device: torch.device,
+    settings: MeasureSettings,
+    first_call_seconds: float | None = None,
+) -> Measurement:
+    """Measure ``call`` (a zero-argument closure over prepared inputs) until precise or out of budget.
+
+    ``first_call_seconds`` lets the caller pass a first call it already made (e.g. in the
+    correctness gate); otherwise the first call is timed here.
+    """
+    if first_call_seconds is None:
+        first_call_seconds = time_first_call(call, device=device)
+    block = _timer(device)
+    budget_end = time.perf_counter() + settings.max_seconds
+    if settings.mode == "latency":
+        per_sample = 1
+    else:
+        probe = time_first_call(call, device=device)
+        per_sample = max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
+    detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples)
+    samples: list[float] = []
+    stopped_by = "max_values"
+    while len(samples) < settings.max_samples:
+        seconds = block(call, per_sample) / per_sample
+        samples.append(seconds)
+        if detector.push(seconds):
+            stopped_by = "precision" if detector.steady else "max_values"
+            break
+        if time.perf_counter() >= budget_end:
+            stopped_by = "budget"
+            break
+    return Measurement(
+        batch_size=batch_size,
+        mode=settings.mode,
+        samples=tuple(samples),
+        iterations_per_sample=per_sample,
+        first_call_seconds=first_call_seconds,
+        analysis=detector.result(),
+        stopped_by=stopped_by,
+    )

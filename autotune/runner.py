@@ -1,0 +1,230 @@
+"""The parent side of the worker protocol: spawn, time out, classify crashes, replace.
+
+Why: the tuner must outlive every candidate. A worker that raises reports an error over the
+protocol; one that segfaults, calls ``os._exit``, is killed by the kernel or hangs past its
+timeout is detected here and turned into a ``failed`` outcome with the reason, and the next
+request gets a fresh worker. A healthy worker is reused across candidates so a run pays
+torch's import once, not per candidate.
+
+No torch import here: the parent stays light and cannot be hurt by a CUDA context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.errors import InputError, WorkerError
+
+#: Seconds a fresh worker may take to import torch and answer "hello".
+STARTUP_TIMEOUT = 120.0
+#: Bytes of the worker's stderr quoted in a failure reason.
+STDERR_TAIL = 600
+
+
+@dataclass(frozen=True)
+class WorkerCrash:
+    """Why a worker stopped answering (value object; becomes a candidate's reason)."""
+
+    reason: str
+    signal: str | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+
+    @property
+    def killed_by_kernel(self) -> bool:
+        """SIGKILL that we did not send: most likely the kernel's OOM killer."""
+        return self.signal == "SIGKILL" and not self.timed_out
+
+
+class WorkerCrashed(WorkerError):
+    def __init__(self, crash: WorkerCrash) -> None:
+        super().__init__(crash.reason)
+        self.crash = crash
+
+
+class WorkerProcess:
+    """One live ``python -m autotune.worker`` child and its JSON-lines pipe."""
+
+    def __init__(self, *, env: dict[str, str] | None = None, startup_timeout: float = STARTUP_TIMEOUT) -> None:
+        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=child_env,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches the parent, which decides
+        )
+        self._buffer = b""
+        self._next_id = 0
+        self.requests_served = 0
+        self.hello = self.request({"op": "hello"}, timeout=startup_timeout)
+        self.startup_seconds = time.perf_counter() - t0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Send one request, wait for its response; raise :class:`WorkerCrashed` on death or timeout."""
+        self._next_id += 1
+        rid = self._next_id
+        payload = (json.dumps({**message, "id": rid}) + "\n").encode()
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(payload)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerCrashed(self._crash()) from None
+        line = self._read_line(deadline=time.monotonic() + timeout)
+        if line is None:
+            raise WorkerCrashed(self._crash(timeout=timeout))
+        try:
+            resp = json.loads(line)
+        except json.JSONDecodeError:
+            self.kill()
+            raise WorkerCrashed(WorkerCrash(reason=f"worker broke the protocol: {line[:200]!r}")) from None
+        if resp.get("id") != rid:
+            self.kill()
+            raise WorkerCrashed(WorkerCrash(reason=f"worker answered request {resp.get('id')} instead of {rid}"))
+        self.requests_served += 1
+        return resp
+
+    def _read_line(self, *, deadline: float) -> str | None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                if not sel.select(timeout=min(remaining, 1.0)):
+                    if self.proc.poll() is not None:
+                        return None
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # EOF: the worker is gone
+                    self.proc.wait()
+                    return None
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", errors="replace")
+
+    def _crash(self, *, timeout: float | None = None) -> WorkerCrash:
+        """Classify why no answer came: still alive means it hung (we kill it), else how it died."""
+        if timeout is not None and self.alive:
+            self.kill()
+            return WorkerCrash(reason=f"timed out after {timeout:.0f} s (worker killed)", signal="SIGKILL",
+                               timed_out=True)
+        code = self.proc.wait()
+        tail = self.stderr_tail()
+        detail = f"; stderr: {tail}" if tail else ""
+        if code < 0:
+            name = signal.Signals(-code).name
+            hint = " (killed by the kernel, likely out of memory)" if name == "SIGKILL" else ""
+            return WorkerCrash(reason=f"worker died with {name}{hint}{detail}", signal=name, exit_code=code)
+        return WorkerCrash(reason=f"worker exited with code {code}{detail}", exit_code=code)
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - STDERR_TAIL))
+        text = self._stderr.read().decode("utf-8", errors="replace").strip()
+        return " | ".join(line for line in text.splitlines()[-4:] if line.strip())
+
+    def kill(self) -> None:
+        if self.alive:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                self.kill()
+        self._stderr.close()
+
+
+@dataclass
+class RunnerStats:
+    workers_started: int = 0
+    startup_seconds: list[float] = field(default_factory=list)
+    crashes: int = 0
+
+
+class Runner:
+    """Owns at most one live worker; hands it requests; replaces it after crashes or OOMs.
+
+    ``call`` never raises for a candidate's failure: it returns the worker's result dict, or
+    ``{"status": "failed", "reason": ...}`` for a crash, with ``crash`` set to the
+    :class:`WorkerCrash`. Input errors (bad recipe content found by the worker) are raised as
+    :class:`InputError` because no other candidate could do better.
+    """
+
+    def __init__(self, *, env: dict[str, str] | None = None, reuse: bool = True) -> None:
+        self._env = env
+        self._reuse = reuse
+        self._worker: WorkerProcess | None = None
+        self.stats = RunnerStats()
+
+    def _ensure_worker(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive:
+            self._worker = WorkerProcess(env=self._env)
+            self.stats.workers_started += 1
+            self.stats.startup_seconds.append(self._worker.startup_seconds)
+        return self._worker
+
+    def recycle(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def call(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        try:
+            worker = self._ensure_worker()
+        except WorkerCrashed as exc:
+            self.stats.crashes += 1
+            self._worker = None
+            raise WorkerError(f"the worker could not start: {exc.crash.reason}") from None
+        try:
+            resp = worker.request(message, timeout=timeout)
+        except WorkerCrashed as exc:
+            self.stats.crashes += 1
+            self.recycle()
+            return {"status": "failed", "reason": exc.crash.reason, "crash": exc.crash}
+        if not resp["ok"]:
+            err = resp["error"]
+            if err.get("input_error"):
+                raise InputError(err["message"])
+            self.recycle()  # an unexpected exception may have left state behind: start clean
+            return {"status": "failed", "reason": f"{err['type']}: {err['message']}"
+                    if not err["message"].startswith(err["type"]) else err["message"]}
+        result = resp["result"]
+        if result.get("dirty") or not self._reuse:
+            self.recycle()
+        return result
+
+    def close(self) -> None:
+        self.recycle()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

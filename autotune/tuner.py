@@ -1,0 +1,382 @@
+"""The tuning pipeline behind ``autotune run``: validate → batch boundary → search → report.
+
+This module wires the pieces together and owns nothing clever itself: the worker protocol is
+in :mod:`autotune.runner`, the boundary search in :mod:`autotune.batch`, the study in
+:mod:`autotune.search`, the documents in :mod:`autotune.report`. No torch import: everything
+that touches torch happens in the worker.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.batch import BatchBoundary, ProbeResult, candidate_batch_sizes, find_max_batch_size
+from autotune.candidate import best_row, candidate_record, pareto_front
+from autotune.errors import AutotuneError, BatchSearchError, InputError, VariantError, WorkloadError
+from autotune.recipe import Recipe
+from autotune.runner import Runner
+from autotune.search import Search, SearchOutcome, SearchSettings, SearchSpace, recipe_fingerprint
+
+#: Default CPU memory budget: this fraction of the memory available when the run starts.
+DEFAULT_BUDGET_FRACTION = 0.5
+#: Seconds allowed for validating the workload (build + one forward) in a fresh worker.
+VALIDATE_TIMEOUT = 600.0
+TORCHSCRIPT_NOTE = (
+    "torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile and torch.export; "
+    "TorchScript variants are measured here because they still win on some CPU workloads."
+)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path
+    storage: str | None = None
+    study_name: str | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What validation in the worker found out (the parent's view of the model)."""
+
+    device: str
+    variants: tuple[str, ...]
+    unavailable: tuple[Mapping[str, Any], ...]
+    specs: Mapping[str, Mapping[str, Any]]
+    info: Mapping[str, Any]
+    memory_method: str
+    host_memory_available: int | None
+    device_memory_capacity: int | None
+
+
+def validate(runner: Runner, recipe: Recipe) -> Workload:
+    """Build the model and run one forward in a worker; input problems raise InputError."""
+    res = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=VALIDATE_TIMEOUT)
+    if res.get("status") == "failed":
+        raise WorkloadError(f"{recipe.path}: field 'model.factory': building or running the model crashed "
+                            f"the worker: {res['reason']}")
+    return Workload(
+        device=res["device"],
+        variants=tuple(res["variants"]),
+        unavailable=tuple(res["unavailable"]),
+        specs=res["specs"],
+        info=res["workload"],
+        memory_method=res["memory_method"],
+        host_memory_available=res["host_memory_available"],
+        device_memory_capacity=res["device_memory_capacity"],
+    )
+
+
+def memory_limit(recipe: Recipe, workload: Workload) -> int | None:
+    """The boundary's limit: the recipe's CPU budget, else a fraction of available memory; GPU capacity."""
+    if workload.device.startswith("cuda"):
+        return workload.device_memory_capacity
+    if recipe.batch.memory_budget_bytes is not None:
+        return recipe.batch.memory_budget_bytes
+    if workload.host_memory_available is None:
+        return None
+    return int(workload.host_memory_available * DEFAULT_BUDGET_FRACTION)
+
+
+def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, is_cpu: bool
+                   ) -> Callable[[int], ProbeResult]:
+    """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit"."""
+    recipe_data = recipe.to_dict()
+
+    def probe(batch_size: int) -> ProbeResult:
+        res = runner.call(
+            {"op": "probe", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
+             "memory_budget_bytes": budget if is_cpu else None},
+            timeout=recipe.measure.timeout_s,
+        )
+        crash = res.get("crash")
+        if crash is not None and crash.killed_by_kernel:
+            return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
+        if res["status"] == "failed":
+            raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
+        return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
+                           error=res.get("reason") or None)
+
+    return probe
+
+
+@dataclass(frozen=True)
+class BoundaryOutcome:
+    batch_sizes: dict[str, tuple[int, ...]]
+    documents: dict[str, dict[str, Any]]
+    failures: dict[str, tuple[str, str]]  # variant -> (status, reason)
+
+
+def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
+                    on_variant: Callable[[str], None] | None = None) -> BoundaryOutcome:
+    """Per variant: the largest batch that fits, and the batch sizes the search may use."""
+    limit = memory_limit(recipe, workload)
+    is_cpu = workload.device == "cpu"
+    sizes: dict[str, tuple[int, ...]] = {}
+    docs: dict[str, dict[str, Any]] = {}
+    failures: dict[str, tuple[str, str]] = {}
+    for variant in workload.variants:
+        if on_variant is not None:
+            on_variant(variant)
+        probe = probe_function(runner, recipe, variant, budget=limit, is_cpu=is_cpu)
+        try:
+            boundary: BatchBoundary = find_max_batch_size(
+                probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
+                memory_limit_bytes=limit,
+            )
+        except BatchSearchError as exc:  # batch 1 does not fit
+            failures[variant] = ("oom", str(exc))
+            continue
+        except VariantError as exc:  # the variant cannot even be built or run
+            failures[variant] = ("failed", str(exc))
+            continue
+        usable = boundary.usable_max_batch_size(recipe.batch.headroom)
+        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=recipe.batch.granularity))
+        doc = boundary.to_dict(headroom=recipe.batch.headroom)
+        doc["memory_measured_by"] = workload.memory_method
+        docs[variant] = doc
+    return BoundaryOutcome(sizes, docs, failures)
+
+
+def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: Workload, recipe: Recipe, first_trial: int
+                 ) -> list[dict[str, Any]]:
+    """Rows for variants whose boundary search ended them (no trial of the study ran them)."""
+    rows = []
+    for i, (variant, (status, reason)) in enumerate(failures.items()):
+        rows.append(candidate_record(trial=first_trial + i, variant=variant, spec=workload.specs[variant],
+                                     batch_size=1, result={"status": status, "reason": reason},
+                                     constraints=recipe.constraints))
+    return rows
+
+
+class Progress:
+    """tqdm bar: candidates done, the current one, the best so far (silent when disabled)."""
+
+    def __init__(self, *, enabled: bool, total: int, objective: str) -> None:
+        self.bar = None
+        self.objective = objective
+        self.best: str = "-"
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="cand", dynamic_ncols=True, leave=True)
+
+    def current(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"now: {text} | best: {self.best}", refresh=True)
+
+    def done(self, row: Mapping[str, Any], best: Mapping[str, Any] | None) -> None:
+        if best is not None:
+            self.best = f"{best['variant']}@{best['batch_size']} {best['throughput']:.1f}/s"
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"last: {row['variant']}@{row['batch_size']} {row['status']} | best: {self.best}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
+    """Run the whole tuning and write the reports; returns the report document."""
+    from autotune.report import write_reports
+
+    t0 = time.monotonic()
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    storage = options.storage or f"sqlite:///{(out / 'study.db').resolve()}"
+    study_name = options.study_name or recipe.name
+    with Runner() as runner:
+        workload = validate(runner, recipe)
+        notes: list[str] = []
+        boundary = BoundaryOutcome({}, {}, {})
+        if recipe.search.batch_sizes == "auto":
+            boundary = find_boundaries(runner, recipe, workload)
+            batch_sizes = boundary.batch_sizes
+        else:
+            fixed = tuple(recipe.search.batch_sizes)
+            batch_sizes = {v: fixed for v in workload.variants}
+        variants = tuple(v for v in workload.variants if batch_sizes.get(v))
+        space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
+        settings = _settings(recipe, storage=storage, study_name=study_name,
+                             time_budget=recipe.search.time_budget_s - (time.monotonic() - t0))
+        search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict())
+        search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
+        search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
+        search.study.set_user_attr("batch_boundary", boundary.documents)
+        outcome = _run_search(search, recipe, progress=options.progress)
+        worker_stats = runner.stats
+    rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)
+    if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
+        notes.append(TORCHSCRIPT_NOTE)
+    for u in workload.unavailable:
+        notes.append(f"{u['variant']} not available here: {u['reason']}")
+    doc = build_document(recipe, workload, rows, outcome, boundary.documents, notes=notes,
+                         storage=storage, study_name=study_name, wall_seconds=time.monotonic() - t0,
+                         worker_stats={"workers_started": worker_stats.workers_started,
+                                       "startup_seconds": worker_stats.startup_seconds,
+                                       "crashes": worker_stats.crashes})
+    write_reports(doc, out)
+    return doc
+
+
+def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]
+               ) -> Callable[[int, str, int], dict[str, Any]]:
+    """``evaluate(trial, variant, batch)``: measure one candidate in the worker, return its row."""
+    recipe_data = recipe.to_dict()
+    settings = {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
+                "max_seconds": recipe.measure.max_seconds}
+
+    def evaluate(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
+        res = runner.call({"op": "measure", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
+                           "settings": settings}, timeout=recipe.measure.timeout_s)
+        return candidate_record(trial=trial, variant=variant, spec=specs[variant], batch_size=batch_size,
+                                result=res, constraints=recipe.constraints)
+
+    return evaluate
+
+
+def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutcome:
+    """Run the study's loop with a progress bar (candidates done, current, best so far)."""
+    bar = Progress(enabled=progress, total=len(search.space.combos()), objective=recipe.search.objective)
+    rows: list[dict[str, Any]] = []
+    evaluate = search.evaluate
+
+    def tracked(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
+        bar.current(f"{variant}@{batch_size}")
+        row = evaluate(trial, variant, batch_size)
+        rows.append(row)
+        bar.done(row, best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints))
+        return row
+
+    search.evaluate = tracked
+    try:
+        if not search.space.variants:
+            return SearchOutcome(rows=[], stopped_by="exhausted", wall_seconds=0.0, sampler="none",
+                                 measured_this_run=0, trials=len(search.study.trials))
+        return search.run()
+    finally:
+        search.evaluate = evaluate
+        bar.close()
+
+
+def join_study(storage: str, study_name: str, *, time_budget: float | None, progress: bool) -> SearchOutcome:
+    """``autotune worker``: measure candidates of a study another machine created (same space)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        raise InputError(f"--study: no study named '{study_name}' in {storage}") from None
+    attrs = study.user_attrs
+    if "recipe" not in attrs or "space" not in attrs:
+        raise InputError(f"--study: '{study_name}' in {storage} was not created by `autotune run` "
+                         "(no recipe/space stored)")
+    recipe = Recipe.from_dict(attrs["recipe"])
+    if time_budget is not None:
+        recipe = replace(recipe, search=replace(recipe.search, time_budget_s=time_budget))
+    space = SearchSpace(variants=tuple(attrs["space"]), batch_sizes={v: tuple(b) for v, b in attrs["space"].items()})
+    settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=recipe.search.time_budget_s)
+    with Runner() as runner:
+        search = Search(space, settings, _evaluator(runner, recipe, attrs["specs"]))
+        return _run_search(search, recipe, progress=progress)
+
+
+def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: float) -> SearchSettings:
+    return SearchSettings(
+        objective=recipe.search.objective, constraints=recipe.constraints, storage=storage,
+        study_name=study_name, recipe_fingerprint=recipe_fingerprint(recipe.to_dict()),
+        time_budget_s=max(0.0, time_budget), max_trials=recipe.search.max_trials, seed=recipe.search.seed,
+    )
+
+
+def rerender(out_dir: Path) -> dict[str, Any]:
+    """``autotune report DIR``: rebuild the document from the stored study (all workers' trials)."""
+    import optuna
+
+    from autotune.report import load_report, write_reports
+    from autotune.search import measured_rows
+
+    doc = load_report(out_dir / "report.json")
+    storage, name = doc["search"]["storage"], doc["search"]["study_name"]
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except Exception as exc:  # the study database moved or is gone: re-render what report.json has
+        doc.setdefault("notes", []).append(f"study {name} not readable from {storage} ({exc}); re-rendered "
+                                           "report.json as stored")
+        write_reports(doc, out_dir)
+        return doc
+    recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
+    recipe = Recipe.from_dict(recipe_data)
+    rows = measured_rows(study)
+    extra = [r for r in doc["candidates"] if r["trial"] >= len(study.trials)]  # boundary failures
+    rows += extra
+    best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
+    doc.update(candidates=rows, recommendation=dict(best) if best else None,
+               pareto=pareto_front(rows, recipe.constraints))
+    doc["search"]["trials"] = len(study.trials)
+    write_reports(doc, out_dir)
+    return doc
+
+
+def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]], outcome: SearchOutcome,
+                   boundaries: Mapping[str, Any], *, notes: list[str], storage: str, study_name: str,
+                   wall_seconds: float, worker_stats: Mapping[str, Any]) -> dict[str, Any]:
+    from autotune.environment import fingerprint
+
+    objective = recipe.search.objective
+    best = best_row(rows, objective=objective, constraints=recipe.constraints)
+    for r in rows:
+        if r.get("classification") == "no_steady_state":
+            notes.append(f"{r['variant']}@{r['batch_size']}: no steady state was reached; its numbers are the "
+                         "trailing half of the samples and less trustworthy")
+    if best is not None:
+        eager = [r for r in rows if r["variant"] == "eager" and r["batch_size"] == best["batch_size"]
+                 and r["status"] == "ok"]
+        if eager and best["variant"] != "eager":
+            notes.insert(0, f"{best['variant']} is {best['throughput'] / eager[0]['throughput']:.2f}x eager's "
+                            f"throughput at batch {best['batch_size']}")
+    recipe_doc = recipe.to_dict()
+    recipe_doc["device_resolved"] = workload.device
+    return {
+        "schema": 1,
+        "tool": {"name": "autotune", "version": __version__},
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "recipe": recipe_doc,
+        "workload": dict(workload.info),
+        "environment": fingerprint(),
+        "search": {
+            "trials": outcome.trials, "measured_this_run": outcome.measured_this_run,
+            "wall_seconds": round(wall_seconds, 3), "search_seconds": round(outcome.wall_seconds, 3),
+            "sampler": outcome.sampler, "objective": objective, "study_name": study_name,
+            "storage": storage, "stopped_by": outcome.stopped_by, "workers": dict(worker_stats),
+        },
+        "batch_boundary": dict(boundaries),
+        "candidates": rows,
+        "recommendation": dict(best) if best is not None else None,
+        "pareto": pareto_front(rows, recipe.constraints),
+        "notes": notes,
+    }
+
+
+def with_cli_overrides(recipe: Recipe, *, device: str | None, time_budget: float | None, seed: int | None
+                       ) -> Recipe:
+    changes: dict[str, Any] = {}
+    if device is not None:
+        changes["device"] = device
+    search = recipe.search
+    if time_budget is not None:
+        search = replace(search, time_budget_s=time_budget)
+    if seed is not None:
+        search = replace(search, seed=seed)
+    changes["search"] = search
+    return replace(recipe, **changes)
+
+
+__all__ = ["AutotuneError", "RunOptions", "run_tuning", "with_cli_overrides"]

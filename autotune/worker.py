@@ -1,0 +1,310 @@
+"""The worker: a child process that builds, checks and measures one candidate at a time.
+
+Why a separate process (pyperf's runner/worker split): a candidate can segfault inside a
+compiler, call ``os._exit``, hang, or be killed by the kernel's OOM killer; none of that may
+take the tuner down or lose what was measured. The parent (:mod:`autotune.runner`) spawns
+this module with ``python -m autotune.worker`` (a fresh interpreter, never a fork of a process
+that already initialised torch) and talks JSON lines over a private pipe.
+
+Protocol: one request per line on stdin, one response per line on the protocol pipe::
+
+    request : {"id": 3, "op": "measure", ...op fields}
+    response: {"id": 3, "ok": true, "result": {...}}
+            | {"id": 3, "ok": false, "error": {"type": "WorkloadError", "message": "...", "input_error": true}}
+
+The protocol pipe is a duplicate of the original stdout; file descriptor 1 is then pointed at
+stderr, so a model that prints cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_T0 = time.perf_counter()
+
+import torch  # noqa: E402  (timed: the import is the dominant start-up cost)
+
+from autotune import devices  # noqa: E402
+from autotune.correctness import check_variant  # noqa: E402
+from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
+from autotune.measure import MeasureSettings, measure_callable, time_first_call  # noqa: E402
+from autotune.recipe import Recipe  # noqa: E402
+from autotune.variants import (  # noqa: E402
+    VariantSpec,
+    available,
+    build_variant,
+    expand_variants,
+    recompile_count,
+    reset_compiler_state,
+)
+from autotune.workload import WorkloadInfo, build_model, check_forward, make_inputs, one_line  # noqa: E402
+
+IMPORT_SECONDS = time.perf_counter() - _T0
+#: Seeds: the variant is built on the example batch; the gate uses other, fresh batches.
+BUILD_SEED = 0
+GATE_SEED = 1000
+#: Forward passes per memory probe: the first call may allocate workspaces the later ones reuse.
+PROBE_CALLS = 2
+
+
+@dataclass
+class LoadedWorkload:
+    recipe: Recipe
+    device: torch.device
+    model: torch.nn.Module
+    info: WorkloadInfo
+
+
+class WorkerState:
+    """Models built once per (recipe, device) and reused across candidates."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, LoadedWorkload] = {}
+        self.default_threads = torch.get_num_threads()
+
+    def workload(self, recipe_data: dict[str, Any]) -> LoadedWorkload:
+        key = json.dumps(recipe_data, sort_keys=True)
+        if key not in self._cache:
+            recipe = Recipe.from_dict(recipe_data)
+            device = devices.resolve_device(recipe.device)
+            model = build_model(recipe, device=device)
+            info = check_forward(recipe, model, device=device)
+            self._cache[key] = LoadedWorkload(recipe, device, model, info)
+        return self._cache[key]
+
+
+def _trim_heap() -> None:
+    """Give freed heap pages back to the OS so the next RSS high-water mark is this probe's own."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _outcome(status: str, reason: str, **extra: Any) -> dict[str, Any]:
+    return {"status": status, "reason": reason, **extra}
+
+
+def _guarded(device: torch.device, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a candidate's work; map OOM and variant failures to statuses (one place, not many)."""
+    try:
+        return body()
+    except VariantError as exc:
+        return _outcome("failed", str(exc))
+    except Exception as exc:
+        if devices.is_oom(exc):
+            devices.release_memory(device)
+            return _outcome("oom", one_line(exc), dirty=True)
+        raise
+
+
+def _with_threads(spec: VariantSpec, state: WorkerState) -> None:
+    torch.set_num_threads(spec.threads or state.default_threads)
+
+
+def op_hello(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "import_seconds": IMPORT_SECONDS,
+        "threads": state.default_threads,
+    }
+
+
+def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Build the model, run one forward, and expand the recipe's variants for this device."""
+    t0 = time.perf_counter()
+    lw = state.workload(req["recipe"])
+    recipe = lw.recipe
+    specs = expand_variants(
+        recipe.search.variants,
+        device=lw.device.type,
+        precisions=recipe.search.precisions,
+        memory_formats=recipe.search.memory_formats,
+        input_ndims=lw.info.input_ndims,
+    )
+    variants, unavailable, spec_dicts = [], [], {}
+    for spec in specs:
+        spec_dicts[spec.name] = spec.to_dict()
+        avail = available(spec, device=lw.device.type, input_ndims=lw.info.input_ndims,
+                          input_is_float=lw.info.input_is_float)
+        if avail.ok:
+            variants.append(spec.name)
+        else:
+            unavailable.append({"variant": spec.name, "reason": avail.reason})
+    method = devices.memory_method(lw.device)
+    return {
+        "device": str(lw.device),
+        "workload": lw.info.to_dict(),
+        "variants": variants,
+        "unavailable": unavailable,
+        "specs": spec_dicts,
+        "memory_method": method.description,
+        "host_memory_available": devices.available_host_memory_bytes(),
+        "device_memory_capacity": devices.device_memory_capacity(lw.device),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Build a variant, gate it against eager fp32, then measure it."""
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"])
+    batch = int(req["batch_size"])
+    settings = MeasureSettings(**req.get("settings", {}))
+    device = lw.device
+
+    def body() -> dict[str, Any]:
+        _with_threads(spec, state)
+        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        devices.release_memory(device)
+        _trim_heap()
+        devices.reset_peak_memory(device)
+        with torch.inference_mode():
+            built = build_variant(spec, lw.model, example, device=device.type)
+            prepared = built.prepare_inputs(example)
+
+            def call() -> Any:
+                return built.fn(*prepared)
+
+            try:
+                first = time_first_call(call, device=device)
+            except Exception as exc:
+                if devices.is_oom(exc):
+                    raise
+                raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
+            gate = check_variant(
+                lw.model, built,
+                lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=GATE_SEED + s),
+            )
+            if not gate.passed:
+                return _outcome("rejected", gate.reason or "outputs differ from eager fp32",
+                                correctness=gate.to_dict(), build_seconds=built.build_seconds,
+                                first_call_seconds=first, notes=list(built.notes))
+            recompiles_before = recompile_count()
+            m = measure_callable(call, batch_size=batch, device=device, settings=settings,
+                                 first_call_seconds=first)
+            recompiles = recompile_count() - recompiles_before
+        return _outcome(
+            "ok", "",
+            measurement=m.to_dict(),
+            build_seconds=built.build_seconds,
+            first_call_seconds=first,
+            compile_seconds=built.build_seconds + first,
+            peak_memory_bytes=devices.peak_memory_bytes(device),
+            recompiles=recompiles,
+            correctness=gate.to_dict(),
+            notes=list(built.notes),
+        )
+
+    try:
+        return _guarded(device, body)
+    finally:
+        torch.set_num_threads(state.default_threads)
+        if spec.compiler in ("compile", "export"):
+            reset_compiler_state()
+
+
+def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Does ``batch_size`` fit? Peak memory of building and running the variant at that batch."""
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"])
+    batch = int(req["batch_size"])
+    budget = req.get("memory_budget_bytes")
+    device = lw.device
+
+    def body() -> dict[str, Any]:
+        _with_threads(spec, state)
+        devices.release_memory(device)
+        _trim_heap()
+        devices.reset_peak_memory(device)
+        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        with torch.inference_mode():
+            built = build_variant(spec, lw.model, example, device=device.type)
+            prepared = built.prepare_inputs(example)
+            for _ in range(PROBE_CALLS):
+                out = built.fn(*prepared)
+                devices.synchronize(device)
+                del out
+        peak = devices.peak_memory_bytes(device)
+        del built, prepared, example
+        fits = budget is None or peak <= budget
+        reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
+        return _outcome("ok" if fits else "oom", reason, fits=fits, peak_memory_bytes=peak)
+
+    try:
+        result = _guarded(device, body)
+    finally:
+        torch.set_num_threads(state.default_threads)
+        devices.release_memory(device)
+        if spec.compiler in ("compile", "export"):
+            reset_compiler_state()
+    result.setdefault("fits", False)
+    result.setdefault("peak_memory_bytes", None)
+    return result
+
+
+def op_parse_variant(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Validate a variant named on the command line against this device and workload."""
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"], field="--variant")
+    avail = available(spec, device=lw.device.type, input_ndims=lw.info.input_ndims,
+                      input_is_float=lw.info.input_is_float)
+    if not avail.ok:
+        raise InputError(f"--variant: '{req['variant']}' is not available here: {avail.reason}")
+    return {"status": "ok", "spec": spec.to_dict(), "name": spec.name}
+
+
+OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
+    "hello": op_hello,
+    "validate": op_validate,
+    "measure": op_measure,
+    "probe": op_probe,
+    "parse_variant": op_parse_variant,
+}
+
+
+def handle(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    rid = req.get("id")
+    try:
+        op = OPS[req["op"]]
+    except KeyError:
+        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {req.get('op')!r}",
+                                                  "input_error": False}}
+    try:
+        return {"id": rid, "ok": True, "result": op(state, req)}
+    except AutotuneError as exc:
+        return {"id": rid, "ok": False,
+                "error": {"type": type(exc).__name__, "message": str(exc), "input_error": isinstance(exc, InputError)}}
+    except Exception as exc:
+        tb = traceback.format_exc(limit=6)
+        return {"id": rid, "ok": False,
+                "error": {"type": type(exc).__name__, "message": one_line(exc), "input_error": False,
+                          "traceback": tb[-2000:]}}
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # anything the model prints goes to stderr, never into the protocol
+    state = WorkerState()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        resp = handle(state, json.loads(line))
+        proto.write(json.dumps(resp) + "\n")
+        proto.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""Build the model and its inputs from a recipe (runs inside the worker process).
+
+The factory reference is resolved here and nowhere else, so that every way it can go wrong
+(module missing, attribute missing, file missing, factory raising, forward rejecting the
+inputs) becomes one :class:`WorkloadError` that names the recipe field and what was found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.errors import WorkloadError
+from autotune.recipe import InputSpec, ModelSpec, Recipe
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+}
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: what a report row has room for."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def resolve_factory(spec: ModelSpec, *, recipe_path: str) -> Any:
+    """Import ``module:function`` or ``file.py:function`` (relative to the recipe)."""
+    where = f"{recipe_path}: field 'model.factory'"
+    target, _, attr = spec.factory.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        file = Path(target)
+        if not file.is_absolute():
+            file = Path(spec.base_dir) / file
+        if not file.exists():
+            raise WorkloadError(f"{where}: file '{file}' not found (paths are relative to the recipe)")
+        mod_name = f"autotune_user_{abs(hash(str(file.resolve())))}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            loader_spec = importlib.util.spec_from_file_location(mod_name, file)
+            if loader_spec is None or loader_spec.loader is None:
+                raise WorkloadError(f"{where}: cannot import '{file}' as a Python module")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[mod_name] = module
+            try:
+                loader_spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise WorkloadError(f"{where}: importing '{file}' failed: {one_line(exc)}") from None
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise WorkloadError(f"{where}: cannot import module '{target}': {one_line(exc)}") from None
+        except Exception as exc:
+            raise WorkloadError(f"{where}: importing module '{target}' failed: {one_line(exc)}") from None
+    try:
+        factory = getattr(module, attr)
+    except AttributeError:
+        raise WorkloadError(f"{where}: module '{target}' has no attribute '{attr}'") from None
+    if not callable(factory):
+        raise WorkloadError(f"{where}: '{spec.factory}' is not callable")
+    return factory
+
+
+def build_model(recipe: Recipe, *, device: torch.device) -> torch.nn.Module:
+    """Call the factory with the recipe's kwargs; the model is in eval mode on ``device``."""
+    factory = resolve_factory(recipe.model, recipe_path=recipe.path)
+    try:
+        model = factory(**dict(recipe.model.kwargs))
+    except Exception as exc:
+        raise WorkloadError(
+            f"{recipe.path}: field 'model.factory': '{recipe.model.factory}' raised "
+            f"with kwargs {dict(recipe.model.kwargs)}: {one_line(exc)}"
+        ) from None
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(
+            f"{recipe.path}: field 'model.factory': '{recipe.model.factory}' returned "
+            f"{type(model).__name__}, expected a torch.nn.Module"
+        )
+    return model.eval().to(device)
+
+
+def make_inputs(
+    specs: tuple[InputSpec, ...], *, batch_size: int, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    """Fresh random inputs on the device: normal floats, uniform tokens in [0, vocab_size)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tensors = []
+    for spec in specs:
+        shape = (batch_size, *spec.shape)
+        if spec.is_integer:
+            assert spec.vocab_size is not None  # validated by the recipe parser
+            t = torch.randint(0, spec.vocab_size, shape, generator=gen, dtype=_DTYPES[spec.dtype])
+        else:
+            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(_DTYPES[spec.dtype])
+        tensors.append(t.to(device))
+    return tuple(tensors)
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the worker learnt about the workload when it validated it."""
+
+    parameters: int
+    parameter_bytes: int
+    input_ndims: tuple[int, ...]
+    input_is_float: tuple[bool, ...]
+    output_summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parameters": self.parameters,
+            "parameter_bytes": self.parameter_bytes,
+            "input_ndims": list(self.input_ndims),
+            "input_is_float": list(self.input_is_float),
+            "output_summary": self.output_summary,
+        }
+
+
+def describe_output(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"Tensor{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}"
+    if isinstance(out, dict):
+        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in out.items()) + "}"
+    if isinstance(out, (tuple, list)):
+        return type(out).__name__ + "(" + ", ".join(describe_output(v) for v in out) + ")"
+    return type(out).__name__
+
+
+def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.device) -> WorkloadInfo:
+    """Run one eager forward at batch 2; a model that rejects the inputs is a recipe error.
+
+    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch.
+    """
+    inputs = make_inputs(recipe.inputs, batch_size=2, device=device)
+    try:
+        with torch.inference_mode():
+            out = model(*inputs)
+    except Exception as exc:
+        shapes = ", ".join(
+            f"'{s.name}' {tuple(t.shape)} {s.dtype}" for s, t in zip(recipe.inputs, inputs, strict=True)
+        )
+        raise WorkloadError(
+            f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch 2 in front of "
+            f"each per-sample shape). The model said: {one_line(exc)}"
+        ) from None
+    params = list(model.parameters())
+    return WorkloadInfo(
+        parameters=sum(p.numel() for p in params),
+        parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+        input_ndims=tuple(t.dim() for t in inputs),
+        input_is_float=tuple(t.is_floating_point() for t in inputs),
+        output_summary=describe_output(out),
+    )

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = Path(__file__).resolve().parent / "models"
+SHARED_TRACES = ROOT.parent / "shared" / "warmup-traces"
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip cleanly on machines without a GPU."""
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords and not _cuda_available():
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def write_recipe(tmp_path: Path):
+    """Write a recipe TOML into tmp_path (model files in tests/models are referenced by absolute path)."""
+
+    def write(text: str, name: str = "recipe.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(text.replace("@MODELS@", str(MODELS)))
+        return path
+
+    return write
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in a subprocess (real process, real exit code)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=900)
+    return proc.returncode, proc.stdout, proc.stderr

@@ -1,0 +1,76 @@
+"""Deliberately broken models for the worker-isolation tests.
+
+Each misbehaves only at batch >= 4 (or only under one variant), so validation (batch 2) passes
+and the run itself meets the failure, as a real buggy or memory-hungry model would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    def __init__(self, crash: str | None = None) -> None:
+        super().__init__()
+        self.crash = crash
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            self._maybe_crash(x)
+        y = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        return self.fc(y)
+
+    @torch.jit.unused
+    def _maybe_crash(self, x: torch.Tensor) -> None:
+        if self.crash == "trace" and torch.jit.is_tracing():
+            os._exit(7)  # only the trace variant dies
+        if self.crash is None or x.shape[0] < 4:
+            return
+        if self.crash == "raise":
+            raise ValueError("deliberate failure at batch >= 4")
+        if self.crash == "segfault":
+            ctypes.string_at(0)
+        if self.crash == "exit":
+            os._exit(3)
+        if self.crash == "kill":  # what the kernel's OOM killer does
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.crash == "hang":
+            time.sleep(10_000)
+
+
+def tiny(crash: str | None = None) -> nn.Module:
+    return TinyNet(crash)
+
+
+def factory_raises() -> nn.Module:
+    raise RuntimeError("this factory always fails")
+
+
+def not_a_module() -> int:
+    return 42
+
+
+class DataDependent(nn.Module):
+    """The torch.jit.trace trap: the trace freezes the branch taken on the example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if y.sum() > 0:
+            return y * 2
+        return -y
+
+
+def data_dependent() -> nn.Module:
+    return DataDependent()

@@ -1,0 +1,83 @@
+"""Recipe parsing: every bad input names the file, the field and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import RecipeError
+from autotune.recipe import Recipe, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = """
+name = "t"
+device = "cpu"
+[model]
+factory = "torchvision.models:resnet18"
+kwargs = { num_classes = 10 }
+[[inputs]]
+name = "x"
+shape = [3, 32, 32]
+[search]
+variants = ["eager", "frozen"]
+batch_sizes = [1, 4]
+"""
+
+
+def test_good_recipe_round_trips(write_recipe) -> None:
+    r = load_recipe(write_recipe(GOOD))
+    assert r.name == "t"
+    assert r.inputs[0].shape == (3, 32, 32)
+    assert r.search.batch_sizes == (1, 4)
+    assert Recipe.from_dict(r.to_dict()) == r
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_recipes_parse(path: Path) -> None:
+    r = load_recipe(path)
+    assert r.description, "every shipped recipe says what it is for"
+    assert "Meant for" in path.read_text(), "every shipped recipe says which device it is meant for"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"nope\.toml: recipe file not found"):
+        load_recipe(tmp_path / "nope.toml")
+
+
+def test_invalid_toml(write_recipe) -> None:
+    with pytest.raises(RecipeError, match=r"recipe\.toml: invalid TOML"):
+        load_recipe(write_recipe("name = \n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        (GOOD.replace("batch_sizes", "batch_size"),
+         r"field 'search\.batch_size': unknown key.*did you mean 'search\.batch_sizes'"),
+        (GOOD.replace('name = "t"', 'nmae = "t"'), r"field 'nmae': unknown key.*did you mean 'name'"),
+        (GOOD.replace("shape = [3, 32, 32]", 'shape = "3x32x32"'), r"field 'inputs\[0\]\.shape': expected a list"),
+        (GOOD.replace("shape = [3, 32, 32]", "shape = [3, 0, 32]"),
+         r"field 'inputs\[0\]\.shape\[1\]': dimensions must be positive"),
+        (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [1, -4]"),
+         r"field 'search\.batch_sizes\[1\]': batch sizes must be positive integers, got -4"),
+        (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [0]"), r"search\.batch_sizes\[0\]'.*got 0"),
+        (GOOD.replace("batch_sizes = [1, 4]", 'batch_sizes = "many"'), r"allowed: \"auto\" or a list"),
+        (GOOD.replace('device = "cpu"', 'device = "tpu"'), r"field 'device': 'tpu' is not allowed"),
+        (GOOD + 'objective = "thruput"\n', r"search\.objective'.*allowed: throughput, latency, pareto.*"
+                                           r"did you mean 'throughput'"),
+        (GOOD.replace('factory = "torchvision.models:resnet18"', 'factory = "resnet18"'),
+         r"field 'model\.factory': 'resnet18' is not a factory reference"),
+        (GOOD.replace('name = "x"', 'name = "x"\ndtype = "int64"'), r"inputs\[0\]\.vocab_size': is required"),
+        (GOOD.replace('name = "x"', 'name = "x"\ndtype = "float"'), r"inputs\[0\]\.dtype'.*allowed: float32"),
+        (GOOD + "time_budget_s = true\n", r"search\.time_budget_s': expected a number, got a boolean"),
+        (GOOD + "[batch]\nmemory_budget = \"lots\"\n", r"batch\.memory_budget"),
+        (GOOD + "[batch]\nheadroom = 1.5\n", r"batch\.headroom': must be in \[0, 1\)"),
+        (GOOD.replace("[model]", "[modle]"), r"field 'modle': unknown key.*did you mean 'model'"),
+    ],
+)
+def test_bad_fields_name_the_field(write_recipe, text: str, pattern: str) -> None:
+    with pytest.raises(RecipeError, match=pattern) as info:
+        load_recipe(write_recipe(text))
+    assert "recipe.toml" in str(info.value)
