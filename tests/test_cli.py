@@ -1,0 +1,185 @@
+"""The CLI end to end, in real subprocesses: exit codes, clear errors, a run with a crashing variant."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SHARED_TRACES, run_cli
+
+TINY = """
+name = "tiny"
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:tiny"
+{kwargs}
+[[inputs]]
+name = "x"
+shape = [3, 8, 8]
+[search]
+variants = {variants}
+batch_sizes = [1, 4]
+time_budget_s = 120
+[measure]
+max_seconds = 0.4
+ci_target = 0.05
+"""
+
+
+def tiny(write_recipe, *, kwargs: str = "", variants: str = '["eager", "frozen"]', extra: str = "") -> Path:
+    return write_recipe(TINY.format(kwargs=kwargs, variants=variants) + extra)
+
+
+def assert_input_error(code: int, err: str, *patterns: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    for p in patterns:
+        assert p in err, err
+
+
+def test_missing_recipe_file(tmp_path: Path) -> None:
+    code, _, err = run_cli("run", str(tmp_path / "missing.toml"))
+    assert_input_error(code, err, "missing.toml: recipe file not found")
+
+
+def test_unknown_key_suggests(write_recipe) -> None:
+    path = write_recipe(TINY.format(kwargs="", variants='["eager"]').replace("batch_sizes", "batchsizes"))
+    code, _, err = run_cli("run", str(path))
+    assert_input_error(code, err, "recipe.toml", "search.batchsizes", "did you mean 'search.batch_sizes'")
+
+
+def test_bad_flag_value_is_exit_2(write_recipe) -> None:
+    code, _, err = run_cli("measure", str(tiny(write_recipe)), "--variant", "eager", "--batch-size", "0")
+    assert_input_error(code, err, "--batch-size", "positive integer")
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "patterns"),
+    [
+        ("no_such_module_xyz:make", "", ["field 'model.factory'", "cannot import module 'no_such_module_xyz'"]),
+        ("@MODELS@/broken.py:missing", "", ["field 'model.factory'", "has no attribute 'missing'"]),
+        ("@MODELS@/nothere.py:make", "", ["field 'model.factory'", "not found"]),
+        ("@MODELS@/broken.py:factory_raises", "", ["raised", "RuntimeError: this factory always fails"]),
+        ("@MODELS@/broken.py:not_a_module", "", ["returned int, expected a torch.nn.Module"]),
+    ],
+)
+def test_factory_errors(write_recipe, factory: str, kwargs: str, patterns: list[str]) -> None:
+    text = TINY.format(kwargs=kwargs, variants='["eager"]').replace("@MODELS@/broken.py:tiny", factory)
+    code, _, err = run_cli("run", str(write_recipe(text)))
+    assert_input_error(code, err, *patterns)
+
+
+def test_input_shape_rejected_names_the_input(write_recipe) -> None:
+    path = tiny(write_recipe).read_text().replace("shape = [3, 8, 8]", "shape = [5, 8, 8]")
+    code, _, err = run_cli("run", str(write_recipe(path, "bad_shape.toml")))
+    assert_input_error(code, err, "field 'inputs'", "'x' (2, 5, 8, 8)", "The model said: RuntimeError")
+
+
+def test_unknown_variant_and_precision(write_recipe) -> None:
+    code, _, err = run_cli("run", str(tiny(write_recipe, variants='["eager", "scirpt"]')))
+    assert_input_error(code, err, "scirpt", "script")
+    path = write_recipe(TINY.format(kwargs="", variants='["eager"]').replace(
+        "batch_sizes = [1, 4]", 'batch_sizes = [1, 4]\nprecisions = ["fp8"]'), "prec.toml")
+    code, _, err = run_cli("run", str(path))
+    assert_input_error(code, err, "fp8")
+
+
+def test_cuda_on_a_machine_without_one(write_recipe) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, _, err = run_cli("run", str(tiny(write_recipe)), "--device", "cuda")
+    assert_input_error(code, err, "'cuda' requested but this machine has no usable CUDA device")
+
+
+def test_run_with_a_crashing_variant_recommends_the_best_other(write_recipe, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = tiny(write_recipe, kwargs='kwargs = { crash = "trace" }', variants='["eager", "trace", "frozen"]')
+    code, stdout, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["schema"] == 1
+    statuses = {(c["variant"], c["batch_size"]): c["status"] for c in doc["candidates"]}
+    assert statuses[("trace", 1)] == "failed" or statuses[("trace", 4)] == "failed"
+    trace_rows = [c for c in doc["candidates"] if c["variant"] == "trace"]
+    assert any("exited with code 7" in (c["reason"] or "") for c in trace_rows), trace_rows
+    rec = doc["recommendation"]
+    assert rec["variant"] in ("eager", "frozen") and rec["status"] == "ok"
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert rec["throughput"] == max(c["throughput"] for c in ok if c["classification"] != "no_steady_state") \
+        or rec["classification"] == "no_steady_state"
+    for name in ("report.json", "report.md", "report.html", "study.db"):
+        assert (out / name).exists()
+    assert "Recommend" in stdout
+
+
+def test_resume_does_not_remeasure(write_recipe, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = tiny(write_recipe, variants='["eager"]')
+    assert run_cli("run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    first = json.loads((out / "report.json").read_text())
+    assert run_cli("run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    second = json.loads((out / "report.json").read_text())
+    assert second["search"]["measured_this_run"] == 0
+    assert [c["throughput"] for c in second["candidates"]] == [c["throughput"] for c in first["candidates"]]
+    code, stdout, _ = run_cli("report", str(out))
+    assert code == 0 and "eager" in stdout
+
+
+def test_interrupt_keeps_what_was_measured(write_recipe, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    text = TINY.format(kwargs="", variants='["eager", "frozen"]').replace("max_seconds = 0.4", "max_seconds = 3")
+    path = write_recipe(text.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 2, 4, 8]"))
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(path), "--out", str(out),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    db = out / "study.db"
+    while time.monotonic() < deadline:  # wait until at least one candidate is stored
+        time.sleep(1.0)
+        if db.exists() and _complete_trials(db) >= 1:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert _complete_trials(db) >= 1
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["search"]["stopped_by"] == "interrupted"
+    assert any(c["status"] == "ok" for c in doc["candidates"])
+
+
+def _complete_trials(db: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(db) as con:
+            return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_warmup_json_contract() -> None:
+    files = sorted(SHARED_TRACES.glob("*.csv"))[:3]
+    if not files:
+        pytest.skip("shared warmup traces not present")
+    code, stdout, err = run_cli("warmup", *map(str, files), "--json", "--online")
+    assert code == 0, err
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    assert [line["file"] for line in lines] == [str(f) for f in files]
+    for obj in lines:
+        assert obj["classification"] in ("flat", "warmup", "slowdown", "no_steady_state")
+        for key in ("steady_start", "steady_mean", "steady_median", "ci", "changepoints", "consumed"):
+            assert key in obj
+
+
+def test_warmup_bad_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0.1\nabc\n0.2\n")
+    code, _, err = run_cli("warmup", str(bad))
+    assert_input_error(code, err, "bad.csv")

@@ -1,0 +1,95 @@
+"""Worker isolation: every way a candidate can die becomes a `failed` row, and the run goes on.
+
+These tests run the real worker subprocess on deliberately broken models (tests/models/broken.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.recipe import load_recipe
+from autotune.runner import Runner
+
+MODELS = Path(__file__).resolve().parent / "models"
+SETTINGS = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
+
+
+def _recipe(write_recipe, crash: str | None):
+    kwargs = f'kwargs = {{ crash = "{crash}" }}' if crash else ""
+    return load_recipe(write_recipe(f"""
+name = "broken"
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:tiny"
+{kwargs}
+[[inputs]]
+name = "x"
+shape = [3, 8, 8]
+"""))
+
+
+def _measure(runner: Runner, recipe, batch: int, *, timeout: float = 120.0) -> dict:
+    return runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": "eager", "batch_size": batch,
+                        "settings": SETTINGS}, timeout=timeout)
+
+
+def test_healthy_worker_is_reused_across_candidates(write_recipe) -> None:
+    recipe = _recipe(write_recipe, None)
+    with Runner() as runner:
+        first = _measure(runner, recipe, 1)
+        second = _measure(runner, recipe, 4)
+        assert first["status"] == second["status"] == "ok"
+        assert runner.stats.workers_started == 1
+        assert first["measurement"]["batch_size"] == 1 and second["measurement"]["batch_size"] == 4
+
+
+@pytest.mark.parametrize(
+    ("crash", "reason", "timeout"),
+    [
+        ("raise", r"ValueError: deliberate failure at batch >= 4", 120.0),
+        ("segfault", r"worker died with SIGSEGV", 120.0),
+        ("exit", r"worker exited with code 3", 120.0),
+        ("kill", r"worker died with SIGKILL \(killed by the kernel, likely out of memory\)", 120.0),
+        ("hang", r"timed out after 8 s", 8.0),
+    ],
+)
+def test_broken_candidate_is_failed_and_the_run_goes_on(write_recipe, crash: str, reason: str,
+                                                        timeout: float) -> None:
+    import re
+
+    recipe = _recipe(write_recipe, crash)
+    with Runner() as runner:
+        before = _measure(runner, recipe, 1)
+        assert before["status"] == "ok"
+        broken = _measure(runner, recipe, 4, timeout=timeout)  # batch >= 4 triggers the crash
+        assert broken["status"] == "failed"
+        assert re.search(reason, broken["reason"]), broken["reason"]
+        after = _measure(runner, recipe, 2)  # a fresh worker takes over
+        assert after["status"] == "ok", after
+        # a Python exception is handled inside the worker, which stays healthy; a crash costs a new worker
+        assert runner.stats.workers_started == (1 if crash == "raise" else 2)
+
+
+def test_model_printing_does_not_corrupt_protocol(write_recipe, tmp_path: Path) -> None:
+    module = tmp_path / "noisy.py"
+    module.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        print('hello from forward', flush=True)\n"
+        "        return x * 2\n"
+        "def make():\n"
+        "    print('{\"id\": 999, \"ok\": true}')\n"
+        "    return M()\n"
+    )
+    recipe = load_recipe(write_recipe(f"""
+device = "cpu"
+[model]
+factory = "{module}:make"
+[[inputs]]
+shape = [4]
+"""))
+    with Runner() as runner:
+        assert _measure(runner, recipe, 2)["status"] == "ok"
