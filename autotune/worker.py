@@ -51,8 +51,9 @@ IMPORT_SECONDS = time.perf_counter() - _T0
 #: Seeds: the variant is built on the example batch; the gate uses other, fresh batches.
 BUILD_SEED = 0
 GATE_SEED = 1000
-#: Forward passes per memory probe: the first call may allocate workspaces the later ones reuse.
-PROBE_CALLS = 2
+#: Forward passes per memory probe. On CUDA a later call may allocate workspaces (cuDNN autotuning) the
+#: first did not; on CPU the first call is the peak and each call at a large batch costs seconds.
+PROBE_CALLS = {"cuda": 2, "cpu": 1}
 
 
 @dataclass
@@ -227,11 +228,12 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         devices.release_memory(device)
         _trim_heap()
         devices.reset_peak_memory(device)
+        baseline = devices.current_memory_bytes(device)  # model and runtime, before any batch exists
         example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         with torch.inference_mode():
             built = build_variant(spec, lw.model, example, device=device.type)
             prepared = built.prepare_inputs(example)
-            for _ in range(PROBE_CALLS):
+            for _ in range(PROBE_CALLS[device.type]):
                 out = built.fn(*prepared)
                 devices.synchronize(device)
                 del out
@@ -239,7 +241,7 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         del built, prepared, example
         fits = budget is None or peak <= budget
         reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
-        return _outcome("ok" if fits else "oom", reason, fits=fits, peak_memory_bytes=peak)
+        return _outcome("ok" if fits else "oom", reason, fits=fits, peak_memory_bytes=peak, baseline_bytes=baseline)
 
     try:
         result = _guarded(device, body)

@@ -1,0 +1,845 @@
+"""Tests of autotune.report: validation, the three report files, plots, console table, reproduce code.
+
+The synthetic document below has the shape autotune.tuner.build_document produces (rows as
+autotune.candidate.candidate_record makes them). Expected values are computed from the document
+in each test, never typed in.
+
+Run as a script for the rendering benchmark: ``.venv/bin/python tests/test_report.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import html
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune.errors import InputError
+from autotune.report import (
+    PLOT_NAMES,
+    REPORT_FILES,
+    SCHEMA_VERSION,
+    console_table,
+    load_report,
+    measure_command,
+    normalise_report,
+    rank_candidates,
+    render_html,
+    render_markdown,
+    render_plots,
+    reproduce_code,
+    validate_report,
+    write_reports,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GIB = 2**30
+
+# --------------------------------------------------------------------------- synthetic document
+
+ENVIRONMENT = {
+    "hostname": "bench-1",
+    "platform": "Linux-6.1-x86_64",
+    "machine": "x86_64",
+    "python": "3.11.7",
+    "cpu_model": "AMD EPYC 7B13",
+    "cpu_logical_cores": 2,
+    "cpu_physical_cores": 2,
+    "cpu_affinity_cores": 2,
+    "memory_total_bytes": 25 * GIB,
+    "torch_version": "2.14.1",
+    "torch_cuda_version": None,
+    "cuda_available": False,
+    "cuda_device_count": 0,
+    "gpus": [],
+    "packages": {"numpy": "2.4.6", "optuna": "5.0.0", "torchvision": "0.29.1"},
+    "env": {"OMP_NUM_THREADS": None},
+}
+
+# variant -> (compiler, compile_mode, precision, memory_format, relative speed)
+VARIANTS = {
+    "eager": ("eager", None, "fp32", "contiguous", 1.0),
+    "script": ("script", None, "fp32", "contiguous", 1.08),
+    "frozen": ("frozen", None, "fp32", "contiguous", 1.45),
+    "compile": ("compile", "default", "fp32", "contiguous", 1.3),
+    "eager+channels_last": ("eager", None, "fp32", "channels_last", 1.12),
+}
+BATCHES = (1, 8, 32, 64)
+LATENCY_LIMIT_MS = 50.0
+
+
+def _trace(rng: np.random.Generator, level_ms: float, points: int, warmup_points: int) -> list[float]:
+    t = np.arange(points)
+    values = (
+        level_ms
+        * (1 + 2.0 * np.exp(-t / max(warmup_points / 4, 1)))
+        * (1 + 0.01 * rng.standard_normal(points))
+    )
+    return [float(v) for v in values]
+
+
+def _pareto(rows: list[dict[str, Any]]) -> list[int]:
+    pts = [r for r in rows if r["status"] == "ok" and r["feasible"]]
+    return sorted(
+        r["trial"]
+        for r in pts
+        if not any(
+            o["throughput"] >= r["throughput"]
+            and o["latency_ms"]["p99"] <= r["latency_ms"]["p99"]
+            and (o["throughput"] > r["throughput"] or o["latency_ms"]["p99"] < r["latency_ms"]["p99"])
+            for o in pts
+        )
+    )
+
+
+def _row(trial: int, variant: str, batch: int, **fields: Any) -> dict[str, Any]:
+    compiler, mode, precision, memory_format, _ = VARIANTS.get(
+        variant, ("compile", "max-autotune", "fp32", "contiguous", 1.0)
+    )
+    row: dict[str, Any] = {
+        "trial": trial,
+        "variant": variant,
+        "compiler": compiler,
+        "compile_mode": mode,
+        "precision": precision,
+        "memory_format": memory_format,
+        "threads": None,
+        "batch_size": batch,
+        "status": "ok",
+        "reason": None,
+        "feasible": True,
+        "violations": [],
+        "throughput": None,
+        "throughput_ci": None,
+        "latency_ms": None,
+        "peak_memory_bytes": None,
+        "compile_seconds": None,
+        "warmup_iterations": None,
+        "classification": None,
+        "relative_ci_half_width": None,
+        "samples": 0,
+        "stopped_by": None,
+        "recompiles": 0,
+        "correctness": None,
+        "notes": [],
+        "trace_ms": None,
+    }
+    row.update(fields)
+    return row
+
+
+def make_document(*, extra_batches: tuple[int, ...] = (), trace_points: int = 400) -> dict[str, Any]:
+    """A realistic run: 5 variants x 4 batches measured, a slow no-steady-state one, constraint
+    violations, one oom / rejected / failed / pruned, boundaries with probes, traces."""
+    rng = np.random.default_rng(7)
+    rows: list[dict[str, Any]] = []
+    for variant, (compiler, _, _, _, speed) in VARIANTS.items():
+        for batch in (*BATCHES, *extra_batches):
+            rate = speed * 900.0 * batch / (batch + 6.0) * (1 + 0.02 * rng.standard_normal())
+            p50 = 1000.0 * batch / rate
+            lat = {"mean": p50 * 1.01, "p50": p50, "p90": p50 * 1.05, "p99": p50 * 1.12}
+            violations = (
+                [f"p99 latency {lat['p99']:.3g} ms > SLO {LATENCY_LIMIT_MS:g} ms"]
+                if lat["p99"] > LATENCY_LIMIT_MS
+                else []
+            )
+            samples, ips = 1200, 3
+            rows.append(
+                _row(
+                    len(rows),
+                    variant,
+                    batch,
+                    throughput=rate,
+                    throughput_ci=[rate * 0.99, rate * 1.01],
+                    latency_ms=lat,
+                    peak_memory_bytes=int(1e8 + 1.5e7 * batch),
+                    compile_seconds=0.05 if compiler == "eager" else 2.5,
+                    warmup_iterations=90,
+                    classification="warmup",
+                    relative_ci_half_width=0.01,
+                    samples=samples,
+                    stopped_by="precision",
+                    iterations_per_sample=ips,
+                    feasible=not violations,
+                    violations=violations,
+                    correctness=None
+                    if variant == "eager"
+                    else {
+                        "passed": True,
+                        "max_abs_error": 2e-6,
+                        "max_rel_error": 1e-5,
+                        "min_cosine": 0.999999,
+                        "batches": 3,
+                        "reason": None,
+                    },
+                    notes=["TorchScript (torch.jit) is deprecated"]
+                    if compiler in ("script", "frozen")
+                    else [],
+                    trace_ms=_trace(rng, p50, trace_points, 30),
+                )
+            )
+    rows[-1].update(
+        classification="no_steady_state",
+        warmup_iterations=None,
+        relative_ci_half_width=0.08,
+        throughput_ci=[rows[-1]["throughput"] * 0.92, rows[-1]["throughput"] * 1.08],
+        stopped_by="budget",
+    )
+    rows.append(
+        _row(
+            len(rows),
+            "eager",
+            1024,
+            status="oom",
+            reason="worker killed by the kernel (out of memory)",
+            feasible=False,
+            peak_memory_bytes=None,
+        )
+    )
+    rows.append(
+        _row(
+            len(rows),
+            "frozen+bf16",
+            32,
+            status="rejected",
+            feasible=False,
+            reason="max_abs_error 0.31 > tolerance 0.01 | cosine 0.97",
+            correctness={
+                "passed": False,
+                "max_abs_error": 0.31,
+                "max_rel_error": 0.2,
+                "min_cosine": 0.97,
+                "batches": 3,
+                "reason": "max_abs_error 0.31 > 0.01",
+            },
+        )
+    )
+    rows.append(
+        _row(
+            len(rows),
+            "compile:max-autotune",
+            8,
+            status="failed",
+            feasible=False,
+            reason="InductorError: no working C++ compiler found",
+        )
+    )
+    rows.append(
+        _row(
+            len(rows),
+            "script",
+            512,
+            status="pruned",
+            feasible=False,
+            reason="batch 512 is above script's boundary minus headroom",
+        )
+    )
+    ok = [r for r in rows if r["status"] == "ok" and r["feasible"]]
+    best = max(ok, key=lambda r: (r["classification"] != "no_steady_state", r["throughput"]))
+
+    def boundary(per_sample: float, limit: int) -> dict[str, Any]:
+        probes = []
+        for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 384, 320, 288, 272):
+            peak = 1e8 + per_sample * b
+            probes.append(
+                {
+                    "batch_size": b,
+                    "fits": peak < limit,
+                    "peak_memory_bytes": peak if peak < limit else None,
+                    "seconds": 0.4 + b / 100,
+                    "error": None if peak < limit else "out of memory",
+                }
+            )
+        fitting = max(p["batch_size"] for p in probes if p["fits"])
+        return {
+            "max_batch_size": fitting,
+            "usable_max_batch_size": int(fitting * 0.9),
+            "headroom": 0.1,
+            "memory_limit_bytes": limit,
+            "memory_measured_by": "peak RSS (VmHWM) of the worker",
+            "probes": probes,
+            "model": {"intercept_bytes": 1e8, "bytes_per_sample": per_sample},
+        }
+
+    return {
+        "schema": 1,
+        "tool": {"name": "autotune", "version": "0.1.0"},
+        "created": "2026-11-22T10:00:00+00:00",
+        "recipe": {
+            "path": "recipes/quick start.toml",
+            "name": "quickstart",
+            "description": "resnet18 on 64x64 images",
+            "device": "auto",
+            "device_resolved": "cpu",
+            "model": {
+                "factory": "torchvision.models:resnet18",
+                "kwargs": {"num_classes": 10},
+                "base_dir": "recipes",
+            },
+            "inputs": [{"name": "x", "shape": [3, 64, 64], "dtype": "float32", "vocab_size": None}],
+            "search": {
+                "variants": ["all"],
+                "precisions": ["fp32", "bf16"],
+                "memory_formats": ["contiguous"],
+                "batch_sizes": "auto",
+                "objective": "throughput",
+                "time_budget_s": 120.0,
+                "max_trials": 0,
+                "seed": 0,
+            },
+            "constraints": {
+                "max_latency_ms": LATENCY_LIMIT_MS,
+                "latency_percentile": "p99",
+                "max_memory_bytes": None,
+            },
+            "batch": {"max_batch_size": 4096, "granularity": 1, "memory_budget_bytes": None, "headroom": 0.1},
+            "measure": {"mode": "throughput", "ci_target": 0.01, "max_seconds": 10.0, "timeout_s": 300.0},
+        },
+        "environment": copy.deepcopy(ENVIRONMENT),
+        "search": {
+            "trials": len(rows),
+            "wall_seconds": 95.2,
+            "sampler": "GridSampler",
+            "objective": "throughput",
+            "study_name": "quickstart",
+            "storage": "sqlite:///out/study.db",
+            "stopped_by": "exhausted",
+        },
+        "batch_boundary": {"eager": boundary(1.5e7, 4 * GIB), "frozen": boundary(1.1e7, 4 * GIB)},
+        "candidates": rows,
+        "recommendation": copy.deepcopy(best),
+        "pareto": _pareto(rows),
+        "notes": ["torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile"],
+    }
+
+
+def degenerate_document() -> dict[str, Any]:
+    """Nothing could be measured: every candidate oom/failed/rejected, no boundary, no traces."""
+    doc = make_document()
+    doc["candidates"] = [c for c in doc["candidates"] if c["status"] != "ok"]
+    doc["recommendation"] = None
+    doc["pareto"] = []
+    doc.pop("batch_boundary")
+    return doc
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return make_document()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory, document: dict[str, Any]) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("report")
+    return write_reports(document, out)
+
+
+# ------------------------------------------------------------------------------------ the files
+
+
+def test_write_reports_writes_the_three_files_and_plots(
+    written: dict[str, Any], document: dict[str, Any]
+) -> None:
+    assert sorted(p.name for p in (written["json"], written["md"], written["html"])) == sorted(REPORT_FILES)
+    for key in ("json", "md", "html"):
+        assert written[key].is_file() and written[key].stat().st_size > 0
+    assert [p.stem for p in written["plots"]] == list(PLOT_NAMES)
+    for plot in written["plots"]:
+        assert plot.read_bytes().startswith(PNG_MAGIC)
+    leftovers = [p for p in written["json"].parent.rglob("*.tmp")]
+    assert leftovers == []
+
+
+def test_html_is_self_contained_with_plots_and_recommendation(
+    written: dict[str, Any], document: dict[str, Any]
+) -> None:
+    page = written["html"].read_text(encoding="utf-8")
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == len(written["plots"])
+    assert all(base64.b64decode(data).startswith(PNG_MAGIC) for data in images)
+    assert "<script" not in page and 'src="http' not in page and "<link" not in page
+    rec = document["recommendation"]
+    assert f"{rec['variant']} @ batch {rec['batch_size']}" in page
+    for c in document["candidates"]:  # every candidate, whatever its status, with its reason
+        if c["reason"]:
+            assert c["reason"] in html.unescape(page)
+    assert "No feasible configuration" not in page
+
+
+def test_markdown_has_sections_plots_and_speedup(written: dict[str, Any], document: dict[str, Any]) -> None:
+    md = written["md"].read_text(encoding="utf-8")
+    for heading in (
+        "## Recommendation",
+        "### Why",
+        "## Plots",
+        "## Candidates",
+        "## Batch boundary",
+        "## Environment",
+        "## Notes",
+        "## Reproduce",
+    ):
+        assert heading in md
+    for plot in written["plots"]:
+        assert f"]({plot.parent.name}/{plot.name})" in md
+    rec = document["recommendation"]
+    eager = next(
+        c
+        for c in document["candidates"]
+        if c["variant"] == "eager" and c["status"] == "ok" and c["batch_size"] == rec["batch_size"]
+    )
+    assert (
+        f"{rec['throughput'] / eager['throughput']:.2f}× the throughput of eager at batch {rec['batch_size']}"
+        in md
+    )
+    # a reason containing a pipe must not break the markdown table
+    rejected = next(line for line in md.splitlines() if "frozen+bf16" in line and line.startswith("|"))
+    assert "\\|" in rejected
+    assert measure_command(document) in md
+
+
+def test_json_round_trips_and_is_stable(
+    written: dict[str, Any], document: dict[str, Any], tmp_path: Path
+) -> None:
+    loaded = load_report(written["json"])
+    assert loaded == normalise_report(document)
+    assert load_report(written["json"].parent) == loaded  # a directory names its report.json
+    text = written["json"].read_text(encoding="utf-8")
+    assert next(iter(json.loads(text))) == "schema"
+    again = write_reports(loaded, tmp_path)
+    assert again["json"].read_bytes() == written["json"].read_bytes()
+    # long number lists (timing traces) stay on one line each
+    trace_lines = [line for line in text.splitlines() if '"trace_ms": [' in line]
+    assert len(trace_lines) == sum(1 for c in document["candidates"] if c["trace_ms"]) + 1
+    assert all(line.rstrip(",").endswith("]") for line in trace_lines)
+
+
+def test_normalise_makes_json_able_copies_without_touching_the_input(document: dict[str, Any]) -> None:
+    doc = copy.deepcopy(document)
+    doc["candidates"][0]["throughput_ci"] = (np.float64(1.0), np.float64(2.0))
+    doc["candidates"][0]["latency_ms"]["p90"] = float("nan")
+    doc["candidates"][0]["trace_ms"] = np.array([1.0, 2.0])
+    doc["candidates"][0]["samples"] = np.int64(2)
+    doc.pop("notes")
+    plain = normalise_report(doc)
+    json.dumps(plain, allow_nan=False)
+    assert plain["candidates"][0]["throughput_ci"] == [1.0, 2.0]
+    assert plain["candidates"][0]["latency_ms"]["p90"] is None
+    assert plain["candidates"][0]["trace_ms"] == [1.0, 2.0]
+    assert plain["notes"] == []
+    assert isinstance(doc["candidates"][0]["throughput_ci"], tuple)  # input untouched
+
+
+def test_stale_plots_are_removed_when_rerendering(tmp_path: Path, document: dict[str, Any]) -> None:
+    first = write_reports(document, tmp_path)
+    assert (tmp_path / "plots" / "trace.png") in first["plots"]
+    second = write_reports(degenerate_document(), tmp_path)
+    assert not (tmp_path / "plots" / "trace.png").exists()
+    assert all(p.exists() for p in second["plots"])
+
+
+def test_reports_without_matplotlib(
+    tmp_path: Path, document: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    paths = write_reports(document, tmp_path)
+    assert paths["plots"] == []
+    assert "data:image/png" not in paths["html"].read_text(encoding="utf-8")
+    assert "## Plots" not in paths["md"].read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    keys = [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
+    target: Any = doc
+    for key in keys[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[keys[-1]]
+    else:
+        target[keys[-1]] = value
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("candidates", KeyError, "report.candidates: required field missing"),
+        ("recommendation", KeyError, "report.recommendation: required field missing"),
+        ("candidates[2].status", "weird", "report.candidates[2].status: expected one of ok|oom|rejected"),
+        ("candidates[0].throughput", "fast", "report.candidates[0].throughput"),
+        ("candidates[1].throughput", None, "report.candidates[1].throughput: a candidate with status ok"),
+        (
+            "candidates[0].throughput_ci",
+            [1.0, 2.0, 3.0],
+            "report.candidates[0].throughput_ci: expected a list of 2",
+        ),
+        ("candidates[3].batch_size", 0, "report.candidates[3].batch_size: expected a positive integer"),
+        ("candidates[3].batch_size", True, "report.candidates[3].batch_size"),
+        ("candidates[0].latency_ms.p99", "slow", "report.candidates[0].latency_ms.p99: expected a number"),
+        ("candidates[0].variant", KeyError, "report.candidates[0].variant: required field missing"),
+        ("batch_boundary.eager.probes[2].fits", "yes", "report.batch_boundary.eager.probes[2].fits"),
+        (
+            "batch_boundary.eager.model.bytes_per_sample",
+            KeyError,
+            "batch_boundary.eager.model.bytes_per_sample",
+        ),
+        ("recipe.inputs[0].shape", [3, "64"], "report.recipe.inputs[0].shape[1]"),
+        ("recipe.constraints.latency_percentile", "p95", "report.recipe.constraints.latency_percentile"),
+        ("search.objective", "speed", "report.search.objective"),
+        ("pareto", ["a"], "report.pareto[0]: expected an integer"),
+        ("notes", "one note", "report.notes: expected a list"),
+        ("environment", [], "report.environment: expected an object"),
+    ],
+)
+def test_validate_report_names_the_field(
+    document: dict[str, Any], path: str, value: Any, expected: str
+) -> None:
+    doc = copy.deepcopy(document)
+    _set(doc, path, value)
+    with pytest.raises(InputError) as info:
+        validate_report(doc)
+    assert expected in str(info.value)
+
+
+def test_validate_report_accepts_the_document_and_rejects_other_schemas(document: dict[str, Any]) -> None:
+    validate_report(document)
+    for bad in (SCHEMA_VERSION + 1, "1", None):
+        with pytest.raises(InputError, match="schema"):
+            validate_report({**document, "schema": bad})
+    with pytest.raises(InputError, match="expected a JSON object"):
+        validate_report([])  # type: ignore[arg-type]
+
+
+def test_load_report_errors_name_the_file(tmp_path: Path, document: dict[str, Any]) -> None:
+    missing = tmp_path / "nope.json"
+    with pytest.raises(InputError, match=re.escape(str(missing))):
+        load_report(missing)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": 1,', encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(str(broken)) + ".*not valid JSON"):
+        load_report(broken)
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({**normalise_report(document), "schema": 2}), encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(str(future)) + ": schema"):
+        load_report(future)
+
+
+# ---------------------------------------------------------------------------- degenerate documents
+
+
+def test_no_feasible_configuration_lists_the_reasons(tmp_path: Path) -> None:
+    doc = degenerate_document()
+    paths = write_reports(doc, tmp_path)
+    md = paths["md"].read_text(encoding="utf-8")
+    page = paths["html"].read_text(encoding="utf-8")
+    table = console_table(doc)
+    assert "No feasible configuration" in md and "No feasible configuration" in page
+    assert "No feasible configuration" in table
+    for c in doc["candidates"]:
+        assert c["reason"] in md
+        assert c["status"] in table
+    assert "## Recommendation" not in md and "## Reproduce" not in md and "## Batch boundary" not in md
+    assert "trace" not in {p.stem for p in paths["plots"]}
+    with pytest.raises(InputError, match="recommendation"):
+        reproduce_code(doc)
+    assert measure_command(doc) is None
+
+
+def test_empty_document_renders(tmp_path: Path) -> None:
+    doc = {
+        "schema": 1,
+        "recipe": {},
+        "environment": {},
+        "search": {},
+        "candidates": [],
+        "recommendation": None,
+    }
+    paths = write_reports(doc, tmp_path)
+    assert paths["plots"] == []
+    assert "No candidates were evaluated" in paths["md"].read_text(encoding="utf-8")
+    assert "No candidates were evaluated" in console_table(doc)
+    assert "no candidate was measured" in console_table(doc)
+
+
+def test_violating_recommendation_and_missing_trace_render(document: dict[str, Any]) -> None:
+    doc = copy.deepcopy(document)
+    doc["recommendation"]["trace_ms"] = None
+    doc["recommendation"]["classification"] = "no_steady_state"
+    assert "No steady state was reached" in render_markdown(doc)
+    assert "data:image/png" in render_html(doc)
+
+
+def test_trace_plot_without_iterations_per_sample(document: dict[str, Any]) -> None:
+    doc = copy.deepcopy(document)
+    doc["recommendation"].pop("iterations_per_sample")
+    doc["recommendation"]["warmup_iterations"] = 10 * doc["recommendation"]["samples"]
+    assert "trace" in render_plots(doc)
+
+
+def test_report_module_imports_neither_torch_nor_optuna(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from autotune.report import write_reports\n"
+        "from tests.test_report import degenerate_document\n"
+        f"write_reports(degenerate_document(), {str(tmp_path)!r})\n"
+        "print(sorted(m for m in ('torch', 'optuna') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------- console table
+
+
+def _table_rows(table: str) -> list[tuple[str, int, str]]:
+    """(variant, batch, status) of each candidate row of console_table's output, in order:
+    measured rows (no status column: ok), then the "Not measured:" rows."""
+    rows = []
+    measured = True
+    for line in table.splitlines():
+        if line.startswith("Not measured:"):
+            measured = False
+        match = re.match(r"\s*(\d+)\*?\s+(\S+)\s+(\d+)\s+(\S+)", line)
+        if match:
+            status = "ok" if measured else match.group(4)
+            rows.append((match.group(2), int(match.group(3)), status))
+    return rows
+
+
+def test_console_table_sorts_by_throughput_and_fits_100_columns(document: dict[str, Any]) -> None:
+    table = console_table(document, top=None)
+    cands = document["candidates"]
+
+    def best_first(c: dict[str, Any]) -> tuple[bool, float]:  # steady state first, then throughput
+        return (c["classification"] == "no_steady_state", -c["throughput"])
+
+    feasible = sorted((c for c in cands if c["status"] == "ok" and c["feasible"]), key=best_first)
+    violating = sorted((c for c in cands if c["status"] == "ok" and not c["feasible"]), key=best_first)
+    others = [c for c in cands if c["status"] != "ok"]
+    expected = [(c["variant"], c["batch_size"], c["status"]) for c in feasible + violating]
+    rows = _table_rows(table)
+    assert rows[: len(expected)] == expected
+    assert sorted(rows[len(expected) :]) == sorted(
+        (c["variant"], c["batch_size"], c["status"]) for c in others
+    )
+    assert all(len(line) <= 100 for line in table.splitlines()), max(table.splitlines(), key=len)
+    assert table.isascii()
+    rec = document["recommendation"]
+    assert f"Recommended: {rec['variant']} at batch {rec['batch_size']}" in table
+    assert "Pareto front" in table and f"Constraints: p99 latency <= {LATENCY_LIMIT_MS:g} ms" in table
+    assert re.search(r"^\s*1\*\s", table, re.MULTILINE)  # the best row carries the recommendation mark
+
+
+def test_console_table_top_limits_rows(document: dict[str, Any]) -> None:
+    table = console_table(document, top=3)
+    assert len(_table_rows(table)) == 3
+    assert f"... {len(document['candidates']) - 3} more candidate(s)" in table
+
+
+@pytest.mark.parametrize("objective", ["latency", "pareto"])
+def test_rank_candidates_follows_the_objective(document: dict[str, Any], objective: str) -> None:
+    doc = copy.deepcopy(document)
+    doc["search"]["objective"] = objective
+    ranked = rank_candidates(doc)
+    feasible = [c for c in ranked if c["status"] == "ok" and c["feasible"]]
+    assert ranked[: len(feasible)] == feasible
+    if objective == "latency":
+        p99 = [c["latency_ms"]["p99"] for c in feasible]
+        assert p99 == sorted(p99)
+    else:
+        front = set(doc["pareto"])
+        members = [c["trial"] in front for c in feasible]
+        assert members == sorted(members, reverse=True) and any(members)
+        rates = [c["throughput"] for c in feasible if c["trial"] in front]
+        assert rates == sorted(rates, reverse=True)
+
+
+# -------------------------------------------------------------------------------- reproduce code
+
+
+@pytest.mark.parametrize(
+    "rec",
+    [
+        {"variant": "eager", "compiler": "eager", "precision": "fp32"},
+        {"variant": "script+threads=2", "compiler": "script", "threads": 2},
+        {"variant": "trace+autocast-bf16", "compiler": "trace", "precision": "autocast-bf16"},
+        {
+            "variant": "frozen+bf16+channels_last",
+            "compiler": "frozen",
+            "precision": "bf16",
+            "memory_format": "channels_last",
+        },
+        {
+            "variant": "compile:max-autotune+fp16",
+            "compiler": "compile",
+            "compile_mode": "max-autotune",
+            "precision": "fp16",
+        },
+        {"variant": "export", "compiler": "export"},
+        {"variant": "eager+autocast-fp16+cudagraphs", "compiler": "eager", "precision": "autocast-fp16"},
+        {"variant": "mystery", "compiler": "tensorrt", "precision": "int4"},
+    ],
+)
+@pytest.mark.parametrize("factory", ["torchvision.models:resnet18", "models/net.py:make", "pkg:model"])
+def test_reproduce_code_compiles(document: dict[str, Any], rec: dict[str, Any], factory: str) -> None:
+    doc = copy.deepcopy(document)
+    doc["recommendation"].update(
+        {"compile_mode": None, "threads": None, "precision": "fp32", "memory_format": "contiguous", **rec}
+    )
+    doc["recipe"]["model"]["factory"] = factory
+    doc["recipe"]["inputs"].append({"name": "tokens", "shape": [16], "dtype": "int64", "vocab_size": 1000})
+    code = reproduce_code(doc)
+    compile(code, "<reproduce>", "exec")
+    assert f"BATCH_SIZE = {doc['recommendation']['batch_size']}" in code
+    assert "autotune measure 'recipes/quick start.toml' --variant" in code
+    if rec.get("threads"):
+        assert f"torch.set_num_threads({rec['threads']})" in code
+    if "cudagraphs" in rec["variant"]:
+        assert "torch.cuda.CUDAGraph()" in code
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit deprecation, expected
+@pytest.mark.parametrize(
+    ("variant", "compiler", "precision", "memory_format", "factory", "kwargs", "shape", "out_dtype"),
+    [
+        (
+            "eager",
+            "eager",
+            "fp32",
+            "contiguous",
+            "torch.nn:Linear",
+            {"in_features": 8, "out_features": 4},
+            [8],
+            "float32",
+        ),
+        (
+            "frozen+bf16",
+            "frozen",
+            "bf16",
+            "contiguous",
+            "torch.nn:Linear",
+            {"in_features": 8, "out_features": 4},
+            [8],
+            "bfloat16",
+        ),
+        (
+            "trace+autocast-bf16",
+            "trace",
+            "autocast-bf16",
+            "contiguous",
+            "torch.nn:Linear",
+            {"in_features": 8, "out_features": 4},
+            [8],
+            "bfloat16",
+        ),
+        (
+            "script+channels_last",
+            "script",
+            "fp32",
+            "channels_last",
+            "torch.nn:Conv2d",
+            {"in_channels": 3, "out_channels": 4, "kernel_size": 3},
+            [3, 8, 8],
+            "float32",
+        ),
+    ],
+)
+def test_reproduce_code_runs(
+    document: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    variant: str,
+    compiler: str,
+    precision: str,
+    memory_format: str,
+    factory: str,
+    kwargs: dict[str, Any],
+    shape: list[int],
+    out_dtype: str,
+) -> None:
+    torch = pytest.importorskip("torch")
+    doc = copy.deepcopy(document)
+    doc["recipe"].update(
+        model={"factory": factory, "kwargs": kwargs},
+        device="cpu",
+        inputs=[{"name": "x", "shape": shape, "dtype": "float32", "vocab_size": None}],
+    )
+    doc["recipe"].pop("device_resolved")
+    doc["recommendation"].update(
+        variant=variant,
+        compiler=compiler,
+        compile_mode=None,
+        precision=precision,
+        memory_format=memory_format,
+        threads=None,
+        batch_size=4,
+    )
+    namespace: dict[str, Any] = {"__name__": "reproduce"}
+    exec(compile(reproduce_code(doc), "<reproduce>", "exec"), namespace)
+    outputs = namespace["outputs"]
+    assert outputs.shape[0] == 4 and outputs.dtype == getattr(torch, out_dtype)
+    if memory_format == "channels_last":
+        assert namespace["inputs"][0].is_contiguous(memory_format=torch.channels_last)
+    printed = capsys.readouterr().out
+    assert re.search(r"[\d,.]+ samples/s", printed)
+
+
+# ----------------------------------------------------------------------------------- benchmark
+
+
+def benchmark() -> None:
+    """Time each output for a typical and a large study (for BENCHMARKS.md)."""
+    import tempfile
+
+    cases = {
+        "typical (24 candidates, 400-point traces)": make_document(),
+        "large (104 candidates, 400-point traces)": make_document(extra_batches=tuple(range(80, 400, 16))),
+    }
+    print(
+        f"{'document':44} {'validate':>9} {'console':>8} {'markdown':>9} {'html+plots':>11} "
+        f"{'write_reports':>14} {'json KiB':>9} {'html KiB':>9}"
+    )
+    for label, doc in cases.items():
+        timings = {}
+        for name, fn in (
+            ("validate", lambda d=doc: normalise_report(d)),
+            ("console", lambda d=doc: console_table(d)),
+            ("markdown", lambda d=doc: render_markdown(d)),
+            ("html", lambda d=doc: render_html(d)),
+        ):
+            start = time.perf_counter()
+            fn()
+            timings[name] = time.perf_counter() - start
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            paths = write_reports(doc, out)
+            timings["write"] = time.perf_counter() - start
+            sizes = (paths["json"].stat().st_size / 1024, paths["html"].stat().st_size / 1024)
+        print(
+            f"{label:44} {timings['validate']:8.3f}s {timings['console']:7.3f}s {timings['markdown']:8.3f}s "
+            f"{timings['html']:10.3f}s {timings['write']:13.3f}s {sizes[0]:9.0f} {sizes[1]:9.0f}"
+        )
+    assert math.isfinite(sum(timings.values()))
+    from autotune.environment import fingerprint
+
+    for label in ("first, importing torch", "again"):
+        start = time.perf_counter()
+        fingerprint()
+        print(f"environment.fingerprint() ({label}): {time.perf_counter() - start:.3f}s")
+
+
+if __name__ == "__main__":
+    benchmark()
