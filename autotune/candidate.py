@@ -75,6 +75,7 @@ def candidate_record(
             classification=m.classification,
             relative_ci_half_width=m.relative_ci_half_width,
             samples=len(m.samples),
+            iterations_per_sample=m.iterations_per_sample,
             stopped_by=m.stopped_by,
             trace_ms=[s * 1e3 for s in _downsample(m.samples)],
         )
@@ -89,7 +90,8 @@ def violations(row: Mapping[str, Any], constraints: Constraints) -> list[str]:
     if constraints.max_latency_ms is not None and row.get("latency_ms"):
         value = row["latency_ms"][constraints.latency_percentile]
         if value > constraints.max_latency_ms:
-            out.append(f"{constraints.latency_percentile} latency {value:.3g} ms > SLO {constraints.max_latency_ms:g} ms")
+            pct = constraints.latency_percentile
+            out.append(f"{pct} latency {value:.3g} ms > SLO {constraints.max_latency_ms:g} ms")
     if constraints.max_memory_bytes is not None and row.get("peak_memory_bytes") is not None:
         if row["peak_memory_bytes"] > constraints.max_memory_bytes:
             out.append(f"peak memory {row['peak_memory_bytes']} B > limit {constraints.max_memory_bytes} B")
@@ -141,7 +143,9 @@ def pareto_front(rows: Sequence[Mapping[str, Any]], constraints: Constraints) ->
     return sorted(front)
 
 
-def best_row(rows: Sequence[Mapping[str, Any]], *, objective: str, constraints: Constraints) -> Mapping[str, Any] | None:
+def best_row(
+    rows: Sequence[Mapping[str, Any]], *, objective: str, constraints: Constraints
+) -> Mapping[str, Any] | None:
     """The recommendation: best feasible ok row; steady-state rows before no-steady-state ones.
 
     For ``pareto`` the recommendation is the highest-throughput point of the front (the

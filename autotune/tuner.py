@@ -331,17 +331,8 @@ def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]
     from autotune.environment import fingerprint
 
     objective = recipe.search.objective
+    # Per-candidate notes (no steady state, speed-up over eager, CI width) are derived by the report itself.
     best = best_row(rows, objective=objective, constraints=recipe.constraints)
-    for r in rows:
-        if r.get("classification") == "no_steady_state":
-            notes.append(f"{r['variant']}@{r['batch_size']}: no steady state was reached; its numbers are the "
-                         "trailing half of the samples and less trustworthy")
-    if best is not None:
-        eager = [r for r in rows if r["variant"] == "eager" and r["batch_size"] == best["batch_size"]
-                 and r["status"] == "ok"]
-        if eager and best["variant"] != "eager":
-            notes.insert(0, f"{best['variant']} is {best['throughput'] / eager[0]['throughput']:.2f}x eager's "
-                            f"throughput at batch {best['batch_size']}")
     recipe_doc = recipe.to_dict()
     recipe_doc["device_resolved"] = workload.device
     return {
