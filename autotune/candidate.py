@@ -98,15 +98,15 @@ def violations(row: Mapping[str, Any], constraints: Constraints) -> list[str]:
     return out
 
 
-def constraint_values(row: Mapping[str, Any], constraints: Constraints) -> list[float]:
-    """Optuna's convention: each value <= 0 means satisfied."""
-    values = []
+def constraint_values(row: Mapping[str, Any], constraints: Constraints) -> dict[str, float]:
+    """Optuna's convention, one value per constraint: <= 0 means satisfied."""
+    values = {}
     if constraints.max_latency_ms is not None:
         lat = (row.get("latency_ms") or {}).get(constraints.latency_percentile, math.inf)
-        values.append(lat - constraints.max_latency_ms)
+        values["latency_ms"] = lat - constraints.max_latency_ms
     if constraints.max_memory_bytes is not None:
         peak = row.get("peak_memory_bytes")
-        values.append(float(peak - constraints.max_memory_bytes) if peak is not None else 0.0)
+        values["memory_bytes"] = float(peak - constraints.max_memory_bytes) if peak is not None else 0.0
     return values
 
 

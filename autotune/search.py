@@ -28,20 +28,19 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune.candidate import constraint_values, directions, objective_values, skipped_record
 from autotune.errors import InputError
 from autotune.recipe import Constraints
 
 ROW_ATTR = "row"
-CONSTRAINTS_ATTR = "constraints"
 #: Repeated suggestions tolerated before an unmeasured combination is enqueued by hand.
 MAX_REPEATS = 3
 #: A variant whose build failed or whose outputs were wrong is not tried at other batch sizes.
@@ -107,16 +106,11 @@ def recipe_fingerprint(recipe_data: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def make_sampler(objective: str, constraints: Constraints, *, seed: int) -> optuna.samplers.BaseSampler:
-    constrained = constraints.max_latency_ms is not None or constraints.max_memory_bytes is not None
-
-    def constraints_func(trial: FrozenTrial) -> Sequence[float]:
-        return trial.user_attrs.get(CONSTRAINTS_ATTR, [])
-
-    func = constraints_func if constrained else None
+def make_sampler(objective: str, *, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE for one objective, NSGA-II for the Pareto pair; both honour ``Trial.set_constraint`` values."""
     if objective == "pareto":
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=func, population_size=8)
-    return optuna.samplers.TPESampler(seed=seed, constraints_func=func, multivariate=True, n_startup_trials=5)
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
 
 
 def open_study(settings: SearchSettings, *, recipe_data: Mapping[str, Any] | None = None) -> optuna.Study:
@@ -126,7 +120,7 @@ def open_study(settings: SearchSettings, *, recipe_data: Mapping[str, Any] | Non
             storage=settings.storage,
             study_name=settings.study_name,
             directions=directions(settings.objective),
-            sampler=make_sampler(settings.objective, settings.constraints, seed=settings.seed),
+            sampler=make_sampler(settings.objective, seed=settings.seed),
             load_if_exists=True,
         )
     except ValueError as exc:  # e.g. directions differ from the stored study
@@ -202,10 +196,12 @@ class Search:
                 out[(row["variant"], int(row["batch_size"]))] = row
         return out
 
-    def _in_flight(self) -> set[tuple[str, int]]:
+    def _in_flight(self, *, besides: int | None = None) -> set[tuple[str, int]]:
+        """Combinations another trial (here or on another machine) is measuring right now."""
         return {
             (t.params.get("variant"), t.params.get("batch_size"))
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number != besides
         }
 
     def _enqueue_priors(self, measured: Mapping[tuple[str, int], Any]) -> None:
@@ -235,10 +231,19 @@ class Search:
         return True
 
     def _tell(self, trial: optuna.Trial, row: dict[str, Any]) -> None:
+        try:
+            self._tell_unguarded(trial, row)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # SQLite has no row locks: two workers can pop the same enqueued trial. The other one
+            # finished it first; its row stands and this measurement is dropped.
+            pass
+
+    def _tell_unguarded(self, trial: optuna.Trial, row: dict[str, Any]) -> None:
         trial.set_user_attr(ROW_ATTR, row)
         state = _state_for(row)
         if state == TrialState.COMPLETE:
-            trial.set_user_attr(CONSTRAINTS_ATTR, constraint_values(row, self.settings.constraints))
+            for name, value in constraint_values(row, self.settings.constraints).items():
+                trial.set_constraint(name, value)
             values = objective_values(row, objective=self.settings.objective, constraints=self.settings.constraints)
             self.study.tell(trial, values)
         else:
@@ -304,6 +309,9 @@ class Search:
         if combo in measured:
             previous = measured[combo]
             return {**previous, "trial": number, "repeat_of_trial": previous["trial"]}
+        if combo in self._in_flight(besides=number):
+            return {**base, "status": "pruned", "repeat_of_trial": None,
+                    "reason": "being measured by another worker"}
         if not self.space.allows(variant, batch):
             return {**base, "status": "pruned", "repeat_of_trial": None,
                     "reason": f"batch {batch} is above {variant}'s boundary minus headroom"}
