@@ -1,0 +1,76 @@
+"""The timing loop on real callables: first call apart, warmup detected, CI reported."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from autotune.measure import MeasureSettings, measure_callable
+from autotune.stats import Measurement
+
+CPU = torch.device("cpu")
+
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_first_call_and_warmup_are_reported_apart() -> None:
+    calls = [0]
+
+    def fn() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            busy(0.05)  # "compile"
+        elif calls[0] <= 60:
+            busy(0.002)  # warmup: 4x slower
+        else:
+            busy(0.0005)
+
+    m = measure_callable(fn, batch_size=4, device=CPU,
+                         settings=MeasureSettings(mode="latency", ci_target=0.02, max_seconds=5.0))
+    assert m.first_call_seconds >= 0.05
+    assert m.classification == "warmup", m.analysis
+    assert m.warmup_iterations is not None and 40 <= m.warmup_iterations <= 80
+    assert abs(m.median_seconds - 0.0005) / 0.0005 < 0.25
+    assert m.throughput == 4 / m.mean_seconds
+    lo, hi = m.throughput_ci
+    assert lo <= m.throughput <= hi
+
+
+def test_real_model_throughput_mode_and_round_trip() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).eval()
+    x = torch.randn(16, 64)
+    with torch.inference_mode():
+        m = measure_callable(lambda: model(x), batch_size=16, device=CPU,
+                             settings=MeasureSettings(mode="throughput", ci_target=0.02, max_seconds=2.0))
+    assert m.iterations_per_sample >= 1
+    assert m.stopped_by in ("precision", "budget", "max_values")
+    assert m.latency_ms["p50"] <= m.latency_ms["p99"]
+    again = Measurement.from_dict(m.to_dict())
+    assert again.throughput == m.throughput and again.samples == m.samples
+
+
+def test_budget_stops_a_never_settling_callable() -> None:
+    calls = [0]
+
+    def drifting() -> None:
+        calls[0] += 1
+        busy(0.0002 * (1 + calls[0] / 50))  # keeps getting slower
+
+    t0 = time.perf_counter()
+    m = measure_callable(drifting, batch_size=1, device=CPU,
+                         settings=MeasureSettings(mode="latency", ci_target=0.01, max_seconds=1.0))
+    assert time.perf_counter() - t0 < 5.0
+    assert m.stopped_by == "budget"
+    assert m.classification in ("no_steady_state", "slowdown")
+
+
+def test_fast_callables_are_timed_in_blocks() -> None:
+    m = measure_callable(lambda: None, batch_size=1, device=CPU,
+                         settings=MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.5))
+    assert m.iterations_per_sample > 100  # one timer read per ~5 ms block, not per call
+    assert m.mean_seconds < 20e-6
