@@ -70,7 +70,7 @@ class WorkerProcess:
         self._buffer = b""
         self._next_id = 0
         self.requests_served = 0
-        self.hello = self.request({"op": "hello"}, timeout=startup_timeout)
+        self.hello = self.request({"op": "hello"}, timeout=startup_timeout)["result"]
         self.startup_seconds = time.perf_counter() - t0
 
     @property
