@@ -156,20 +156,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_warmup(args: argparse.Namespace) -> int:
     from autotune.traces import load_trace, sketch, summary
-    from autotune.warmup import OnlineDetector, analyze
+    from autotune.warmup import analyze, replay
 
     for path in args.files:
         values = load_trace(path)
-        consumed = None
-        if args.online:
-            det = OnlineDetector()
-            for v in values:
-                if det.push(float(v)):
-                    break
-            consumed = det.consumed
-            analysis = det.result()
-        else:
-            analysis = analyze(values)
+        # The analysis is always of the whole file; --online adds how many values the online
+        # detector would have consumed before it stopped measuring.
+        analysis = analyze(values)
+        consumed = replay(values).consumed if args.online else None
         if args.json:
             obj = {"file": str(path), **analysis.to_dict()}
             if consumed is not None:
@@ -177,7 +171,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
             print(json.dumps(obj), flush=True)
         else:
             print(summary(path, analysis, consumed=consumed))
-            print(sketch(values[:consumed] if consumed else values, analysis))
+            print(sketch(values, analysis))
             print()
     return EXIT_OK
 

@@ -115,7 +115,7 @@ def measure_callable(
         seconds = block(call, per_sample) / per_sample
         samples.append(seconds)
         if detector.push(seconds):
-            stopped_by = "precision" if detector.steady else "max_values"
+            stopped_by = detector.stopped_by or "precision"
             break
         if time.perf_counter() >= budget_end:
             stopped_by = "budget"

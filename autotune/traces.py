@@ -1,0 +1,399 @@
+"""Timing traces: read them from files, draw them as text, describe them, and synthesise labelled ones.
+
+A trace is a 1-D series of per-iteration times in seconds, in the order they were measured.
+The ``autotune warmup`` command reads trace files with :func:`load_trace` and prints
+:func:`summary` and :func:`sketch`; the synthetic generator (:func:`synthetic_trace`,
+:func:`synthetic_suite`) produces traces with a known answer for the warmup detector's tests
+and benchmark. It covers each phenomenon the detector must handle (steps, exponential decay,
+compile spikes, isolated spikes, periodic slow iterations, slowdowns, drift, regime changes)
+over wide ranges of length, level (microseconds to seconds), noise and autocorrelation, so a
+detector scored on it is not scored on a handful of files it was tuned on.
+
+numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from autotune.errors import InputError
+
+if TYPE_CHECKING:
+    from autotune.warmup import WarmupAnalysis
+
+__all__ = [
+    "SHAPES",
+    "SyntheticTrace",
+    "load_trace",
+    "sketch",
+    "summary",
+    "synthetic_suite",
+    "synthetic_trace",
+]
+
+_ALLOWED = (
+    "one number per line (seconds); a header line, blank lines, '#' comments and extra"
+    " comma-separated columns (the first is used) are tolerated"
+)
+
+
+def load_trace(path: str | Path) -> np.ndarray:
+    """Read a trace: ``.csv`` or ``.txt``, one number (seconds) per line.
+
+    Tolerated: one non-numeric header line at the top, blank lines, ``#`` comments, and CSV rows
+    with several columns (the first column is the value). Anything else raises
+    :class:`~autotune.errors.InputError` naming the file, the line and what is allowed.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError(f"{p}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{p}: is a directory, expected a trace file") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not a text file; expected {_ALLOWED}") from exc
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    values: list[float] = []
+    seen_content = False
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        field = line.split(",")[0].strip().strip('"').strip("'")
+        try:
+            value = float(field)
+        except ValueError:
+            if not seen_content:  # a header line
+                seen_content = True
+                continue
+            raise InputError(f"{p}, line {lineno}: {field!r} is not a number; expected {_ALLOWED}") from None
+        seen_content = True
+        if not math.isfinite(value):
+            raise InputError(f"{p}, line {lineno}: {field!r} is not a finite number; expected {_ALLOWED}")
+        if value < 0:
+            raise InputError(f"{p}, line {lineno}: {field!r} is negative; a time in seconds must be >= 0")
+        values.append(value)
+    if not values:
+        raise InputError(f"{p}: no values; expected {_ALLOWED}")
+    return np.asarray(values, dtype=float)
+
+
+def _format_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    a = abs(value)
+    if a >= 1.0:
+        return f"{value:.4g} s"
+    if a >= 1e-3:
+        return f"{value * 1e3:.4g} ms"
+    if a >= 1e-6:
+        return f"{value * 1e6:.4g} us"
+    return f"{value * 1e9:.4g} ns"
+
+
+def sketch(
+    values: Sequence[float] | np.ndarray,
+    analysis: WarmupAnalysis,
+    *,
+    width: int = 72,
+    height: int = 12,
+) -> str:
+    """ASCII plot of the trace: one column per bucket of iterations, its median as ``*``.
+
+    The detected steady start is a ``|`` column (``S`` on the axis), changepoints are ``^`` on
+    the axis, and the steady mean a row of ``-``. The vertical range is set by the 1st-99th
+    percentiles so that one compile spike does not flatten the rest; clipped values are drawn
+    on the top or bottom row.
+    """
+    x = np.asarray(values, dtype=float).reshape(-1)
+    if width < 10 or height < 3:
+        raise ValueError("sketch needs width >= 10 and height >= 3")
+    n = x.size
+    if n == 0:
+        return "(empty trace)"
+    cols = min(width, n)
+    edges = np.linspace(0, n, cols + 1).astype(int)
+    meds = np.array([np.median(x[edges[c] : max(edges[c + 1], edges[c] + 1)]) for c in range(cols)])
+    lo, hi = np.percentile(x, [1.0, 99.0])
+    if analysis.steady_mean is not None:
+        lo, hi = min(lo, analysis.steady_mean), max(hi, analysis.steady_mean)
+    if hi <= lo:
+        hi = lo + (abs(lo) * 1e-3 or 1e-12)
+
+    def row(v: float) -> int:
+        r = round((v - lo) / (hi - lo) * (height - 1))
+        return min(max(r, 0), height - 1)
+
+    grid = [[" "] * cols for _ in range(height)]
+    if analysis.steady_mean is not None:
+        r = row(analysis.steady_mean)
+        for c in range(cols):
+            grid[r][c] = "-"
+    col_of = lambda i: min(int(np.searchsorted(edges, i, side="right")) - 1, cols - 1)  # noqa: E731
+    if analysis.steady_start:
+        sc = col_of(analysis.steady_start)
+        for r in range(height):
+            grid[r][sc] = "|"
+    for c in range(cols):
+        grid[row(float(meds[c]))][c] = "*"
+    axis = ["-"] * cols
+    for cp in analysis.changepoints:
+        axis[col_of(cp)] = "^"
+    if analysis.steady_start is not None:
+        axis[col_of(analysis.steady_start)] = "S"
+    label_w = max(len(_format_seconds(hi)), len(_format_seconds(lo)))
+    lines = []
+    for r in range(height - 1, -1, -1):
+        label = _format_seconds(hi) if r == height - 1 else _format_seconds(lo) if r == 0 else ""
+        lines.append(f"{label:>{label_w}} |{''.join(grid[r])}")
+    lines.append(f"{'':>{label_w}} +{''.join(axis)}")
+    lines.append(f"{'':>{label_w}}  0{'iteration':^{max(cols - 2 - len(str(n)), 1)}}{n}")
+    return "\n".join(lines)
+
+
+def summary(path: str | Path, analysis: WarmupAnalysis, *, consumed: int | None = None) -> str:
+    """A few readable lines about one analysed trace (for ``autotune warmup`` without ``--json``)."""
+    lines = [f"{path}: {analysis.classification} ({analysis.n} values)"]
+    if analysis.steady_start is None:
+        lines.append("  no steady state: the timings keep changing until the end of the trace")
+    else:
+        steady_n = analysis.n - analysis.steady_start
+        lines.append(f"  steady from iteration {analysis.steady_start} ({steady_n} values)")
+        ci = analysis.ci
+        ci_text = f"[{_format_seconds(ci[0])}, {_format_seconds(ci[1])}]" if ci is not None else "-"
+        mean, median = _format_seconds(analysis.steady_mean), _format_seconds(analysis.steady_median)
+        lines.append(f"  steady mean {mean}, median {median}, 95% CI of the mean {ci_text}")
+    cps = ", ".join(str(c) for c in analysis.changepoints[:12])
+    more = f" (+{len(analysis.changepoints) - 12} more)" if len(analysis.changepoints) > 12 else ""
+    lines.append(f"  changepoints: {cps or 'none'}{more}; isolated spikes: {len(analysis.outliers)}")
+    if consumed is not None:
+        lines.append(f"  online detector would have stopped after {consumed} values")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic traces with known answers
+# ---------------------------------------------------------------------------------------------
+
+SHAPES = (
+    "flat",
+    "step",
+    "expdecay",
+    "multistep",
+    "ramp",
+    "compile_first",
+    "spiky",
+    "periodic",
+    "slowdown",
+    "drift",
+    "late_drift",
+    "regime",
+)
+
+
+@dataclass(frozen=True)
+class SyntheticTrace:
+    """A generated trace and its answer.
+
+    ``steady_start`` is the first index of the steady state (None for ``no_steady_state``),
+    ``oracle_mean`` the mean of all values from there on: what a perfect detector reports.
+    """
+
+    values: np.ndarray
+    shape: str
+    cls: str
+    steady_start: int | None
+    level: float | None
+    cv: float
+    phi: float
+    seed: int
+
+    @property
+    def n(self) -> int:
+        return int(self.values.size)
+
+    @property
+    def oracle_mean(self) -> float | None:
+        if self.steady_start is None:
+            return None
+        return float(self.values[self.steady_start :].mean())
+
+    def label(self) -> dict[str, Any]:
+        """The same fields as the shared ``labels.json`` entries."""
+        return {
+            "cls": self.cls,
+            "steady_start": self.steady_start,
+            "level": self.level,
+            "mean": self.oracle_mean,
+            "n": self.n,
+            "cv": self.cv,
+            "phi": self.phi,
+            "shape": self.shape,
+        }
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
+    """Stationary AR(1) noise with unit marginal variance."""
+    e = rng.standard_normal(n)
+    out = np.empty(n)
+    out[0] = e[0]
+    scale = math.sqrt(max(1.0 - phi * phi, 0.0))
+    for i in range(1, n):
+        out[i] = phi * out[i - 1] + scale * e[i]
+    return out
+
+
+def _apply_noise(
+    base: np.ndarray, rng: np.random.Generator, cv: float, phi: float, skewed: bool
+) -> np.ndarray:
+    z = _ar1(rng, base.size, phi)
+    if skewed:  # log-normal multiplicative noise: right-skewed like real timings
+        s = math.sqrt(math.log1p(cv * cv))
+        return base * np.exp(s * z - s * s / 2.0)
+    return base * (1.0 + cv * z)
+
+
+def synthetic_trace(
+    shape: str,
+    *,
+    n: int = 2000,
+    level: float = 1e-3,
+    cv: float = 0.02,
+    phi: float = 0.3,
+    seed: int = 0,
+    skewed: bool = False,
+) -> SyntheticTrace:
+    """One labelled trace of the given ``shape`` (see :data:`SHAPES`); deterministic per seed.
+
+    Noise is AR(1) with coefficient ``phi`` and marginal coefficient of variation ``cv``,
+    multiplicative, optionally log-normal (``skewed``). Shape parameters (step heights,
+    warmup lengths, spike rates...) are drawn from ``seed``. Labels follow Barrett et al.
+    (2017): a trace whose last level change is in its last 20% has no steady state.
+    """
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    if n < 200:
+        raise ValueError("synthetic traces need n >= 200")
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    base = np.full(n, level)
+    cls, start = "flat", 0
+    spikes: np.ndarray | None = None  # multiplicative factors applied after the noise
+    true_level: float | None = level
+
+    def warmup_len(lo: int, frac: float) -> int:
+        return int(rng.integers(lo, max(lo + 1, int(n * frac))))
+
+    if shape == "flat":
+        pass
+    elif shape == "step":
+        w = warmup_len(3, 0.25)
+        base[:w] *= rng.uniform(1.15, 3.0)
+        cls, start = "warmup", w
+    elif shape == "expdecay":
+        amp = float(np.exp(rng.uniform(math.log(0.3), math.log(6.0))))
+        tau = float(np.exp(rng.uniform(math.log(2.0), math.log(max(3.0, n / 40)))))
+        base *= 1.0 + amp * np.exp(-t / tau)
+        cls, start = "warmup", math.ceil(tau * math.log(amp / 0.005))
+    elif shape == "multistep":
+        k = int(rng.integers(2, 5))
+        bounds = np.sort(rng.choice(np.arange(5, int(n * 0.3)), size=k, replace=False))
+        factor = 1.0
+        for b in bounds[::-1]:
+            factor *= rng.uniform(1.1, 1.8)
+            base[:b] = level * factor
+        cls, start = "warmup", int(bounds[-1])
+    elif shape == "ramp":
+        w = warmup_len(20, 0.3)
+        base[:w] *= 1.0 + rng.uniform(0.2, 2.0) * (1.0 - t[:w] / w)
+        cls, start = "warmup", w
+    elif shape == "compile_first":
+        k = int(rng.integers(1, 4))
+        spikes = np.ones(n)
+        spikes[:k] = np.exp(rng.uniform(math.log(20.0), math.log(2000.0), size=k))
+        cls, start = "warmup", k
+    elif shape == "spiky":
+        spikes = np.ones(n)
+        rate = rng.uniform(0.002, 0.02)
+        hit = rng.random(n) < rate
+        spikes[hit] = rng.uniform(2.0, 15.0, size=int(hit.sum()))
+        if rng.random() < 0.5:
+            w = warmup_len(10, 0.2)
+            base[:w] *= rng.uniform(1.3, 2.0)
+            cls, start = "warmup", w
+    elif shape == "periodic":
+        period = int(rng.integers(5, 251))
+        spikes = np.ones(n)
+        spikes[::period] = rng.uniform(1.3, 2.5)
+    elif shape == "slowdown":
+        s = int(rng.integers(int(n * 0.1), int(n * 0.5)))
+        jump = max(0.1, 3 * cv) + rng.uniform(0.0, 0.5)
+        base[:s] /= 1.0 + jump
+        if rng.random() < 0.4:  # a warmup before the fast phase
+            w = int(rng.integers(5, max(6, s // 3)))
+            base[:w] = level * rng.uniform(1.3, 2.5)
+        cls, start = "slowdown", s
+    elif shape == "drift":
+        total = rng.uniform(0.1, 0.5) * (1 if rng.random() < 0.7 else -1)
+        base *= 1.0 + total * (t / n - 1.0)
+        cls, start, true_level = "no_steady_state", None, None
+    elif shape == "late_drift":
+        s = int(n * rng.uniform(0.5, 0.75))
+        total = rng.uniform(0.1, 0.4) * (1 if rng.random() < 0.7 else -1)
+        base[s:] *= 1.0 + total * (t[s:] - s) / (n - s)
+        cls, start, true_level = "no_steady_state", None, None
+    elif shape == "regime":
+        levels = level * (1.0 + np.cumsum(rng.uniform(max(0.08, 3 * cv), 0.5, size=4)))
+        levels = np.concatenate(([level], levels))
+        pos = 0
+        last_len = int(rng.integers(int(n * 0.03), int(n * 0.18)))
+        cur = -1
+        while pos < n - last_len:
+            length = int(rng.integers(50, 400))
+            if n - last_len - pos - length < 50:  # no sliver of a regime before the last one
+                length = n - last_len - pos
+            cur = int(rng.choice([i for i in range(levels.size) if i != cur]))
+            base[pos : pos + length] = levels[cur]
+            pos += length
+        base[pos:] = levels[int(rng.choice([i for i in range(levels.size) if i != cur]))]
+        cls, start, true_level = "no_steady_state", None, None
+    values = _apply_noise(base, rng, cv, phi, skewed)
+    if spikes is not None:
+        values = values * spikes
+    values = np.maximum(values, level * 1e-3)
+    if start is not None:
+        start = min(start, n - 1)
+        if start == 0 and cls == "warmup":
+            cls = "flat"
+    return SyntheticTrace(
+        values=values, shape=shape, cls=cls, steady_start=start, level=true_level, cv=cv, phi=phi, seed=seed
+    )
+
+
+def synthetic_suite(count: int, *, seed: int = 0, shapes: Sequence[str] = SHAPES) -> list[SyntheticTrace]:
+    """``count`` traces cycling through ``shapes`` with random length (500-5000), level
+    (1 us - 1 s), cv (0.2% - 8%), AR(1) phi (0 - 0.9) and skew; deterministic per seed."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        shape = shapes[i % len(shapes)]
+        out.append(
+            synthetic_trace(
+                shape,
+                n=int(np.exp(rng.uniform(math.log(500), math.log(5000)))),
+                level=float(np.exp(rng.uniform(math.log(1e-6), math.log(1.0)))),
+                cv=float(np.exp(rng.uniform(math.log(0.002), math.log(0.08)))),
+                phi=float(rng.uniform(0.0, 0.9)),
+                seed=int(rng.integers(0, 2**31)),
+                skewed=bool(rng.random() < 0.3),
+            )
+        )
+    return out

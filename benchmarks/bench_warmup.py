@@ -1,0 +1,254 @@
+"""Warmup detector benchmark: accuracy of the steady-state mean, classes, cost.
+
+Scores the offline analysis (``autotune.warmup.analyze``), the online detector
+(``OnlineDetector``, values fed one at a time) and two fixed-count baselines (discard 3 then
+average 300 iterations; discard 100 then average 300) on
+
+* the labelled traces in ``--traces`` (default: ``../shared/warmup-traces`` next to the repo), and
+* a held-out synthetic set (``autotune.traces.synthetic_suite``, its own seed): every phenomenon
+  with random length, level (1 us - 1 s), noise, AR(1) autocorrelation and skew, so the
+  detector is not only scored on the files it was developed with.
+
+The oracle is the mean of all iterations from the true steady start. Metrics: median and P90
+relative error of the steady mean (traces with a steady state; a method that reports none
+counts as an infinite error), share within 1% and 2%, four-class accuracy, false-steady rate
+on ``no_steady_state`` traces, values consumed (online: when the detector would stop;
+baselines: their fixed count) and beyond the true warmup, and analysis time for 2,000 values.
+
+    python benchmarks/bench_warmup.py [--traces DIR] [--synthetic N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autotune.traces import SHAPES, load_trace, synthetic_suite, synthetic_trace  # noqa: E402
+from autotune.warmup import analyze, replay  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    values: np.ndarray
+    cls: str
+    steady_start: int | None
+    shape: str
+
+    @property
+    def oracle(self) -> float | None:
+        return None if self.steady_start is None else float(self.values[self.steady_start :].mean())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    mean: float | None  # reported steady mean (None: no steady state claimed)
+    cls: str | None  # reported class (None: the method has no classes)
+    consumed: int
+    seconds: float
+
+
+def load_shared(directory: Path) -> list[Trace]:
+    labels = json.loads((directory / "labels.json").read_text())
+    out = []
+    for name, lab in sorted(labels.items()):
+        out.append(Trace(name, load_trace(directory / name), lab["cls"], lab["steady_start"], lab.get("shape", "?")))
+    return out
+
+
+def load_synthetic(count: int, seed: int) -> list[Trace]:
+    return [
+        Trace(f"{t.shape}-{i}", t.values, t.cls, t.steady_start, t.shape)
+        for i, t in enumerate(synthetic_suite(count, seed=seed))
+    ]
+
+
+# -- methods -------------------------------------------------------------------------------------
+
+
+def offline(t: Trace) -> Outcome:
+    t0 = time.perf_counter()
+    a = analyze(t.values)
+    return Outcome(a.steady_mean, a.classification, t.values.size, time.perf_counter() - t0)
+
+
+def online(t: Trace, **kw: int) -> Outcome:
+    t0 = time.perf_counter()
+    det = replay(t.values, **kw)
+    a = det.result()
+    return Outcome(a.steady_mean, a.classification, det.consumed, time.perf_counter() - t0)
+
+
+def fixed(discard: int, average: int) -> Callable[[Trace], Outcome]:
+    def run(t: Trace) -> Outcome:
+        t0 = time.perf_counter()
+        window = t.values[discard : discard + average]
+        return Outcome(float(window.mean()), None, discard + average, time.perf_counter() - t0)
+
+    return run
+
+
+# -- scoring -------------------------------------------------------------------------------------
+
+
+def score(traces: list[Trace], outcomes: list[Outcome]) -> dict[str, float | None]:
+    errors, beyond, consumed = [], [], []
+    nss = false_steady = correct = classified = 0
+    for t, o in zip(traces, outcomes, strict=True):
+        if o.cls is not None:
+            classified += 1
+            correct += o.cls == t.cls
+        if t.steady_start is None:
+            nss += 1
+            false_steady += o.mean is not None
+            continue
+        oracle = t.oracle
+        assert oracle is not None
+        errors.append(math.inf if o.mean is None else abs(o.mean - oracle) / oracle)
+        beyond.append(o.consumed - t.steady_start)
+        consumed.append(o.consumed)
+    err = np.asarray(errors)
+    has = err.size > 0
+    return {
+        "median_err_%": float(np.median(err)) * 100 if has else None,
+        "p90_err_%": float(np.percentile(err, 90)) * 100 if has else None,  # inf when > 10% missed
+        "within_1%": float(np.mean(err <= 0.01)) if has else None,
+        "within_2%": float(np.mean(err <= 0.02)) if has else None,
+        "class_acc": correct / classified if classified else None,
+        "false_steady": false_steady / nss if nss else None,
+        "consumed_med": float(np.median(consumed)) if has else None,
+        "beyond_warmup_med": float(np.median(beyond)) if has else None,
+    }
+
+
+def time_2000(traces: list[Trace], repeats: int = 3) -> tuple[float, float]:
+    """Median and P90 over 2,000-value traces of the per-trace median analysis time (ms)."""
+    per_trace = []
+    for t in traces:
+        runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            analyze(t.values)
+            runs.append(time.perf_counter() - t0)
+        per_trace.append(float(np.median(runs)) * 1e3)
+    return float(np.median(per_trace)), float(np.percentile(per_trace, 90))
+
+
+def fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v):
+        return "inf"
+    return f"{v:.3f}" if not pct else f"{v:.3f}%"
+
+
+def report(title: str, traces: list[Trace], online_variants: dict[str, dict[str, int]]) -> dict[str, dict]:
+    methods: dict[str, Callable[[Trace], Outcome]] = {"autotune offline": offline}
+    for label, kw in online_variants.items():
+        methods[label] = lambda t, kw=kw: online(t, **kw)
+    methods["discard 3, average 300"] = fixed(3, 300)
+    methods["discard 100, average 300"] = fixed(100, 300)
+    results: dict[str, dict] = {}
+    for name, method in methods.items():
+        outs = [method(t) for t in traces]
+        results[name] = score(traces, outs)
+        results[name]["seconds_med_ms"] = float(np.median([o.seconds for o in outs])) * 1e3
+    n_steady = sum(t.steady_start is not None for t in traces)
+    print(f"\n## {title}: {len(traces)} traces ({n_steady} with a steady state, {len(traces) - n_steady} without)\n")
+    headers = [
+        "method", "median err", "P90 err", "within 1%", "within 2%", "class acc", "false steady",
+        "consumed (med)", "beyond warmup (med)", "time/trace (med)",
+    ]
+    rows = []
+    for name, r in results.items():
+        rows.append([
+            name, fmt(r["median_err_%"], True), fmt(r["p90_err_%"], True), fmt(r["within_1%"]),
+            fmt(r["within_2%"]), fmt(r["class_acc"]), fmt(r["false_steady"]), f"{r['consumed_med']:.0f}",
+            f"{r['beyond_warmup_med']:.0f}", f"{r['seconds_med_ms']:.1f} ms",
+        ])
+    print(tabulate(rows, headers=headers, tablefmt="github"))
+    return results
+
+
+def per_shape(traces: list[Trace]) -> None:
+    rows = []
+    for shape in sorted({t.shape for t in traces}):
+        sub = [t for t in traces if t.shape == shape]
+        outs = [offline(t) for t in sub]
+        r = score(sub, outs)
+        rows.append([shape, len(sub), fmt(r["class_acc"]), fmt(r["within_1%"]), fmt(r["false_steady"])])
+    print(tabulate(rows, headers=["shape", "traces", "class acc", "within 1%", "false steady"], tablefmt="github"))
+
+
+def targets(title: str, res: dict[str, dict], t2000: tuple[float, float], online_label: str) -> None:
+    off, on = res["autotune offline"], res[online_label]
+    checks = [
+        ("offline share within 1%", off["within_1%"], ">=", 0.98),
+        ("offline P90 error (%)", off["p90_err_%"], "<=", 0.5),
+        ("offline false-steady rate", off["false_steady"], "<=", 0.05),
+        ("offline four-class accuracy", off["class_acc"], ">=", 0.95),
+        ("analysis of 2,000 values, median (ms)", t2000[0], "<=", 20.0),
+        (f"online share within 2% ({online_label})", on["within_2%"], ">=", 0.95),
+        (f"online values beyond the true warmup, median ({online_label})", on["beyond_warmup_med"], "<=", 400),
+    ]
+    rows = []
+    for name, value, op, bound in checks:
+        if value is None:
+            verdict = "n/a"
+        else:
+            verdict = "PASS" if (value <= bound if op == "<=" else value >= bound) else "FAIL"
+        rows.append([name, fmt(value), f"{op} {bound:g}", verdict])
+    print(f"\n### Targets, {title}\n")
+    print(tabulate(rows, headers=["target", "value", "required", "result"], tablefmt="github"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "warmup-traces",
+                   help="directory with *.csv traces and labels.json")
+    p.add_argument("--synthetic", type=int, default=240, help="held-out synthetic traces (0: none)")
+    p.add_argument("--seed", type=int, default=20240607, help="seed of the held-out synthetic set")
+    p.add_argument("--online-min-values", type=int, nargs="*", default=[300, 600],
+                   help="OnlineDetector(min_values=...) variants to score; the first is the default")
+    args = p.parse_args(argv)
+
+    variants = {f"autotune online (min_values={m})": {"min_values": m} for m in args.online_min_values}
+    first_online = next(iter(variants))
+    print("# Warmup detection benchmark\n")
+    print(f"numpy {np.__version__}; timings on this machine, shared and noisy: compare rows of one run.")
+
+    if (args.traces / "labels.json").exists():
+        shared = load_shared(args.traces)
+        res = report(f"labelled traces ({args.traces})", shared, variants)
+        t2000 = time_2000([t for t in shared if t.values.size == 2000] or shared)
+        print(f"\nanalysis time, 2,000-value traces: median {t2000[0]:.1f} ms, P90 {t2000[1]:.1f} ms")
+        targets("labelled traces", res, t2000, first_online)
+    else:
+        print(f"\n(no labels.json in {args.traces}; skipping the labelled traces)")
+
+    if args.synthetic > 0:
+        syn = load_synthetic(args.synthetic, args.seed)
+        res = report(f"held-out synthetic set (seed {args.seed})", syn, variants)
+        timing_set = [Trace(s, synthetic_trace(s, n=2000, seed=i).values, "", None, s) for i, s in enumerate(SHAPES)]
+        t2000 = time_2000(timing_set)
+        print(f"\nanalysis time, 2,000-value synthetic traces (one per shape): median {t2000[0]:.1f} ms,"
+              f" P90 {t2000[1]:.1f} ms\n")
+        per_shape(syn)
+        targets("held-out synthetic set", res, t2000, first_online)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
