@@ -22,11 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.utils.benchmark as tub  # noqa: E402
-from tabulate import tabulate  # noqa: E402
+import torch
+import torch.utils.benchmark as tub
+from tabulate import tabulate
 
-from autotune.measure import MeasureSettings, measure_callable  # noqa: E402
+from autotune.measure import MeasureSettings, measure_callable
 
 
 def workloads(quick: bool) -> dict[str, Callable[[], Any]]:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tabulate import tabulate  # noqa: E402
+from tabulate import tabulate
 
-from autotune.recipe import load_recipe  # noqa: E402
-from autotune.runner import Runner, WorkerProcess  # noqa: E402
+from autotune.recipe import load_recipe
+from autotune.runner import Runner, WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
