@@ -143,24 +143,34 @@ def pareto_front(rows: Sequence[Mapping[str, Any]], constraints: Constraints) ->
     return sorted(front)
 
 
+def pessimistic_score(row: Mapping[str, Any], *, objective: str, latency_percentile: str = "p99") -> float:
+    """Sort key, lower is better: the worse end of what was measured.
+
+    Throughput ranks by the lower bound of its 95% CI, so a noisy number (wide CI, typically a
+    candidate without a steady state) cannot win by luck, while a clearly faster one still
+    wins even if the detector never declared steady state (the report flags it). Latency ranks
+    by the constrained percentile, itself already a tail statistic.
+    """
+    if objective == "latency":
+        return float((row.get("latency_ms") or {}).get(latency_percentile, math.inf))
+    ci = row.get("throughput_ci")
+    low = ci[0] if ci and ci[0] is not None and math.isfinite(ci[0]) else row.get("throughput")
+    return -float(low) if low is not None else math.inf
+
+
 def best_row(
     rows: Sequence[Mapping[str, Any]], *, objective: str, constraints: Constraints
 ) -> Mapping[str, Any] | None:
-    """The recommendation: best feasible ok row; steady-state rows before no-steady-state ones.
+    """The recommendation: the feasible ok row with the best :func:`pessimistic_score`.
 
-    For ``pareto`` the recommendation is the highest-throughput point of the front (the
-    front itself is reported); for ``latency`` the lowest constrained-percentile latency.
+    For ``pareto`` the recommendation is the highest-throughput point (by the same pessimistic
+    rule) and the front itself is reported; for ``latency`` the lowest constrained percentile.
     """
     ok = [r for r in rows if r["status"] == "ok" and r["feasible"]]
     if not ok:
         return None
-
-    def key(r: Mapping[str, Any]) -> tuple[int, float]:
-        steady = 0 if r["classification"] != "no_steady_state" else 1
-        score = latency_value(r, constraints) if objective == "latency" else -float(r["throughput"])
-        return (steady, score)
-
-    return min(ok, key=key)
+    return min(ok, key=lambda r: pessimistic_score(r, objective=objective,
+                                                   latency_percentile=constraints.latency_percentile))
 
 
 #: Fields that describe a measurement, cleared when a row is derived for a combination not run.

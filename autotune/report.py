@@ -37,6 +37,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from autotune.candidate import pessimistic_score
 from autotune.environment import summary_line
 from autotune.errors import InputError
 
@@ -654,10 +655,9 @@ def _rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     Order: measured and feasible (by the objective), measured but violating a constraint
     (same order), then unmeasured by status (rejected, oom, pruned, failed), each by trial.
-    Within the measured groups, candidates without a steady state come after the steady ones
-    (the recommendation is chosen the same way).
-    Objectives: ``throughput`` - samples/s descending; ``latency`` - the recipe's
-    ``constraints.latency_percentile`` (p99 unless set) ascending; ``pareto`` - members of the
+    Within the measured groups the order is ``candidate.pessimistic_score`` (the recommendation
+    is chosen the same way). Objectives: ``throughput`` - lower 95% CI bound of samples/s
+    descending; ``latency`` - the recipe's ``constraints.latency_percentile`` (p99) ascending; ``pareto`` - members of the
     Pareto front first, each group by throughput. Ties: by trial number.
     """
     objective = _objective(doc)
@@ -670,16 +670,13 @@ def _rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         if c.get("status") != "ok":
             return (2, _UNMEASURED_ORDER.get(str(c.get("status")), 9), 0, 0.0, *tie)
         group = 0 if _feasible(c) else 1
-        # Like the recommendation (autotune.candidate.best_row): a number without a steady state
-        # ranks after the steady ones, however good it looks.
-        drifting = 1 if _no_steady_state(c) else 0
-        rate = float(c["throughput"]) if _is_number(c.get("throughput")) else 0.0
-        if objective == "latency":
-            latency = _latency(c, latency_key)
-            return (group, drifting, 0, latency if latency is not None else math.inf, *tie)
+        # The same rule as the recommendation (autotune.candidate.best_row): the pessimistic end
+        # of the CI, so a noisy number cannot outrank a precise one by luck.
         if objective == "pareto":
-            return (group, 0 if c.get("trial") in front else 1, drifting, -rate, *tie)
-        return (group, drifting, 0, -rate, *tie)
+            score = pessimistic_score(c, objective="throughput")
+            return (group, 0 if c.get("trial") in front else 1, 0, score, *tie)
+        score = pessimistic_score(c, objective=objective, latency_percentile=latency_key)
+        return (group, 0, 0, score, *tie)
 
     return [dict(c) for c in sorted(doc.get("candidates") or [], key=key)]
 

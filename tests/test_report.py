@@ -245,7 +245,7 @@ def make_document(*, extra_batches: tuple[int, ...] = (), trace_points: int = 40
         )
     )
     ok = [r for r in rows if r["status"] == "ok" and r["feasible"]]
-    best = max(ok, key=lambda r: (r["classification"] != "no_steady_state", r["throughput"]))
+    best = max(ok, key=lambda r: r["throughput_ci"][0] if r.get("throughput_ci") else r["throughput"])
 
     def boundary(per_sample: float, limit: int) -> dict[str, Any]:
         probes = []
@@ -624,8 +624,8 @@ def test_console_table_sorts_by_throughput_and_fits_100_columns(document: dict[s
     table = console_table(document, top=None)
     cands = document["candidates"]
 
-    def best_first(c: dict[str, Any]) -> tuple[bool, float]:  # steady state first, then throughput
-        return (c["classification"] == "no_steady_state", -c["throughput"])
+    def best_first(c: dict[str, Any]) -> tuple[float, int]:  # lower CI bound of throughput, then trial
+        return (-(c["throughput_ci"][0] if c.get("throughput_ci") else c["throughput"]), c["trial"])
 
     feasible = sorted((c for c in cands if c["status"] == "ok" and c["feasible"]), key=best_first)
     violating = sorted((c for c in cands if c["status"] == "ok" and not c["feasible"]), key=best_first)
