@@ -657,8 +657,8 @@ def _rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     (same order), then unmeasured by status (rejected, oom, pruned, failed), each by trial.
     Within the measured groups the order is ``candidate.pessimistic_score`` (the recommendation
     is chosen the same way). Objectives: ``throughput`` - lower 95% CI bound of samples/s
-    descending; ``latency`` - the recipe's ``constraints.latency_percentile`` (p99) ascending; ``pareto`` - members of the
-    Pareto front first, each group by throughput. Ties: by trial number.
+    descending; ``latency`` - the recipe's ``constraints.latency_percentile`` (p99) ascending;
+    ``pareto`` - members of the Pareto front first, each group by throughput. Ties: by trial number.
     """
     objective = _objective(doc)
     latency_key = _latency_key(doc)
