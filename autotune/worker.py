@@ -171,7 +171,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         _trim_heap()
         devices.reset_peak_memory(device)
         with torch.inference_mode():
-            built = build_variant(spec, lw.model, example, device=device.type)
+            built = build_variant(spec, lw.model, example, device=str(device))
             prepared = built.prepare_inputs(example)
 
             def call() -> Any:
@@ -231,7 +231,7 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         baseline = devices.current_memory_bytes(device)  # model and runtime, before any batch exists
         example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         with torch.inference_mode():
-            built = build_variant(spec, lw.model, example, device=device.type)
+            built = build_variant(spec, lw.model, example, device=str(device))
             prepared = built.prepare_inputs(example)
             for _ in range(PROBE_CALLS[device.type]):
                 out = built.fn(*prepared)
