@@ -1,17 +1,34 @@
 """Batch-size boundary search: the exact largest batch that fits in memory, in few probes.
 
-A *probe* runs the model once at a batch size and says whether it fit and how much memory it
-peaked at (the lead's worker does the running; this module is pure logic and never imports
-torch). Probes are expensive -- each is a process that builds and runs the model -- so the
-search spends them carefully, but the answer is exact, never an estimate: the reported batch
-was probed and fit, and the next one up (one granularity step higher) was probed and did not.
+A *probe* runs the model once at a batch size and says whether it fit, how much memory it
+peaked at and, where it can, the memory the process held just before the batch's inputs were
+created (the *baseline*: runtime and model). autotune.worker does the running; this module is
+pure logic and never imports torch. Probes are expensive -- each builds and runs the model, and
+its cost grows with the batch -- so the search spends them carefully, but the answer is exact,
+never an estimate: the reported batch was probed and fit, and the next one up (one granularity
+step higher) was probed and did not.
 
 Why a memory model: peak memory of a forward pass is close to affine in the batch size,
-``peak(b) ≈ a + c·b`` (weights and workspace plus per-sample activations). When the caller knows
-the limit (a CPU budget or the GPU's capacity) the fitted line says where the boundary is, so
-the search jumps there and confirms instead of doubling blindly. The model is only a guide:
-peaks are noisy, allocators round and fragment, so every decision it drives is checked by a
-probe, and the bracket logic below bounds how many probes a wrong model can waste.
+``peak(b) ≈ a + c·b`` (runtime, weights and workspace plus per-sample activations). When the
+caller knows the limit (a CPU budget or the GPU's capacity) the fitted line says where the
+boundary is, so the search jumps there and confirms instead of doubling blindly.
+
+Why the model is distrusted, and how much: on CPU the peak is the worker's resident set, a
+large constant (torch and the model, ~0.5-1 GiB) plus a per-sample part that at small batches
+is smaller than the noise of reading it (a few MB, independent of the batch). A slope estimated
+from batches 1 and 2 is then noise, and a jump on it lands far past the boundary -- the
+slowest probe of all, and on a real machine a risk of the kernel's OOM killer. So each line
+carries a prediction band (noise of a reading, the leverage of the fitted points, and a share of
+the slope for curvature beyond the largest fitting batch), and until the first failure the
+search aims where the *upper* edge of the band reaches the limit -- a batch that fits with high
+confidence and, being far out, pins the slope for the next jump -- and at the line itself only
+once the two are close. The baseline anchors the intercept, so a single probe already gives
+a slope, ``(peak - baseline) / b``, that is too steep if anything (the per-probe overhead above
+the baseline counts as per-sample): its jumps fall short rather than past, up to noise and to
+curvature below the probed batch. After the first failure the search interpolates between the bracket's
+ends (regula falsi, Illinois-weighted) when the failure's peak is known, else uses the refitted
+line, and probes the median of that estimate's distribution within the bracket; every decision
+is checked by a probe, and the bracket logic bounds what a wrong model can waste.
 
 Why no model without a limit: fitting probes tell where memory *is* at a batch size, not where
 the limit is; without the limit only fit/fail outcomes locate the boundary, so the search then
@@ -33,6 +50,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 from autotune.errors import BatchSearchError, InputError
@@ -43,21 +61,38 @@ DEFAULT_HEADROOM = 0.10
 # Extra probes a misleading model may cost over doubling (before the first failure) and over
 # bisection (after it); see the envelope and the window in ``find_max_batch_size``.
 SLACK = 2
+#: Assumed noise (one standard deviation) of a peak reading, as a share of the limit, when the
+#: caller does not say. CPU resident-set peaks move by a few MB between identical runs (allocator
+#: and page-cache effects), about 0.25% of a 2 GiB budget; GPU allocator peaks move less.
+DEFAULT_NOISE_FRACTION = 0.0025
+#: Noise of a reading that scales with the memory a batch adds (allocator rounding, size classes).
+RELATIVE_NOISE = 0.01
+#: Standard deviations of margin a conservative jump keeps (one-sided, about 98%).
+CONFIDENCE_Z = 2.0
+#: Relative uncertainty of the slope beyond the largest fitting batch: real memory curves bend
+#: (allocator size classes, algorithm choices that change with the batch).
+CURVATURE = 0.05
+#: Before the first failure the search aims at the line only when that is at most this factor
+#: above the band's safe edge (a plausible overshoot of at most 25%); else it approaches.
+AIM_RATIO = 1.25
 
 
 @dataclass(frozen=True)
 class ProbeResult:
     """What one probe reports.
 
-    ``peak_memory_bytes`` of a fitting probe feeds the memory model; that of a failed probe is
-    only recorded (an out-of-memory error stops the run part-way, so its peak is partial).
-    ``error`` says why it did not fit, e.g. ``"CUDA out of memory"`` or
-    ``"over budget: 3.1 GiB > 2 GiB"``.
+    ``peak_memory_bytes`` of a fitting probe feeds the memory model. That of a failed probe is
+    used only when it is above the limit: a CPU budget check runs to the end and reports the
+    full peak, while an out-of-memory error stops the run part-way (its peak is partial and at
+    most the limit). ``baseline_bytes`` is the memory held right before the batch's inputs were
+    created (runtime and model): a direct reading of the intercept. ``error`` says why it did
+    not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``.
     """
 
     fits: bool
     peak_memory_bytes: int | None = None
     error: str | None = None
+    baseline_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +104,14 @@ class ProbeRecord:
     peak_memory_bytes: int | None
     seconds: float
     error: str | None
+    baseline_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch_size": self.batch_size,
             "fits": self.fits,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "baseline_bytes": self.baseline_bytes,
             "seconds": self.seconds,
             "error": self.error,
         }
@@ -112,16 +149,22 @@ class MemoryModel:
 def fit_memory_model(records: Sequence[ProbeRecord]) -> MemoryModel | None:
     """Least-squares affine fit over the fitting probes that report a peak.
 
-    Returns None with fewer than two distinct batch sizes, or when the fitted slope is not
-    positive: then the peaks carry no usable batch signal (noise dominates) and guiding the
-    search by them would be worse than not.
+    With a single batch size the line is anchored at the median baseline reading, if the probes
+    report one (the intercept is measured, so one point gives the slope). Returns None when
+    neither applies, or when the slope is not positive: then the peaks carry no usable batch
+    signal (noise dominates) and guiding anything by them would be worse than not.
     """
-    points = [
-        (record.batch_size, float(record.peak_memory_bytes))
-        for record in records
-        if record.fits and record.peak_memory_bytes is not None
-    ]
-    if len({b for b, _ in points}) < 2:
+    fitting = [record for record in records if record.fits and record.peak_memory_bytes is not None]
+    points = [(record.batch_size, float(record.peak_memory_bytes or 0)) for record in fitting]
+    sizes = {b for b, _ in points}
+    if len(sizes) == 1:
+        baselines = sorted(r.baseline_bytes for r in fitting if r.baseline_bytes is not None)
+        if not baselines:
+            return None
+        baseline = float(baselines[len(baselines) // 2])
+        slope = (sum(p for _, p in points) / len(points) - baseline) / points[0][0]
+        return MemoryModel(intercept_bytes=baseline, bytes_per_sample=slope) if slope > 0 else None
+    if len(sizes) < 2:
         return None
     n = len(points)
     mean_b = sum(b for b, _ in points) / n
@@ -200,22 +243,38 @@ def find_max_batch_size(
     granularity: int = 1,
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     memory_limit_bytes: int | None = None,
+    noise_bytes: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchBoundary:
     """Find the exact largest batch size (a multiple of ``granularity``) for which ``probe`` fits.
 
     The search works on the lattice k = batch / granularity, k in 1..K, K = max_batch_size //
     granularity. ``lo`` is the largest k known to fit, ``hi`` the smallest known to fail
-    (K + 1 until a probe fails: a virtual failure just above the bound)::
+    (K + 1 until a probe fails: a virtual failure just above the bound). Memory is modelled as
+    the increment m(b) = peak(b) - baseline (the raw peak where probes report no baseline);
+    the headroom is H = L - the latest baseline reading::
 
         probe k = 1; if it fails: raise BatchSearchError
         lo, hi = 1, K + 1
         while hi - lo > 1:
-            x = boundary estimate: limit unknown: none; known: the memory model's (L - a) / (c·g),
-                or before two peaks exist, what the one proves, k·L/peak(k) (if a >= 0)
-            if x is None:   t = 2·lo if no failure yet else (lo + hi) // 2   # double, then bisect
-            elif floor(x) <= lo: t = lo + 1                                 # confirm from above
-            else:           t = floor(x)                                      # jump to the estimate
+            lines (limit known): anchored: through the origin and the largest fitting probe
+                                 (slope m(b)/b; too steep if anything, so it falls short)
+                                 fitted: least squares over the fitting probes (>= 2 sizes)
+                each with the spread s(b) = sqrt(σ²·leverage(b) + (RELATIVE_NOISE·m(b))²
+                                             + (CURVATURE·slope·(b - b_max))²),
+                σ = noise_bytes (or the fit's residual spread, if larger);
+                take the line whose upper edge m(b) + z·s(b) reaches H farthest out:
+                center = where the line reaches H, low = where its upper edge does,
+                sd = s(center) / slope
+            if no line:           t = 2·lo if no failure yet else (lo + hi) // 2  # double, bisect
+            elif no failure yet:  t = floor(center) if center <= AIM_RATIO·low   # aim: sharp model
+                                  else max(floor(low), min(2·lo, floor(center)))  # approach
+            else:                 c = regula falsi between the peaks at lo and hi if hi's peak is
+                                      known and above L (the end kept s >= 2 times in a row weighs
+                                      2^-(s-1): Illinois), else center
+                                  t = floor(median of N(c, sd·2^(u+d)) cut to [lo, hi))
+                                  # probabilistic bisection: a sharp model is trusted, a vague
+                                  # one (or one proved wrong u + d times in a row) bisects
             gallop: u = fits the model expected to fail since the last failure: t >= lo + 2^u;
                     d = failures it expected to fit since the last fit: t <= hi - 2^d
                     (a model that is wrong by e batches costs O(log e) probes, not O(e))
@@ -227,25 +286,35 @@ def find_max_batch_size(
             t = clamp(t, lo + 1, hi - 1); probe t; if it fits: lo = t else: hi = t
         answer lo · granularity; hi = lo + 1 was probed and failed unless lo == K
 
+    Why aim low before the first failure: a probe above the boundary is the costliest there is
+    (probe time grows with the batch) and on CPU it may be killed by the kernel; one aimed at
+    the band's edge fits, and being far out it shrinks the band, until the line is at most
+    AIM_RATIO above the edge: then a probe at the line overshoots by at most that much, and is
+    usually within a step or two of the boundary ("b fits, b + 1 fails" right there).
+
     The window is the projection step of the ITP method (Oliveira & Takahashi 2020). Together
     with the envelope it bounds the cost of any model, however wrong: at most
     ceil(log2(K)) + 2 + SLACK probes up to the first failure, then ceil(log2(hi - lo)) + SLACK.
-    The price: after a first failure far above the last fit (lo still small, as when the first
-    jump overshoots) a wrong model gets only SLACK guesses before the search bisects the whole
-    bracket, so a model that overestimates by e >= ~10 batches costs up to that bisection.
 
-    ``probe`` may raise for errors other than running out of memory; that propagates (the
-    caller reports the candidate as failed). ``clock`` times each probe (ProbeRecord.seconds).
+    ``noise_bytes`` is the standard deviation of one peak (and baseline) reading; by default
+    DEFAULT_NOISE_FRACTION of the limit. ``probe`` may raise for errors other than running out
+    of memory; that propagates (the caller reports the candidate as failed). ``clock`` times
+    each probe (ProbeRecord.seconds).
     """
     _check_int("granularity", granularity, minimum=1)
     _check_int("max_batch_size", max_batch_size, minimum=granularity)
     if memory_limit_bytes is not None:
         _check_int("memory_limit_bytes", memory_limit_bytes, minimum=1)
+    if noise_bytes is not None and not (noise_bytes >= 0 and math.isfinite(noise_bytes)):
+        raise InputError(f"noise_bytes: must be a finite number of at least 0, got {noise_bytes!r}")
+    if noise_bytes is None:
+        noise_bytes = DEFAULT_NOISE_FRACTION * memory_limit_bytes if memory_limit_bytes is not None else 0.0
     search = _Search(
         probe=probe,
         granularity=granularity,
         top=max_batch_size // granularity,
         limit=memory_limit_bytes,
+        noise=float(noise_bytes),
         clock=clock,
     )
     search.run()
@@ -266,6 +335,71 @@ def _check_int(name: str, value: object, *, minimum: int) -> None:
         raise InputError(f"{name}: must be an integer of at least {minimum}, got {value!r}")
 
 
+@dataclass(frozen=True)
+class _Line:
+    """``m(b) ≈ offset + slope·b`` in batch units, with the spread of its prediction.
+
+    ``count == 0`` marks the anchored line (through the origin and the point at ``anchor``, its
+    error that of the one reading scaled by b / anchor); otherwise a least-squares fit of
+    ``count`` points with mean batch ``mean`` and sum of squares ``sxx``. ``anchor`` is the
+    largest fitting batch: beyond it the slope itself is uncertain (CURVATURE).
+    """
+
+    offset: float
+    slope: float
+    sigma: float
+    anchor: float
+    count: int = 0
+    mean: float = 0.0
+    sxx: float = 0.0
+
+    def predict(self, batch: float) -> float:
+        return self.offset + self.slope * batch
+
+    def spread(self, batch: float) -> float:
+        if self.count == 0:
+            noise = self.sigma * batch / self.anchor
+        else:
+            noise = self.sigma * math.sqrt(1 / self.count + (batch - self.mean) ** 2 / self.sxx)
+        relative = RELATIVE_NOISE * max(0.0, self.predict(batch))
+        return math.hypot(noise, relative, CURVATURE * self.slope * max(0.0, batch - self.anchor))
+
+    def crossing(self, headroom: float) -> float:
+        """Where the line reaches ``headroom``."""
+        return (headroom - self.offset) / self.slope
+
+    def safe_crossing(self, headroom: float, *, cap: float) -> float:
+        """Where the band's upper edge reaches ``headroom``: the smallest b >= anchor with
+        predict(b) + z·spread(b) >= headroom, found by bisection (the edge increases there,
+        and it is at least the line, so the answer is at most ``crossing``); ``cap`` bounds the
+        search where the line is nearly flat."""
+
+        def upper(batch: float) -> float:
+            return self.predict(batch) + CONFIDENCE_Z * self.spread(batch)
+
+        low, high = self.anchor, max(self.anchor, min(self.crossing(headroom), cap))
+        if upper(low) >= headroom:
+            return low
+        if upper(high) < headroom:
+            return high
+        for _ in range(60):
+            mid = (low + high) / 2
+            if upper(mid) < headroom:
+                low = mid
+            else:
+                high = mid
+        return low
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    """The boundary (batch units) where the line reaches the limit, and the safe-side ``low``."""
+
+    center: float
+    low: float
+    sigma: float  # one standard deviation of ``center``
+
+
 @dataclass
 class _Search:
     """Mutable state of one search (private; the public result is the frozen BatchBoundary)."""
@@ -274,6 +408,7 @@ class _Search:
     granularity: int
     top: int
     limit: int | None
+    noise: float
     clock: Callable[[], float]
     lo: int = 0
     hi: int = 0
@@ -301,12 +436,26 @@ class _Search:
                     self.budget_end = len(self.records) + math.ceil(math.log2(width)) + SLACK
 
     def _next(self) -> tuple[int, bool | None]:
-        estimate, predicted = self._estimate()
+        g = self.granularity
         bracketed = self.hi <= self.top
+        estimate = self._estimate()
+        aim: float | None = None  # where the model puts the boundary (lattice units)
         if estimate is None:
             target = (self.lo + self.hi) // 2 if bracketed else 2 * self.lo
         else:
-            target = max(math.floor(min(estimate, self.top + 1)), self.lo + 1)
+            aim = estimate.center / g
+            if bracketed:
+                secant = self._secant()
+                aim = aim if secant is None else secant / g
+                # each probe in a row that proved the model wrong halves the trust in it
+                doubt = 2 ** (self.fits_against_model + self.fails_against_model)
+                target = math.floor(self._median_inside(aim, doubt * estimate.sigma / g))
+            elif aim <= AIM_RATIO * estimate.low / g:
+                target = math.floor(min(aim, self.top + 1))
+            else:
+                low = math.floor(min(estimate.low / g, self.top + 1))
+                target = max(low, min(2 * self.lo, math.floor(min(aim, self.top + 1))))
+            target = max(target, self.lo + 1)
             if self.fits_against_model:
                 target = max(target, self.lo + 2**self.fits_against_model)
             if self.fails_against_model:
@@ -318,29 +467,110 @@ class _Search:
             reach = 2 ** (left - 1)
             target = min(max(target, self.hi - reach), self.lo + reach)
         target = min(max(target, self.lo + 1), self.hi - 1)
-        # Only a model's prediction sets expectations (and so the gallop counters): the bound a
-        # single peak proves is a floor, not a prediction of where the boundary is.
-        expect_fit = target <= estimate if predicted and estimate is not None else None
-        return target, expect_fit
+        return target, (None if aim is None else target <= aim)
 
-    def _estimate(self) -> tuple[float | None, bool]:
-        """The boundary estimate in lattice units (fractional), None without a limit or peaks,
-        and whether it is a model's prediction.
+    def _lines(self) -> tuple[list[_Line], float]:
+        """The anchored and the fitted line over the fitting probes, and the headroom (bytes)."""
+        assert self.limit is not None
+        fitting = [r for r in self.records if r.fits and r.peak_memory_bytes is not None]
+        anchored = bool(fitting) and all(r.baseline_bytes is not None for r in fitting)
 
-        With a memory model: where its line meets the limit. Before there is one (a single
-        fitting probe): the bound that probe proves if memory is affine (or concave) with a
-        non-negative intercept -- bytes per sample are at most peak / batch, so the boundary is at
-        least batch · limit / peak. That jump is safe, and lands far enough out to pin the slope.
+        def increment(record: ProbeRecord) -> float:
+            peak = float(record.peak_memory_bytes or 0)
+            return peak - float(record.baseline_bytes or 0) if anchored else peak
+
+        points = [(float(r.batch_size), increment(r)) for r in fitting]
+        baselines = [r.baseline_bytes for r in self.records if r.baseline_bytes is not None]
+        # without baselines the origin stands in: the intercept is not negative
+        headroom = self.limit - (float(baselines[-1]) if anchored else 0.0)
+        lines: list[_Line] = []
+        if not points:
+            return lines, headroom
+        top_b, top_m = max(points)
+        if top_m > 0:
+            lines.append(_Line(offset=0.0, slope=top_m / top_b, sigma=self.noise, anchor=top_b))
+        n = len(points)
+        if len({b for b, _ in points}) >= 2:
+            mean_b = sum(b for b, _ in points) / n
+            mean_m = sum(m for _, m in points) / n
+            sxx = sum((b - mean_b) ** 2 for b, _ in points)
+            slope = sum((b - mean_b) * (m - mean_m) for b, m in points) / sxx
+            if slope > 0:
+                offset = mean_m - slope * mean_b
+                sigma = self.noise
+                if n >= 3:
+                    residual = sum((m - offset - slope * b) ** 2 for b, m in points)
+                    sigma = max(sigma, math.sqrt(residual / (n - 2)))
+                lines.append(_Line(offset, slope, sigma, anchor=top_b, count=n, mean=mean_b, sxx=sxx))
+        return lines, headroom
+
+    def _estimate(self) -> _Estimate | None:
+        """The boundary estimate in batch units, None without a limit or peaks.
+
+        Of the anchored and the fitted line, the one whose band reaches the headroom farthest
+        out says the most: early (one probe, or two close together) that is the anchored line,
+        whose steepness is known to err on the safe side; once the fitting probes span a range,
+        the fitted one (which also sees the overhead above the baseline as an intercept).
         """
         if self.limit is None:
-            return None, False
-        model = fit_memory_model(self.records)
-        if model is not None:
-            return model.boundary(self.limit) / self.granularity, True
-        peaks = [(r.batch_size, r.peak_memory_bytes) for r in self.records if r.fits and r.peak_memory_bytes]
-        if not peaks:
-            return None, False
-        return max(batch * self.limit / peak for batch, peak in peaks) / self.granularity, False
+            return None
+        lines, headroom = self._lines()
+        if not lines:
+            return None
+        cap = float((self.top + 1) * self.granularity)
+        scored = [(line.safe_crossing(headroom, cap=cap), line) for line in lines]
+        low, best = max(scored, key=lambda item: item[0])
+        center = best.crossing(headroom)
+        return _Estimate(center=center, low=low, sigma=best.spread(center) / best.slope)
+
+    def _median_inside(self, center: float, sigma: float) -> float:
+        """The median of the boundary's distribution N(center, sigma) cut to the bracket [lo, hi)
+        (lattice units): a probe there halves the remaining probability, so a sharp model is
+        trusted (median = center) and a vague one bisects the bracket."""
+        if not sigma > 0:
+            return center
+        belief = NormalDist(center, sigma)
+        below, above = belief.cdf(self.lo), belief.cdf(self.hi)
+        if above - below < 1e-9:  # the model puts (almost) nothing inside: the gallop takes over
+            return float(self.lo if center < self.lo else self.hi - 1)
+        return belief.inv_cdf((below + above) / 2)
+
+    def _secant(self) -> float | None:
+        """Regula falsi on peak(b) - L between the bracket's ends (batch units), or None.
+
+        Needs the peak at lo and a peak above the limit at hi (a budget check that ran to the
+        end; an out-of-memory error's peak is partial). Illinois: when the same end moved s >= 2
+        times in a row, the other end's distance to the limit weighs 2^-(s-1), so a curved
+        memory line cannot pin the interpolation to one side.
+        """
+        assert self.limit is not None
+        g = self.granularity
+        lo_rec = self._record(self.lo * g)
+        hi_rec = self._record(self.hi * g)
+        if lo_rec is None or hi_rec is None or lo_rec.peak_memory_bytes is None:
+            return None
+        if hi_rec.peak_memory_bytes is None or hi_rec.peak_memory_bytes <= self.limit:
+            return None
+        below = max(0.0, float(self.limit - lo_rec.peak_memory_bytes))
+        above = float(hi_rec.peak_memory_bytes - self.limit)
+        last = self.records[-1].fits
+        streak = 0
+        for record in reversed(self.records):
+            if record.fits != last:
+                break
+            streak += 1
+        if streak >= 2:
+            if last:
+                above *= 0.5 ** (streak - 1)
+            else:
+                below *= 0.5 ** (streak - 1)
+        return lo_rec.batch_size + (hi_rec.batch_size - lo_rec.batch_size) * below / (below + above)
+
+    def _record(self, batch_size: int) -> ProbeRecord | None:
+        for record in self.records:
+            if record.batch_size == batch_size:
+                return record
+        return None
 
     def _probe(self, k: int, *, expect_fit: bool | None) -> ProbeResult:
         batch_size = k * self.granularity
@@ -356,6 +586,7 @@ class _Search:
                 peak_memory_bytes=result.peak_memory_bytes,
                 seconds=seconds,
                 error=result.error,
+                baseline_bytes=result.baseline_bytes,
             )
         )
         self._note_anomaly(batch_size, result)
@@ -421,11 +652,19 @@ class SyntheticProbe:
     """A deterministic stand-in for a real probe, for tests and the benchmark (no model runs).
 
     Batch ``b`` fits iff ``b <= boundary``. A fitting probe reports the peak
-    ``intercept + per_sample·b·(1 + noise·z_b)``, z_b a standard normal drawn from (seed, b),
-    capped at the limit (a run that fit cannot have exceeded it). The limit sits between the
-    boundary and the next batch on the *noise-free* line, inflated by ``fragmentation``: with
-    fragmentation > 0 the true boundary is below where the allocated-memory line meets the
-    limit, as when reserved memory exceeds allocated memory on a GPU.
+    ``intercept + per_sample·b·(1 + noise·z_b) + noise_bytes·y_b``, z_b and y_b standard normals
+    drawn from (seed, b), capped at the limit (a run that fit cannot have exceeded it). The limit
+    sits between the boundary and the next batch on the *noise-free* line, inflated by
+    ``fragmentation``: with fragmentation > 0 the true boundary is below where the
+    allocated-memory line meets the limit, as when reserved memory exceeds allocated memory on a
+    GPU.
+
+    The CPU failure mode: a large intercept (runtime and model), of which ``baseline_bytes`` is
+    what the process holds before the batch exists (reported with its own noise_bytes-sized
+    error; None: no baseline reported) and the rest a per-probe overhead; ``noise_bytes`` is
+    absolute, independent of the batch, so at small batches it swamps the per-sample part.
+    With ``failure_peaks`` a failing probe reports its complete peak (at least the limit + 1),
+    as a CPU budget check does; otherwise none, as after an out-of-memory error.
     """
 
     boundary: int
@@ -435,6 +674,9 @@ class SyntheticProbe:
     fragmentation: float = 0.0
     position: float = 0.5  # where in [boundary, boundary + 1) the noise-free line meets the limit
     seed: int = 0
+    noise_bytes: float = 0.0
+    baseline_bytes: float | None = None
+    failure_peaks: bool = False
 
     @property
     def memory_limit_bytes(self) -> int:
@@ -442,8 +684,23 @@ class SyntheticProbe:
         return int(self.intercept_bytes + self.bytes_per_sample * crossing)
 
     def __call__(self, batch_size: int) -> ProbeResult:
-        if batch_size > self.boundary:
-            return ProbeResult(fits=False, error="out of memory (synthetic)")
-        z = random.Random(f"{self.seed}:{batch_size}").gauss(0.0, 1.0)
+        rng = random.Random(f"{self.seed}:{batch_size}")
+        z, y, w = rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0)
+        baseline = None
+        if self.baseline_bytes is not None:
+            baseline = int(max(0.0, self.baseline_bytes + self.noise_bytes * w))
         peak = self.intercept_bytes + self.bytes_per_sample * batch_size * (1 + self.noise * z)
-        return ProbeResult(fits=True, peak_memory_bytes=int(min(max(peak, 0.0), self.memory_limit_bytes)))
+        peak += self.noise_bytes * y
+        limit = self.memory_limit_bytes
+        if batch_size > self.boundary:
+            if not self.failure_peaks:
+                return ProbeResult(fits=False, error="out of memory (synthetic)", baseline_bytes=baseline)
+            return ProbeResult(
+                fits=False,
+                peak_memory_bytes=int(max(peak, limit + 1)),
+                error="over budget (synthetic)",
+                baseline_bytes=baseline,
+            )
+        return ProbeResult(
+            fits=True, peak_memory_bytes=int(min(max(peak, 0.0), limit)), baseline_bytes=baseline
+        )

@@ -101,7 +101,7 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
         if res["status"] == "failed":
             raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
         return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
-                           error=res.get("reason") or None)
+                           error=res.get("reason") or None, baseline_bytes=res.get("baseline_bytes"))
 
     return probe
 
@@ -129,6 +129,7 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
             boundary: BatchBoundary = find_max_batch_size(
                 probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
                 memory_limit_bytes=limit,
+                noise_bytes=0 if not is_cpu else None,  # the CUDA allocator's peaks are exact
             )
         except BatchSearchError as exc:  # batch 1 does not fit
             failures[variant] = ("oom", str(exc))

@@ -747,17 +747,31 @@ class OnlineDetector:
                   a starts later at the same level -> sampling starts there instead
           steady and n >= next_ci (every 5% of the steady samples):
               cheap AR(1)-corrected CI of mean(values[start:]); if its half-width <= ci_target * mean:
-                  a = analyze(values) with the bootstrap CI; if a agrees (steady, same level)
-                  and its CI half-width <= ci_target * mean: done ("precision")
+                  a = analyze(values, no CI); stop gates (all must pass, else keep measuring):
+                    1. enough values: n >= min_values and n - a.steady_start >= min_after
+                    2. stable: a agrees with the previous check (same start or level) and
+                       does not move the level
+                    3. history: if the level has gone up before (an earlier segment faster
+                       than the steady level: a slowdown, regimes) or a restart happened,
+                       the steady tail must be >= regime_factor x the longest earlier segment
+                    4. no drift in the tail: least-squares trend, long-run SE, |t| <= drift_t or
+                       relative change <= rel_tolerance / 2; and the two halves of the tail
+                       the same level (within rel_tolerance or within noise)
+                  then the bootstrap CI: half-width <= ci_target * mean -> done ("precision")
           consumed >= max_values: done ("max_values")
 
-    The caller stops at its own time budget; :meth:`result` then analyses what was consumed.
+    The caller stops at its own time budget; :meth:`result` then analyses what was consumed
+    (a short series is classified like the offline analysis would, e.g. 60 flat values: flat).
 
-    ``min_values``: no stop before this many values. A causal detector cannot tell a flat start
-    from a long flat warmup (or a fast phase before a slowdown) until the change happens; this
-    floor is the price of catching changes up to about that iteration, paid by every
-    measurement. 300 keeps the median cost beyond warmup low; raise it when late changes are
-    expected (the benchmark reports both).
+    Why the gates: a causal detector cannot tell a flat start from a long flat warmup (or the
+    fast phase before a slowdown) until the change happens, so ``min_values`` is the price of
+    catching changes up to about that iteration, paid by every measurement. ``min_after`` is
+    paid only after the steady start, so long warmups are not charged ``min_values`` again.
+    A series whose level has already gone up and down is more likely to change again (regimes,
+    Barrett et al.'s "no steady state"), so its current level must outlast the earlier ones
+    before it is trusted; a slow drift is cut by the changepoint search into steps within
+    tolerance, so the tail is tested for a trend explicitly. Gates only delay the stop: each
+    failure means "measure more", and the next check decides again.
     """
 
     def __init__(
@@ -766,12 +780,15 @@ class OnlineDetector:
         ci_target: float = 0.01,
         max_values: int | None = None,
         min_values: int = 300,
+        min_after: int = 100,
         min_steady: int = 30,
         growth: float = 1.15,
         min_check_gap: int = 10,
         confidence: float = 0.95,
         rel_tolerance: float = 0.01,
         end_fraction: float = 0.5,
+        regime_factor: float = 2.0,
+        drift_t: float = 3.0,
         seed: int = 0,
     ) -> None:
         if ci_target <= 0:
@@ -784,17 +801,23 @@ class OnlineDetector:
             raise ValueError("min_check_gap must be at least 1")
         if not 0.0 < confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
+        if regime_factor < 0 or drift_t <= 0:
+            raise ValueError("regime_factor must be >= 0 and drift_t > 0")
         self.ci_target = float(ci_target)
         self.max_values = max_values
         self.min_values = max(int(min_values), 0)
+        self.min_after = max(int(min_after), 0)
         self.min_steady = max(int(min_steady), 3)
         self.growth = float(growth)
         self.min_check_gap = int(min_check_gap)
         self.confidence = float(confidence)
         self.rel_tolerance = float(rel_tolerance)
         self.end_fraction = float(end_fraction)
+        self.regime_factor = float(regime_factor)
+        self.drift_t = float(drift_t)
         self.seed = int(seed)
         self.restarts = 0
+        self.blocked: dict[str, int] = {}  # stop gate -> how often it delayed the stop (diagnostics)
         self._z = normal_quantile(0.5 + self.confidence / 2.0)
         self._values: list[float] = []
         self._next_check = max(self.min_steady, self.min_check_gap)
@@ -887,6 +910,55 @@ class OnlineDetector:
             self._steady_start = a.steady_start
         self._prev = a
 
+    def _history_blocks(self, a: WarmupAnalysis, start: int, n: int) -> bool:
+        """Gate 3: has the level gone up before (or restarted) without the tail outlasting it?"""
+        bounds = [0, *(c for c in a.changepoints if c < start), start]
+        transient = max(5, n // 200)
+        level = a.steady_median or 0.0
+        longest = 0
+        went_up = self.restarts > 0
+        for lo, hi in itertools.pairwise(bounds):
+            if hi - lo <= transient:
+                continue
+            longest = max(longest, hi - lo)
+            if float(np.median(self._values[lo:hi])) < level * (1.0 - self.rel_tolerance):
+                went_up = True
+        return went_up and n - start < self.regime_factor * longest
+
+    def _drift_blocks(self, start: int) -> bool:
+        """Gate 4: does the steady tail trend, or do its two halves differ?"""
+        x = np.asarray(self._values[start:], dtype=float)
+        m = x.size
+        if m < 8:
+            return False
+        med = _rolling_median(x, _SPIKE_WINDOW)
+        y = np.where(_spike_mask(x, med, _SPIKE_THRESHOLD, _SPIKE_MAX_RUN), med, x)
+        phi = _estimate_phi(y)
+        tau = (1.0 + phi) / (1.0 - phi)
+        rel, tstat = _trend(y, tau)
+        if abs(tstat) > self.drift_t and abs(rel) > self.rel_tolerance / 2.0:
+            return True
+        h = m // 2
+        a, b = float(y[:h].mean()), float(y[h:].mean())
+        sigma_lr = float(np.std(y)) * math.sqrt(tau)
+        noise = _Equivalence.Z * sigma_lr * math.sqrt(1.0 / h + 1.0 / (m - h))
+        return abs(b - a) > max(self.rel_tolerance * abs(b), noise)
+
+    def _gate(self, a: WarmupAnalysis, n: int) -> str | None:
+        """Name of the first stop gate that ``a`` fails (see the class docstring), or None."""
+        start = a.steady_start
+        if start is None or self._steady_start is None or self._level_moved(a):
+            return "unstable"
+        if n < self.min_values or n - start < max(self.min_after, self.min_steady):
+            return "too_early"
+        if self._prev is None or not self._same_level(a, self._prev):
+            return "unstable"
+        if self._history_blocks(a, start, n):
+            return "history"
+        if self._drift_blocks(start):
+            return "drift"
+        return None
+
     def _try_stop(self, n: int) -> None:
         start = self._steady_start
         assert start is not None
@@ -894,19 +966,23 @@ class OnlineDetector:
         self._next_ci = n + max(1, (n - start) // 20)
         if n < self.min_values or n - start < self.min_steady or mean <= 0 or half > self.ci_target * mean:
             return
+        a = self._analyze(with_ci=False)
+        reason = self._gate(a, n)
+        if reason is not None:
+            self.blocked[reason] = self.blocked.get(reason, 0) + 1
+            if self._level_moved(a):
+                self._steady_start = None
+                self.restarts += 1
+            elif a.steady_start is not None and a.steady_start > start:
+                self._steady_start = a.steady_start
+            self._prev = a
+            return
         a = self._analyze(with_ci=True)
-        if a.steady_start is None or a.ci is None or a.steady_mean is None or self._level_moved(a):
-            self._check_result(a)
+        if a.steady_start is None or a.ci is None or a.steady_mean is None:
             return
         if (a.ci[1] - a.ci[0]) / 2.0 <= self.ci_target * abs(a.steady_mean):
             self._final = a
             self._done, self._stopped_by = True, "precision"
-
-    def _check_result(self, a: WarmupAnalysis) -> None:
-        if self._level_moved(a):
-            self._steady_start = None
-            self.restarts += 1
-        self._prev = a
 
     # -- API -------------------------------------------------------------------------------------
     def push(self, value: float) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from autotune.batch import (
+    RELATIVE_NOISE,
     SLACK,
     BatchBoundary,
     MemoryModel,
@@ -90,17 +91,32 @@ def test_exact_boundary_on_seeded_fake_probes(
 
 
 def test_known_limit_and_exact_model_needs_few_probes() -> None:
-    # batch 1, the bound a >= 0 proves, the model's jump, its confirmation (+1 when the bound was exact)
+    # Exact readings, and the caller says so (noise_bytes=0): batch 1, the safe jump a single peak
+    # allows, the model's aim, its confirmation, and at most two more where the jump landed close.
+    counts = []
+    for seed, boundary in enumerate(log_uniform_boundaries(100, low=1, seed=7)):
+        probe = make_probe(seed, boundary, noise=0.0)
+        result = find_max_batch_size(probe, memory_limit_bytes=probe.memory_limit_bytes, noise_bytes=0)
+        assert result.max_batch_size == boundary
+        counts.append(len(result.probes))
+        assert len(result.probes) <= 6, [r.batch_size for r in result.probes]
+        # the second probe is at most the bound the first peak proves (bytes per sample <= peak / batch)
+        # and, the intercept being >= 0, it fits
+        first, second = result.probes[0], result.probes[1]
+        assert first.peak_memory_bytes is not None
+        proven = max(2, probe.memory_limit_bytes // first.peak_memory_bytes)
+        assert second.batch_size <= proven and (second.fits or boundary == 1)
+    assert sorted(counts)[50] <= 5
+
+
+def test_default_noise_costs_a_few_approach_probes_on_exact_readings() -> None:
+    # Without noise_bytes the search assumes readings move by 0.25% of the limit and approaches
+    # from below before aiming: more probes than with exact readings, but never a wrong answer.
     for seed, boundary in enumerate(log_uniform_boundaries(100, low=1, seed=7)):
         probe = make_probe(seed, boundary, noise=0.0)
         result = find_max_batch_size(probe, memory_limit_bytes=probe.memory_limit_bytes)
         assert result.max_batch_size == boundary
-        assert len(result.probes) <= 5, [r.batch_size for r in result.probes]
-        # the second probe is the bound the first peak proves (bytes per sample <= peak / batch)
-        first, second = result.probes[0], result.probes[1]
-        assert first.peak_memory_bytes is not None
-        proven = max(2, probe.memory_limit_bytes // first.peak_memory_bytes)
-        assert second.batch_size == proven and second.fits == (proven <= boundary)
+        assert len(result.probes) <= 9, [r.batch_size for r in result.probes]
 
 
 def test_known_limit_uses_fewer_probes_than_doubling_and_bisecting() -> None:
@@ -142,14 +158,16 @@ def systematically_wrong_probe(boundary: int, error: int) -> tuple[Callable[[int
 @pytest.mark.parametrize("boundary", [1000, 30_000])
 @pytest.mark.parametrize("error", [-1, -3, -10, -30, -300, 1, 2, 3, 5])
 def test_systematic_model_error_costs_logarithmic_probes(boundary: int, error: int) -> None:
-    # Gallop: each probe the model gets wrong doubles the next step away from it. For an
-    # overestimate the first failure leaves lo far below, so the window caps the gallop at SLACK
-    # guesses; larger overestimates cost up to a bisection of that bracket (see find_max_batch_size).
+    # Gallop: each probe the model gets wrong doubles the next step away from it, and doubles the
+    # spread the bracket phase gives the model. An overestimate ends the approach with a failure
+    # just above the boundary; the search then bisects the model's own band (its relative noise,
+    # ±2σ), which a model that is right up to e batches cannot tell from a noisy one.
     probe, limit = systematically_wrong_probe(boundary, error)
-    result = find_max_batch_size(probe, memory_limit_bytes=limit)
+    result = find_max_batch_size(probe, memory_limit_bytes=limit, noise_bytes=0)
     assert result.max_batch_size == boundary
     assert_confirmed(result, lambda b: b <= boundary)
-    assert len(result.probes) <= 5 + 2 * math.ceil(math.log2(abs(error) + 1))
+    band = math.ceil(math.log2(1 + 4 * RELATIVE_NOISE * boundary)) if error > 0 else 0
+    assert len(result.probes) <= 5 + 2 * math.ceil(math.log2(abs(error) + 1)) + band
 
 
 def test_misleading_peaks_cost_at_most_the_documented_bound() -> None:
@@ -344,7 +362,14 @@ def test_to_dict_is_json_with_the_report_fields() -> None:
     assert data["max_batch_size"] == 1232 and data["headroom"] == 0.2
     assert data["usable_max_batch_size"] == result.usable_max_batch_size(0.2)
     assert len(data["probes"]) == len(result.probes)
-    assert set(data["probes"][0]) == {"batch_size", "fits", "peak_memory_bytes", "seconds", "error"}
+    assert set(data["probes"][0]) == {
+        "batch_size",
+        "fits",
+        "peak_memory_bytes",
+        "baseline_bytes",
+        "seconds",
+        "error",
+    }
     assert set(data["model"]) == {"intercept_bytes", "bytes_per_sample"}
 
 
@@ -390,3 +415,188 @@ def test_synthetic_probe_is_deterministic_and_consistent() -> None:
     assert probe(200) == probe(200)
     assert all(probe(b).fits for b in (1, 250, 500)) and not probe(501).fits
     assert all(probe(b).peak_memory_bytes <= probe.memory_limit_bytes for b in range(1, 501, 7))  # type: ignore[operator]
+
+
+# --- the CPU failure mode: a large intercept, absolute noise, a baseline reading ----------------
+
+MIB = 1024**2
+
+
+def make_cpu_probe(
+    seed: int,
+    boundary: int,
+    *,
+    noise_bytes: float = 4 * MIB,
+    failure_peaks: bool = True,
+    baseline: bool = True,
+) -> SyntheticProbe:
+    """A budget of 1-8 GiB of which the runtime and model take 20-70% (reported as the baseline),
+    a per-probe overhead of up to 5% above it, absolute noise on every reading."""
+    rng = random.Random(f"cpu:{seed}")
+    limit = rng.uniform(1, 8) * GIB
+    base = rng.uniform(0.2, 0.7) * limit
+    intercept = base + rng.uniform(0.0, 0.05) * limit
+    position = rng.random()
+    return SyntheticProbe(
+        boundary=boundary,
+        intercept_bytes=intercept,
+        bytes_per_sample=(limit - intercept) / (boundary + position),
+        noise=0.01,
+        position=position,
+        seed=seed,
+        noise_bytes=noise_bytes,
+        baseline_bytes=base if baseline else None,
+        failure_peaks=failure_peaks,
+    )
+
+
+@pytest.mark.parametrize("granularity", [1, 8])
+@pytest.mark.parametrize("failure_peaks", [True, False])
+@pytest.mark.parametrize("baseline", [True, False])
+def test_exact_and_no_overshoot_on_cpu_like_fake_probes(
+    granularity: int, failure_peaks: bool, baseline: bool
+) -> None:
+    edges = [granularity, 2 * granularity, 1000, TOP - 1, TOP]
+    overshoots = []
+    for seed, boundary in enumerate(log_uniform_boundaries(40, low=granularity, seed=5) + edges):
+        probe = make_cpu_probe(seed, boundary, failure_peaks=failure_peaks, baseline=baseline)
+        result = find_max_batch_size(
+            probe, granularity=granularity, memory_limit_bytes=probe.memory_limit_bytes
+        )
+        expected = boundary // granularity * granularity
+        assert result.max_batch_size == expected, (seed, boundary)
+        assert_confirmed(result, lambda b, boundary=boundary: b <= boundary)
+        assert len(result.probes) <= worst_case_probes(TOP // granularity)
+        if expected >= 32 * granularity:
+            overshoots.append(max(r.batch_size for r in result.probes) / (expected + granularity))
+    # no probe far above the boundary: the costly, OOM-killer-risking kind on a real machine
+    assert max(overshoots) <= 1.1, sorted(overshoots)[-5:]
+
+
+def efficientnet_replay(seed: int, *, baseline: bool = True) -> Callable[[int], ProbeResult]:
+    """Peaks measured for efficientnet_b0 on CPU against a 2 GiB budget (MiB, linear in between):
+    a 740 MiB baseline, 6 MiB between batches 1 and 2, a 200 MiB step between 66 and 67 and a
+    non-monotone stretch above; readings with 3 MiB of noise. The boundary is 66."""
+    measured = [
+        (1, 763.13),
+        (2, 769.03),
+        (66, 1894.0),
+        (67, 2120.0),
+        (68, 2140.0),
+        (70, 2109.0),
+        (74, 2099.0),
+        (82, 2253.0),
+        (98, 2294.0),
+        (130, 2570.0),
+        (212, 3523.0),
+        (216, 3471.0),
+        (218, 3502.0),
+        (256, 3900.0),
+    ]
+
+    def probe(batch_size: int) -> ProbeResult:
+        for (b0, p0), (b1, p1) in zip(measured, measured[1:], strict=False):
+            if b0 <= batch_size <= b1:
+                peak = p0 + (p1 - p0) * (batch_size - b0) / (b1 - b0)
+                break
+        rng = random.Random(f"{seed}:{batch_size}")
+        peak_bytes = int((peak + rng.gauss(0, 3)) * MIB)
+        base = int((740 + rng.gauss(0, 1)) * MIB) if baseline else None
+        return ProbeResult(fits=batch_size <= 66, peak_memory_bytes=peak_bytes, baseline_bytes=base)
+
+    return probe
+
+
+@pytest.mark.parametrize(("baseline", "largest"), [(True, 80), (False, 90)])
+def test_the_efficientnet_case_does_not_jump_past_the_boundary(baseline: bool, largest: int) -> None:
+    # Before: 1, 2, then 218 (3.3x the boundary), 216, 212, 130, ... 13 probes, 1,418 samples probed.
+    # Without a baseline the slope between batches 1 and 2 (6 MiB, the curve is convex there) is
+    # all there is until the third probe, and the band cannot know about the curvature: the first
+    # jump may land 1.3x past the boundary; with the baseline, (peak - baseline) / 2 is 14.5 MiB.
+    for seed in range(10):
+        result = find_max_batch_size(
+            efficientnet_replay(seed, baseline=baseline), max_batch_size=256, memory_limit_bytes=2048 * MIB
+        )
+        sizes = [r.batch_size for r in result.probes]
+        assert result.max_batch_size == 66
+        assert max(sizes) <= largest, sizes
+        assert sum(sizes) <= 600, sizes
+        assert len(sizes) <= 10, sizes
+
+
+def test_the_baseline_anchors_the_first_jump() -> None:
+    # A runtime of 70% of the limit: without a baseline one peak proves only boundary >= L / peak(1),
+    # about 1.4; with it, (peak - baseline) / 1 bounds the bytes per sample, and the jump goes far
+    # (to where the band's upper edge, 2 MiB of noise per sample above the line, meets the limit).
+    limit = 4 * GIB
+    exact = SyntheticProbe(
+        boundary=500,
+        intercept_bytes=0.7 * limit,
+        bytes_per_sample=0.3 * limit / 500.5,
+        baseline_bytes=0.7 * limit,
+    )
+    blind = SyntheticProbe(boundary=500, intercept_bytes=0.7 * limit, bytes_per_sample=0.3 * limit / 500.5)
+    anchored = find_max_batch_size(exact, memory_limit_bytes=exact.memory_limit_bytes, noise_bytes=MIB)
+    unanchored = find_max_batch_size(blind, memory_limit_bytes=blind.memory_limit_bytes, noise_bytes=MIB)
+    assert anchored.max_batch_size == unanchored.max_batch_size == 500
+    assert anchored.probes[1].fits and anchored.probes[1].batch_size >= 250
+    assert unanchored.probes[1].batch_size <= 2
+    assert len(anchored.probes) < len(unanchored.probes)
+    assert all(r.baseline_bytes is not None for r in anchored.probes)
+
+
+def test_a_failure_peak_above_the_limit_drives_the_interpolation() -> None:
+    # Exact affine memory, failures report their full peak: the secant through the bracket's ends
+    # lands on the boundary, so one failure costs at most two more probes.
+    for seed, boundary in enumerate(log_uniform_boundaries(30, low=4, seed=9)):
+        probe = make_cpu_probe(seed, boundary, noise_bytes=0.0)
+        probe = SyntheticProbe(**{**probe.__dict__, "noise": 0.0})
+        result = find_max_batch_size(probe, memory_limit_bytes=probe.memory_limit_bytes, noise_bytes=0)
+        first_failure = next(i for i, r in enumerate(result.probes) if not r.fits)
+        assert result.max_batch_size == boundary
+        assert len(result.probes) - first_failure <= 3, [r.batch_size for r in result.probes]
+
+
+def test_curved_memory_with_failure_peaks_does_not_stall() -> None:
+    # Convex memory: every secant lands below the crossing, plain regula falsi would creep up one
+    # step at a time; the Illinois weighting and the gallop keep it logarithmic.
+    limit = 10 * GIB
+    for boundary in (50, 700, 20_000):
+
+        def probe(batch_size: int, boundary: int = boundary) -> ProbeResult:
+            peak = int(0.2 * limit + 0.8 * limit * ((batch_size / (boundary + 0.5)) ** 3))
+            return ProbeResult(
+                fits=batch_size <= boundary, peak_memory_bytes=peak, baseline_bytes=int(0.2 * limit)
+            )
+
+        result = find_max_batch_size(probe, memory_limit_bytes=limit)
+        assert result.max_batch_size == boundary
+        assert len(result.probes) <= 2 * math.ceil(math.log2(boundary)) + 4, [
+            r.batch_size for r in result.probes
+        ]
+
+
+def test_memory_model_with_one_batch_size_uses_the_baseline() -> None:
+    records = [ProbeRecord(4, True, 1000 + 4 * 50, 0.0, None, baseline_bytes=1000)]
+    model = fit_memory_model(records)
+    assert model is not None
+    assert model.intercept_bytes == 1000 and model.bytes_per_sample == pytest.approx(50)
+    assert fit_memory_model([ProbeRecord(4, True, 900, 0.0, None, baseline_bytes=1000)]) is None
+
+
+def test_synthetic_probe_cpu_fields() -> None:
+    probe = make_cpu_probe(2, 300)
+    low, high = probe(10), probe(301)
+    assert low == probe(10) and high == probe(301)
+    assert low.fits and low.baseline_bytes is not None and low.peak_memory_bytes is not None
+    assert abs(low.baseline_bytes - probe.baseline_bytes) < 40 * MIB  # type: ignore[operator]
+    assert not high.fits and high.peak_memory_bytes is not None
+    assert high.peak_memory_bytes > probe.memory_limit_bytes
+    quiet = SyntheticProbe(**{**probe.__dict__, "failure_peaks": False})
+    assert quiet(301).peak_memory_bytes is None
+
+
+def test_bad_noise_is_an_input_error() -> None:
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(InputError, match=r"^noise_bytes: "):
+            find_max_batch_size(lambda b: ProbeResult(fits=True), memory_limit_bytes=100, noise_bytes=bad)
