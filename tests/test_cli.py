@@ -183,3 +183,21 @@ def test_warmup_bad_file(tmp_path: Path) -> None:
     bad.write_text("0.1\nabc\n0.2\n")
     code, _, err = run_cli("warmup", str(bad))
     assert_input_error(code, err, "bad.csv")
+
+
+def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    text = TINY.format(kwargs="", variants='["eager"]').replace("batch_sizes = [1, 4]", 'batch_sizes = "auto"')
+    path = write_recipe(text + "[batch]\nmax_batch_size = 40\nheadroom = 0.25\n")
+    code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    boundary = doc["batch_boundary"]["eager"]
+    assert boundary["max_batch_size"] == 40 and boundary["hit_upper_bound"]
+    assert boundary["usable_max_batch_size"] <= 40
+    measured = {c["batch_size"] for c in doc["candidates"] if c["status"] == "ok"}
+    assert measured and max(measured) <= boundary["usable_max_batch_size"]
+    assert boundary["probes"] and all("peak_memory_bytes" in p for p in boundary["probes"])
+    code, stdout, err = run_cli("batch", str(path), "--variant", "eager")
+    assert code == 0, err
+    assert "max batch size 40" in stdout and "fitted model" in stdout
