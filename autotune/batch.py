@@ -105,9 +105,11 @@ class ProbeRecord:
     seconds: float
     error: str | None
     baseline_bytes: int | None = None
+    phase: str = "search"  # "search" (the cheap probe) or "confirm" (refine_max_batch_size's probe)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "phase": self.phase,
             "batch_size": self.batch_size,
             "fits": self.fits,
             "peak_memory_bytes": self.peak_memory_bytes,
@@ -622,6 +624,80 @@ class _Search:
         if result.error:
             parts.append(result.error)
         return ": ".join(parts)
+
+
+def refine_max_batch_size(
+    probe: Callable[[int], ProbeResult],
+    boundary: BatchBoundary,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> BatchBoundary:
+    """Re-confirm a boundary with another (more expensive, more faithful) probe, fixing it locally.
+
+    Why: the search runs in a reused worker, cheap but carrying state from earlier probes; a
+    deployment starts fresh. A fresh-process probe is seconds each, so it is spent only where it
+    matters: at the answer, galloping away from it when the cheap probes were slightly off::
+
+        g = granularity; b = boundary.max_batch_size
+        if probe(b) fits:  lo = b; step = g
+                           while lo + step <= upper and probe(lo + step) fits: lo += step; step *= 2
+                           hi = lo + step                     # failed, or virtual failure above upper
+        else:              hi = b; step = g
+                           while hi - step >= g and probe(hi - step) fails: hi -= step; step *= 2
+                           lo = hi - step; if lo < g: raise BatchSearchError   (batch g does not fit)
+                           probe(lo) (must fit)
+        bisect (lo fits, hi fails) down to hi - lo == g       # the confirming pair: lo fits, lo+g fails
+    """
+    g, upper = boundary.granularity, boundary.upper_bound
+    records: list[ProbeRecord] = []
+    known: dict[int, bool] = {}
+
+    def fits(b: int) -> bool:
+        if b in known:
+            return known[b]
+        t0 = clock()
+        res = probe(b)
+        records.append(ProbeRecord(batch_size=b, fits=res.fits, peak_memory_bytes=res.peak_memory_bytes,
+                                   seconds=clock() - t0, error=res.error, baseline_bytes=res.baseline_bytes,
+                                   phase="confirm"))
+        known[b] = res.fits
+        return res.fits
+
+    b = boundary.max_batch_size
+    step = g
+    if fits(b):
+        lo = b
+        while lo + step <= upper and fits(lo + step):
+            lo += step
+            step *= 2
+        hi = lo + step
+    else:
+        hi = b
+        while hi - step >= g and not fits(hi - step):
+            hi -= step
+            step *= 2
+        lo = hi - step
+        if lo < g or not fits(lo):
+            raise BatchSearchError(f"batch {g} does not fit when re-checked in a fresh process")
+    while hi - lo > g:
+        mid = lo + ((hi - lo) // g // 2) * g
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    hit_upper = lo + g > upper
+    if not hit_upper:
+        fits(lo + g)  # the confirming failure, if not already probed
+    return BatchBoundary(
+        max_batch_size=lo,
+        granularity=g,
+        upper_bound=upper,
+        hit_upper_bound=hit_upper,
+        probes=boundary.probes + tuple(records),
+        model=boundary.model,
+        memory_limit_bytes=boundary.memory_limit_bytes,
+        anomalies=boundary.anomalies,
+    )
 
 
 def candidate_batch_sizes(usable_max: int, *, granularity: int = 1) -> list[int]:

@@ -209,14 +209,16 @@ def cmd_batch(args: argparse.Namespace) -> int:
               f"{' (upper bound reached, no OOM)' if doc['hit_upper_bound'] else ''}; usable with "
               f"{doc['headroom']:.0%} headroom: {doc['usable_max_batch_size']}")
         print(f"  memory limit: {format_size(limit) if limit else 'unknown'}; measured by {doc['memory_measured_by']}")
+        if doc.get("confirmed_by"):
+            print(f"  confirmed by {doc['confirmed_by']}")
         model = doc.get("model")
         if model:
             print(f"  fitted model: peak(b) ≈ {format_size(model['intercept_bytes'])} + "
                   f"{format_size(model['bytes_per_sample'])} × b")
-        rows = [[p["batch_size"], "yes" if p["fits"] else "no",
+        rows = [[p.get("phase", "search"), p["batch_size"], "yes" if p["fits"] else "no",
                  format_size(p["peak_memory_bytes"]) if p["peak_memory_bytes"] is not None else "-",
                  f"{p['seconds']:.2f}", p.get("error") or ""] for p in doc["probes"]]
-        print(tabulate(rows, headers=["batch", "fits", "peak memory", "seconds", "note"], tablefmt="simple"))
+        print(tabulate(rows, headers=["phase", "batch", "fits", "peak memory", "seconds", "note"], tablefmt="simple"))
     for variant, (status, reason) in outcome.failures.items():
         print(f"\n{variant}: {status}: {reason}")
     return EXIT_OK if outcome.documents else EXIT_INFEASIBLE

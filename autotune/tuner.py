@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__
-from autotune.batch import BatchBoundary, ProbeResult, candidate_batch_sizes, find_max_batch_size
+from autotune.batch import (
+    BatchBoundary,
+    ProbeResult,
+    candidate_batch_sizes,
+    find_max_batch_size,
+    refine_max_batch_size,
+)
 from autotune.candidate import best_row, candidate_record, pareto_front
 from autotune.errors import AutotuneError, BatchSearchError, InputError, VariantError, WorkloadError
 from autotune.recipe import Recipe
@@ -113,6 +119,24 @@ class BoundaryOutcome:
     failures: dict[str, tuple[str, str]]  # variant -> (status, reason)
 
 
+def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | None, is_cpu: bool) -> BatchBoundary:
+    """Search in the (reused) worker; on CPU, confirm the answer with fresh-process probes.
+
+    The reused worker carries state from earlier probes (baseline drift, allocator caches), a
+    deployment starts fresh: the fresh probes at b and b + granularity are the ground truth, and
+    the cheap search only has to land near it. The CUDA allocator's peaks are exact per process.
+    """
+    probe = probe_function(runner, recipe, variant, budget=limit, is_cpu=is_cpu)
+    boundary = find_max_batch_size(
+        probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
+        memory_limit_bytes=limit, noise_bytes=None if is_cpu else 0,
+    )
+    if not is_cpu:
+        return boundary
+    with Runner(reuse=False) as fresh:
+        return refine_max_batch_size(probe_function(fresh, recipe, variant, budget=limit, is_cpu=True), boundary)
+
+
 def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
                     on_variant: Callable[[str], None] | None = None) -> BoundaryOutcome:
     """Per variant: the largest batch that fits, and the batch sizes the search may use."""
@@ -124,13 +148,8 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
     for variant in workload.variants:
         if on_variant is not None:
             on_variant(variant)
-        probe = probe_function(runner, recipe, variant, budget=limit, is_cpu=is_cpu)
         try:
-            boundary: BatchBoundary = find_max_batch_size(
-                probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
-                memory_limit_bytes=limit,
-                noise_bytes=0 if not is_cpu else None,  # the CUDA allocator's peaks are exact
-            )
+            boundary = boundary_for(runner, recipe, variant, limit=limit, is_cpu=is_cpu)
         except BatchSearchError as exc:  # batch 1 does not fit
             failures[variant] = ("oom", str(exc))
             continue
@@ -141,6 +160,8 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
         sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=recipe.batch.granularity))
         doc = boundary.to_dict(headroom=recipe.batch.headroom)
         doc["memory_measured_by"] = workload.memory_method
+        if is_cpu:
+            doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
         docs[variant] = doc
     return BoundaryOutcome(sizes, docs, failures)
 

@@ -749,11 +749,12 @@ class OnlineDetector:
               cheap AR(1)-corrected CI of mean(values[start:]); if its half-width <= ci_target * mean:
                   a = analyze(values, no CI); stop gates (all must pass, else keep measuring):
                     1. enough values: n >= min_values and n - a.steady_start >= min_after
+                       (>= min_values after a restart: the series has shown it changes)
                     2. stable: a agrees with the previous check (same start or level) and
                        does not move the level
                     3. history: if the level has gone up before (an earlier segment faster
-                       than the steady level: a slowdown, regimes) or a restart happened,
-                       the steady tail must be >= regime_factor x the longest earlier segment
+                       than the steady level: a slowdown, regimes), the steady tail must be
+                       >= regime_factor x the longest earlier segment
                     4. no drift in the tail: least-squares trend, long-run SE, |t| <= drift_t or
                        relative change <= rel_tolerance / 2; and the two halves of the tail
                        the same level (within rel_tolerance or within noise)
@@ -779,7 +780,7 @@ class OnlineDetector:
         *,
         ci_target: float = 0.01,
         max_values: int | None = None,
-        min_values: int = 300,
+        min_values: int = 390,
         min_after: int = 100,
         min_steady: int = 30,
         growth: float = 1.15,
@@ -911,12 +912,16 @@ class OnlineDetector:
         self._prev = a
 
     def _history_blocks(self, a: WarmupAnalysis, start: int, n: int) -> bool:
-        """Gate 3: has the level gone up before (or restarted) without the tail outlasting it?"""
+        """Gate 3: has the level gone up before without the tail outlasting the earlier levels?
+
+        Only a rise counts: falling levels are what warmup looks like, rises are a slowdown or
+        regimes, which may come back.
+        """
         bounds = [0, *(c for c in a.changepoints if c < start), start]
         transient = max(5, n // 200)
         level = a.steady_median or 0.0
         longest = 0
-        went_up = self.restarts > 0
+        went_up = False
         for lo, hi in itertools.pairwise(bounds):
             if hi - lo <= transient:
                 continue
@@ -944,12 +949,21 @@ class OnlineDetector:
         noise = _Equivalence.Z * sigma_lr * math.sqrt(1.0 / h + 1.0 / (m - h))
         return abs(b - a) > max(self.rel_tolerance * abs(b), noise)
 
+    def _min_tail(self) -> int:
+        """Values required after the steady start: ``min_after``, or ``min_values`` after a restart.
+
+        A restart means a level that looked steady moved: the series has shown that it changes,
+        so the new level is trusted no sooner than a series that started with it.
+        """
+        need = self.min_values if self.restarts else self.min_after
+        return max(need, self.min_steady)
+
     def _gate(self, a: WarmupAnalysis, n: int) -> str | None:
         """Name of the first stop gate that ``a`` fails (see the class docstring), or None."""
         start = a.steady_start
         if start is None or self._steady_start is None or self._level_moved(a):
             return "unstable"
-        if n < self.min_values or n - start < max(self.min_after, self.min_steady):
+        if n < self.min_values or n - start < self._min_tail():
             return "too_early"
         if self._prev is None or not self._same_level(a, self._prev):
             return "unstable"
@@ -964,7 +978,9 @@ class OnlineDetector:
         assert start is not None
         half, mean = self._quick_half_width()
         self._next_ci = n + max(1, (n - start) // 20)
-        if n < self.min_values or n - start < self.min_steady or mean <= 0 or half > self.ci_target * mean:
+        if n < self.min_values:  # come back exactly at the floor: stopping later costs every trace
+            self._next_ci = min(self._next_ci, self.min_values)
+        if n < self.min_values or n - start < self._min_tail() or mean <= 0 or half > self.ci_target * mean:
             return
         a = self._analyze(with_ci=False)
         reason = self._gate(a, n)

@@ -363,6 +363,7 @@ def test_to_dict_is_json_with_the_report_fields() -> None:
     assert data["usable_max_batch_size"] == result.usable_max_batch_size(0.2)
     assert len(data["probes"]) == len(result.probes)
     assert set(data["probes"][0]) == {
+        "phase",
         "batch_size",
         "fits",
         "peak_memory_bytes",
@@ -600,3 +601,18 @@ def test_bad_noise_is_an_input_error() -> None:
     for bad in (-1.0, math.inf, math.nan):
         with pytest.raises(InputError, match=r"^noise_bytes: "):
             find_max_batch_size(lambda b: ProbeResult(fits=True), memory_limit_bytes=100, noise_bytes=bad)
+
+
+def test_refine_fixes_an_answer_the_cheap_probes_got_slightly_wrong() -> None:
+    from autotune.batch import refine_max_batch_size
+
+    cheap = SyntheticProbe(boundary=500, intercept_bytes=1e8, bytes_per_sample=1e6, seed=1)
+    rough = find_max_batch_size(cheap, granularity=1, memory_limit_bytes=cheap.memory_limit_bytes)
+    assert rough.max_batch_size == 500
+    for true in (488, 500, 517):  # the faithful probe disagrees a little (or not at all)
+        faithful = SyntheticProbe(boundary=true, intercept_bytes=1e8, bytes_per_sample=1e6, seed=2)
+        fixed = refine_max_batch_size(faithful, rough)
+        assert fixed.max_batch_size == true
+        confirm = [p for p in fixed.probes if p.phase == "confirm"]
+        assert {(p.batch_size, p.fits) for p in confirm} >= {(true, True), (true + 1, False)}
+        assert len(confirm) <= 12

@@ -313,6 +313,7 @@ def test_online_restarts_when_the_level_moves() -> None:
     assert det.restarts >= 1
     a = det.result()
     assert a.steady_start is not None and a.steady_start >= 590
+    assert not det.done or det.consumed >= a.steady_start + det.min_values
     assert a.steady_mean is not None and abs(a.steady_mean / 1.3 - 1) < 0.03
 
 
@@ -327,6 +328,83 @@ def test_online_drift_never_stops_and_max_values_does() -> None:
     assert det.done and det.stopped_by == "max_values" and det.consumed == 500
 
 
+def test_online_stops_exactly_at_the_floor_on_a_flat_trace() -> None:
+    x = 1e-3 * (1.0 + 0.01 * np.random.default_rng(8).standard_normal(3000))
+    for floor in (200, 390):
+        det = OnlineDetector(min_values=floor)
+        _feed(det, x)
+        assert det.done and det.stopped_by == "precision" and det.consumed == floor
+        assert det.result().classification == "flat"
+
+
+def test_online_min_after_counts_from_the_detected_steady_start() -> None:
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.full(20, 1.5), np.full(2980, 1.0)]) * (1.0 + 0.01 * rng.standard_normal(3000))
+    det = OnlineDetector(min_after=100)  # the floor decides
+    _feed(det, x)
+    assert det.done and det.consumed == det.min_values and det.result().steady_start == 20
+    det = OnlineDetector(min_after=500)  # the values after the steady start decide
+    _feed(det, x)
+    assert det.done and det.result().steady_start == 20 and 520 <= det.consumed <= 580
+
+
+def test_online_level_that_went_up_must_outlast_the_earlier_level() -> None:
+    """Fast for 250 values, then 30% slower: the slow level must last 2 x 250 before a stop."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.full(250, 1.0), np.full(3000, 1.3)]) * (1.0 + 0.01 * rng.standard_normal(3250))
+    det = OnlineDetector(regime_factor=2.0)
+    _feed(det, x)
+    a = det.result()
+    assert det.done and a.classification == "slowdown" and a.steady_start == 250
+    assert det.consumed >= 250 + 2 * 250 and det.blocked.get("history", 0) > 0
+    loose = OnlineDetector(regime_factor=0.0)
+    _feed(loose, x)
+    assert loose.done and loose.consumed < det.consumed and "history" not in loose.blocked
+
+
+def test_online_restart_asks_for_min_values_after_the_new_level() -> None:
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.full(150, 2.0), np.full(150, 1.0), np.full(3000, 1.2)])
+    x = x * (1.0 + 0.01 * rng.standard_normal(x.size))
+    det = OnlineDetector(min_values=200)
+    _feed(det, x)
+    a = det.result()
+    assert det.done and det.restarts >= 1 and a.steady_start == 300
+    assert det.consumed >= 300 + det.min_values
+
+
+def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> None:
+    """0.8% per 390 values: the changepoint analysis of the prefix says flat; the trend gate does not."""
+    n = 3000
+    rng = np.random.default_rng(6)
+    x = (1.0 + 2e-5 * np.arange(n)) * (1.0 + 0.002 * rng.standard_normal(n))
+    assert analyze(x[:390]).classification == "flat"
+    det = OnlineDetector()
+    _feed(det, x)
+    assert not det.done and det.blocked.get("drift", 0) > 0
+    assert det.result().classification == "no_steady_state"
+    blind = OnlineDetector(drift_t=1e9)
+    _feed(blind, x)
+    assert blind.done and blind.consumed == blind.min_values
+
+
+@pytest.mark.parametrize("n", [30, 60, 100])
+def test_online_short_series_classify_like_the_offline_analysis(n: int) -> None:
+    """A slow model may only afford tens of samples: result() must still say flat / warmup."""
+    rng = np.random.default_rng(n)
+    flat = 1e-3 * (1.0 + 0.02 * rng.standard_normal(n))
+    warm = np.where(np.arange(n) < 8, 2e-3, 1e-3) * (1.0 + 0.02 * rng.standard_normal(n))
+    cases = [(flat, "flat")] + ([(warm, "warmup")] if n >= 60 else [])
+    for x, cls in cases:
+        det = OnlineDetector()
+        _feed(det, x)
+        assert not det.done and det.consumed == n
+        a = det.result()
+        assert a.classification == cls
+        if cls == "warmup":
+            assert a.steady_start == 8
+
+
 def test_online_result_any_time_and_bad_values() -> None:
     det = OnlineDetector()
     assert det.result().classification == "no_steady_state"  # nothing yet
@@ -337,6 +415,10 @@ def test_online_result_any_time_and_bad_values() -> None:
         det.push(float("nan"))
     with pytest.raises(ValueError):
         OnlineDetector(ci_target=0)
+    with pytest.raises(ValueError):
+        OnlineDetector(regime_factor=-1.0)
+    with pytest.raises(ValueError):
+        OnlineDetector(drift_t=0.0)
 
 
 # ----------------------------------------------------------------------------------------------
