@@ -200,4 +200,4 @@ def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_p
     assert boundary["probes"] and all("peak_memory_bytes" in p for p in boundary["probes"])
     code, stdout, err = run_cli("batch", str(path), "--variant", "eager")
     assert code == 0, err
-    assert "max batch size 40" in stdout and "fitted model" in stdout
+    assert "max batch size 40" in stdout and "confirmed by probes at b and b + granularity" in stdout
