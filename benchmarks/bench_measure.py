@@ -60,10 +60,17 @@ def theirs(fn: Callable[[], Any], seconds: float) -> float:
         return timer.adaptive_autorange(threshold=0.01, max_run_time=seconds).median
 
 
-def overhead(mode: str, seconds: float) -> float:
+def overhead(mode: str, seconds: float) -> tuple[float, float]:
+    """(timed seconds per iteration, wall seconds per iteration) for a no-op callable.
+
+    Timed: what the harness reports (loop + timer reads inside the timed region). Wall: the
+    whole measure_callable call, the detector's re-analyses included, per iteration run.
+    """
+    t0 = time.perf_counter()
     m = measure_callable(lambda: None, batch_size=1, device=torch.device("cpu"),
                          settings=MeasureSettings(mode=mode, ci_target=0.01, max_seconds=seconds))
-    return m.mean_seconds
+    wall = time.perf_counter() - t0
+    return m.mean_seconds, wall / (len(m.samples) * m.iterations_per_sample + 2)
 
 
 def main() -> None:
@@ -92,14 +99,14 @@ def main() -> None:
                                   "ratio of medians", "per-round ratios", "within 3%"]))
     print()
     t0 = time.perf_counter()
-    thr = [overhead("throughput", 1.0) for _ in range(args.rounds)]
-    lat = [overhead("latency", 1.0) for _ in range(args.rounds)]
-    print(tabulate([
-        ["throughput (timed blocks)", f"{statistics.median(thr) * 1e9:.0f}",
-         "PASS" if statistics.median(thr) <= 2e-6 else "FAIL"],
-        ["latency (one timed call per sample)", f"{statistics.median(lat) * 1e9:.0f}",
-         "PASS" if statistics.median(lat) <= 2e-6 else "FAIL"],
-    ], headers=["harness overhead, no-op callable", "ns per iteration (median of rounds)", "<= 2 µs"]))
+    rows = []
+    for mode, label in (("throughput", "throughput (timed blocks)"), ("latency", "latency (one timed call/sample)")):
+        got = [overhead(mode, 1.0) for _ in range(args.rounds)]
+        timed = statistics.median(g[0] for g in got)
+        wall = statistics.median(g[1] for g in got)
+        rows.append([label, f"{timed * 1e9:.0f}", f"{wall * 1e9:.0f}", "PASS" if timed <= 2e-6 else "FAIL"])
+    print(tabulate(rows, headers=["harness overhead, no-op callable", "timed ns/iteration",
+                                  "wall ns/iteration (detector included)", "timed <= 2 µs"]))
     print(f"(overhead rounds took {time.perf_counter() - t0:.1f} s)")
 
 
