@@ -51,6 +51,9 @@ IMPORT_SECONDS = time.perf_counter() - _T0
 #: Seeds: the variant is built on the example batch; the gate uses other, fresh batches.
 BUILD_SEED = 0
 GATE_SEED = 1000
+#: Fresh batches the gate compares: a trace that froze a 50/50 data-dependent branch slips past
+#: n batches with probability 2^-n (3 batches let it through at some batch sizes; 6: 1.6%).
+GATE_BATCHES = 6
 #: Forward passes per memory probe. On CUDA a later call may allocate workspaces (cuDNN autotuning) the
 #: first did not; on CPU the first call is the peak and each call at a large batch costs seconds.
 PROBE_CALLS = {"cuda": 2, "cpu": 1}
@@ -188,6 +191,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             gate = check_variant(
                 lw.model, built,
                 lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=GATE_SEED + s),
+                batches=GATE_BATCHES,
             )
             if not gate.passed:
                 return _outcome("rejected", gate.reason or "outputs differ from eager fp32",

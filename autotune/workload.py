@@ -76,6 +76,9 @@ def resolve_factory(spec: ModelSpec, *, recipe_path: str) -> Any:
 def build_model(recipe: Recipe, *, device: torch.device) -> torch.nn.Module:
     """Call the factory with the recipe's kwargs; the model is in eval mode on ``device``."""
     factory = resolve_factory(recipe.model, recipe_path=recipe.path)
+    # Seeded so every worker (reused, fresh, on another machine) builds the same random weights:
+    # the gate, the memory probes and the measurements then all see one and the same model.
+    torch.manual_seed(recipe.search.seed)
     try:
         model = factory(**dict(recipe.model.kwargs))
     except Exception as exc:

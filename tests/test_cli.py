@@ -201,3 +201,29 @@ def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_p
     code, stdout, err = run_cli("batch", str(path), "--variant", "eager")
     assert code == 0, err
     assert "max batch size 40" in stdout and "confirmed by probes at b and b + granularity" in stdout
+
+
+def test_run_rejects_the_trace_trap_and_never_recommends_it(write_recipe, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = write_recipe("""
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:data_dependent"
+[[inputs]]
+name = "x"
+shape = [16]
+[search]
+variants = ["eager", "trace", "script"]
+batch_sizes = [4, 16]
+[measure]
+max_seconds = 0.3
+""")
+    code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    trace = [c for c in doc["candidates"] if c["variant"] == "trace"]
+    assert trace and all(c["status"] in ("rejected", "pruned") for c in trace), trace
+    rejected = [c for c in trace if c["status"] == "rejected"]
+    assert rejected and rejected[0]["correctness"]["passed"] is False
+    assert rejected[0]["correctness"]["min_cosine"] < 0  # the frozen branch flips the sign
+    assert doc["recommendation"]["variant"] in ("eager", "script")
