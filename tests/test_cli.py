@@ -227,3 +227,15 @@ max_seconds = 0.3
     assert rejected and rejected[0]["correctness"]["passed"] is False
     assert rejected[0]["correctness"]["min_cosine"] < 0  # the frozen branch flips the sign
     assert doc["recommendation"]["variant"] in ("eager", "script")
+
+
+def test_measure_one_configuration(write_recipe) -> None:
+    path = tiny(write_recipe)
+    code, stdout, err = run_cli("measure", str(path), "--variant", "frozen", "--batch-size", "4", "--json")
+    assert code == 0, err
+    row = json.loads(stdout)
+    assert row["status"] == "ok" and row["batch_size"] == 4 and row["variant"] == "frozen"
+    assert row["throughput"] > 0 and row["classification"] in ("flat", "warmup", "slowdown", "no_steady_state")
+    assert row["correctness"]["passed"] is True
+    code, _, err = run_cli("measure", str(path), "--variant", "frozn", "--batch-size", "4")
+    assert_input_error(code, err, "frozn")
