@@ -173,12 +173,6 @@ class Recipe:
             measure=MeasureSpec(**data["measure"]),
         )
 
-    def with_overrides(self, **changes: Any) -> Recipe:
-        """A copy with top-level or section fields replaced (CLI flags such as --device)."""
-        from dataclasses import replace
-
-        return replace(self, **changes)
-
 
 # --------------------------------------------------------------------------- parsing helpers
 

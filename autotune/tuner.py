@@ -180,9 +180,8 @@ def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: Workload, re
 class Progress:
     """tqdm bar: candidates done, the current one, the best so far (silent when disabled)."""
 
-    def __init__(self, *, enabled: bool, total: int, objective: str) -> None:
+    def __init__(self, *, enabled: bool, total: int) -> None:
         self.bar = None
-        self.objective = objective
         self.best: str = "-"
         if enabled:
             from tqdm import tqdm
@@ -266,7 +265,7 @@ def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, 
 
 def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutcome:
     """Run the study's loop with a progress bar (candidates done, current, best so far)."""
-    bar = Progress(enabled=progress, total=len(search.space.combos()), objective=recipe.search.objective)
+    bar = Progress(enabled=progress, total=len(search.space.combos()))
     rows: list[dict[str, Any]] = []
     evaluate = search.evaluate
 

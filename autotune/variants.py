@@ -707,12 +707,10 @@ class _CudaGraphCall:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    """Out of memory is the caller's to classify (``oom``, not ``failed``): same rule as devices.is_oom."""
-    import torch
+    """Out of memory is the caller's to classify (``oom``, not ``failed``): the one rule in devices."""
+    from autotune.devices import is_oom
 
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
-        return True
-    return type(exc) is RuntimeError and "DefaultCPUAllocator" in str(exc)
+    return is_oom(exc)
 
 
 def _silenced_build(stage: str, notes: list[str], body: Callable[[], Any]) -> Any:
