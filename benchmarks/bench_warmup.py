@@ -87,7 +87,7 @@ def offline(t: Trace) -> Outcome:
     return Outcome(a.steady_mean, a.classification, t.values.size, time.perf_counter() - t0)
 
 
-def online(t: Trace, **kw: int) -> Outcome:
+def online(t: Trace, **kw: float) -> Outcome:
     t0 = time.perf_counter()
     det = replay(t.values, **kw)
     a = det.result()
@@ -162,7 +162,7 @@ def fmt(v: float | None, pct: bool = False) -> str:
     return f"{v:.3f}" if not pct else f"{v:.3f}%"
 
 
-def report(title: str, traces: list[Trace], online_variants: dict[str, dict[str, int]]) -> dict[str, dict]:
+def report(title: str, traces: list[Trace], online_variants: dict[str, dict[str, float]]) -> dict[str, dict]:
     methods: dict[str, Callable[[Trace], Outcome]] = {"autotune offline": offline}
     for label, kw in online_variants.items():
         methods[label] = lambda t, kw=kw: online(t, **kw)
@@ -191,7 +191,7 @@ def report(title: str, traces: list[Trace], online_variants: dict[str, dict[str,
     return results
 
 
-def per_shape(traces: list[Trace], online_kw: dict[str, int]) -> None:
+def per_shape(traces: list[Trace], online_kw: dict[str, float]) -> None:
     rows = []
     for shape in sorted({t.shape for t in traces}):
         sub = [t for t in traces if t.shape == shape]
@@ -233,17 +233,36 @@ def targets(title: str, res: dict[str, dict], t2000: tuple[float, float], online
     print(tabulate(rows, headers=["target", "value", "required", "result"], tablefmt="github"))
 
 
+def online_options(text: str) -> dict[str, float]:
+    """``"min_values=390,min_after=100"`` -> keyword arguments of OnlineDetector."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r}: expected KEY=VALUE")
+        out[key.strip()] = float(value) if "." in value else int(value)
+    return out
+
+
+def online_label(kw: dict[str, float]) -> str:
+    inner = ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults"
+    return f"autotune online ({inner})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "warmup-traces",
                    help="directory with *.csv traces and labels.json")
     p.add_argument("--synthetic", type=int, default=240, help="held-out synthetic traces (0: none)")
     p.add_argument("--seed", type=int, default=20240607, help="seed of the held-out synthetic set")
-    p.add_argument("--online-min-values", type=int, nargs="*", default=[390, 300, 600],
-                   help="OnlineDetector(min_values=...) variants to score; the first is the default")
+    p.add_argument("--online", type=online_options, nargs="*",
+                   default=[{}, {"min_values_no_warmup": 390}, {"min_values": 600, "min_values_no_warmup": 600}],
+                   metavar="K=V[,K=V]",
+                   help="OnlineDetector option sets to score ('' = the defaults); the first is checked "
+                        "against the targets")
     args = p.parse_args(argv)
 
-    variants = {f"autotune online (min_values={m})": {"min_values": m} for m in args.online_min_values}
+    variants = {online_label(kw): kw for kw in args.online}
     first_online = next(iter(variants))
     print("# Warmup detection benchmark\n")
     print(f"numpy {np.__version__}; timings on this machine, shared and noisy: compare rows of one run.")

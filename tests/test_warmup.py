@@ -329,12 +329,58 @@ def test_online_drift_never_stops_and_max_values_does() -> None:
 
 
 def test_online_stops_exactly_at_the_floor_on_a_flat_trace() -> None:
+    """No warmup seen: the floor is min_values_no_warmup (never below min_values)."""
     x = 1e-3 * (1.0 + 0.01 * np.random.default_rng(8).standard_normal(3000))
-    for floor in (200, 390):
-        det = OnlineDetector(min_values=floor)
+    for floor in (200, 390, 540):
+        det = OnlineDetector(min_values=200, min_values_no_warmup=floor)
         _feed(det, x)
         assert det.done and det.stopped_by == "precision" and det.consumed == floor
         assert det.result().classification == "flat"
+    det = OnlineDetector(min_values=300, min_values_no_warmup=100)
+    _feed(det, x)
+    assert det.consumed == 300
+
+
+def test_online_a_seen_warmup_lowers_the_floor() -> None:
+    """Warmup over at 20: stop at min_values; the same values without the warmup wait longer."""
+    rng = np.random.default_rng(17)
+    noise = 1.0 + 0.01 * rng.standard_normal(3000)
+    warm = np.where(np.arange(3000) < 20, 1.5, 1.0) * noise
+    det = OnlineDetector(min_values=390, min_values_no_warmup=540)
+    _feed(det, warm)
+    assert det.done and det.consumed == 390 and det.result().steady_start == 20
+    det = OnlineDetector(min_values=390, min_values_no_warmup=540)
+    _feed(det, noise)
+    assert det.done and det.consumed == 540
+
+
+@pytest.mark.parametrize(("before", "change_at"), [(1.5, 400), (0.7, 500)])
+def test_online_catches_a_change_after_a_flat_prelude(before: float, change_at: int) -> None:
+    """A long flat warmup (step down at 400) or a slowdown at 500: nothing before the change
+    says it will come, so only the no-warmup floor catches it; a 390-value floor stops blind."""
+    rng = np.random.default_rng(change_at)
+    x = np.where(np.arange(3000) < change_at, before, 1.0) * (1.0 + 0.01 * rng.standard_normal(3000))
+    truth = float(x[change_at:].mean())
+    det = OnlineDetector()
+    _feed(det, x)
+    a = det.result()
+    assert det.done and det.consumed > change_at and a.steady_start == change_at
+    assert a.steady_mean is not None and abs(a.steady_mean / truth - 1) < 0.005
+    blind = OnlineDetector(min_values_no_warmup=390)
+    _feed(blind, x)
+    assert blind.done and blind.consumed == 390 and blind.result().steady_mean is not None
+    assert abs(blind.result().steady_mean / truth - 1) > 0.2
+
+
+def test_online_late_warmup_is_not_charged_like_a_slowdown() -> None:
+    """Steady declared on a flat start, then the level drops at 200 (a warmup seen late): the new
+    level needs min_after_restart values, not min_values as after a level that went up."""
+    rng = np.random.default_rng(21)
+    x = np.where(np.arange(3000) < 200, 1.3, 1.0) * (1.0 + 0.01 * rng.standard_normal(3000))
+    det = OnlineDetector(min_values=390, min_after_restart=250)
+    _feed(det, x)
+    assert det.done and det.restarts >= 1 and det.rises == 0
+    assert det.result().steady_start == 200 and 450 <= det.consumed < 200 + 390
 
 
 def test_online_min_after_counts_from_the_detected_steady_start() -> None:
@@ -385,7 +431,7 @@ def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> N
     assert det.result().classification == "no_steady_state"
     blind = OnlineDetector(drift_t=1e9)
     _feed(blind, x)
-    assert blind.done and blind.consumed == blind.min_values
+    assert blind.done and blind.consumed == blind.min_values_no_warmup
 
 
 @pytest.mark.parametrize("n", [30, 60, 100])
