@@ -181,9 +181,10 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from autotune.boundaries import find_boundaries
     from autotune.runner import Runner
     from autotune.sizes import format_size
-    from autotune.tuner import find_boundaries, validate
+    from autotune.tuner import validate
 
     recipe = _load(args.recipe, device=args.device)
     if args.memory_budget is not None:

@@ -1,7 +1,7 @@
 """The tuning pipeline behind ``autotune run``: validate → batch boundary → search → report.
 
 This module wires the pieces together and owns nothing clever itself: the worker protocol is
-in :mod:`autotune.runner`, the boundary search in :mod:`autotune.batch`, the study in
+in :mod:`autotune.runner`, the batch boundaries in :mod:`autotune.boundaries`, the study in
 :mod:`autotune.search`, the documents in :mod:`autotune.report`. No torch import: everything
 that touches torch happens in the worker.
 """
@@ -16,21 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__
-from autotune.batch import (
-    BatchBoundary,
-    ProbeResult,
-    candidate_batch_sizes,
-    find_max_batch_size,
-    refine_max_batch_size,
-)
+from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record, pareto_front
-from autotune.errors import AutotuneError, BatchSearchError, InputError, VariantError, WorkloadError
+from autotune.errors import AutotuneError, InputError, WorkloadError
 from autotune.recipe import Recipe
 from autotune.runner import Runner
-from autotune.search import Search, SearchOutcome, SearchSettings, SearchSpace, recipe_fingerprint
+from autotune.search import Search, SearchOutcome, SearchSettings, SearchSpace, open_study, recipe_fingerprint
 
-#: Default CPU memory budget: this fraction of the memory available when the run starts.
-DEFAULT_BUDGET_FRACTION = 0.5
 #: Seconds allowed for validating the workload (build + one forward) in a fresh worker.
 VALIDATE_TIMEOUT = 600.0
 TORCHSCRIPT_NOTE = (
@@ -77,93 +69,6 @@ def validate(runner: Runner, recipe: Recipe) -> Workload:
         host_memory_available=res["host_memory_available"],
         device_memory_capacity=res["device_memory_capacity"],
     )
-
-
-def memory_limit(recipe: Recipe, workload: Workload) -> int | None:
-    """The boundary's limit: the recipe's CPU budget, else a fraction of available memory; GPU capacity."""
-    if workload.device.startswith("cuda"):
-        return workload.device_memory_capacity
-    if recipe.batch.memory_budget_bytes is not None:
-        return recipe.batch.memory_budget_bytes
-    if workload.host_memory_available is None:
-        return None
-    return int(workload.host_memory_available * DEFAULT_BUDGET_FRACTION)
-
-
-def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, is_cpu: bool
-                   ) -> Callable[[int], ProbeResult]:
-    """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit"."""
-    recipe_data = recipe.to_dict()
-
-    def probe(batch_size: int) -> ProbeResult:
-        res = runner.call(
-            {"op": "probe", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
-             "memory_budget_bytes": budget if is_cpu else None},
-            timeout=recipe.measure.timeout_s,
-        )
-        crash = res.get("crash")
-        if crash is not None and crash.killed_by_kernel:
-            return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
-        if res["status"] == "failed":
-            raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
-        return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
-                           error=res.get("reason") or None, baseline_bytes=res.get("baseline_bytes"))
-
-    return probe
-
-
-@dataclass(frozen=True)
-class BoundaryOutcome:
-    batch_sizes: dict[str, tuple[int, ...]]
-    documents: dict[str, dict[str, Any]]
-    failures: dict[str, tuple[str, str]]  # variant -> (status, reason)
-
-
-def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | None, is_cpu: bool) -> BatchBoundary:
-    """Search in the (reused) worker; on CPU, confirm the answer with fresh-process probes.
-
-    The reused worker carries state from earlier probes (baseline drift, allocator caches), a
-    deployment starts fresh: the fresh probes at b and b + granularity are the ground truth, and
-    the cheap search only has to land near it. The CUDA allocator's peaks are exact per process.
-    """
-    probe = probe_function(runner, recipe, variant, budget=limit, is_cpu=is_cpu)
-    boundary = find_max_batch_size(
-        probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
-        memory_limit_bytes=limit, noise_bytes=None if is_cpu else 0,
-    )
-    if not is_cpu:
-        return boundary
-    with Runner(reuse=False) as fresh:
-        return refine_max_batch_size(probe_function(fresh, recipe, variant, budget=limit, is_cpu=True), boundary)
-
-
-def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
-                    on_variant: Callable[[str], None] | None = None) -> BoundaryOutcome:
-    """Per variant: the largest batch that fits, and the batch sizes the search may use."""
-    limit = memory_limit(recipe, workload)
-    is_cpu = workload.device == "cpu"
-    sizes: dict[str, tuple[int, ...]] = {}
-    docs: dict[str, dict[str, Any]] = {}
-    failures: dict[str, tuple[str, str]] = {}
-    for variant in workload.variants:
-        if on_variant is not None:
-            on_variant(variant)
-        try:
-            boundary = boundary_for(runner, recipe, variant, limit=limit, is_cpu=is_cpu)
-        except BatchSearchError as exc:  # batch 1 does not fit
-            failures[variant] = ("oom", str(exc))
-            continue
-        except VariantError as exc:  # the variant cannot even be built or run
-            failures[variant] = ("failed", str(exc))
-            continue
-        usable = boundary.usable_max_batch_size(recipe.batch.headroom)
-        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=recipe.batch.granularity))
-        doc = boundary.to_dict(headroom=recipe.batch.headroom)
-        doc["memory_measured_by"] = workload.memory_method
-        if is_cpu:
-            doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
-        docs[variant] = doc
-    return BoundaryOutcome(sizes, docs, failures)
 
 
 def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: Workload, recipe: Recipe, first_trial: int
@@ -218,7 +123,11 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
-            boundary = find_boundaries(runner, recipe, workload)
+            # open the study first: a wrong --study fails before any probing, and a resumed
+            # run takes the boundaries it already found (autotune.boundaries: reuse rule)
+            study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0),
+                               recipe_data=recipe.to_dict())
+            boundary = find_boundaries(runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR))
             batch_sizes = boundary.batch_sizes
         else:
             fixed = tuple(recipe.search.batch_sizes)
@@ -231,6 +140,8 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
         search.study.set_user_attr("batch_boundary", boundary.documents)
+        if boundary.key is not None:
+            search.study.set_user_attr(STATE_ATTR, boundary.state())
         outcome = _run_search(search, recipe, progress=options.progress)
         worker_stats = runner.stats
     rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)

@@ -56,9 +56,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from autotune.batch import ProbeResult, SyntheticProbe, find_max_batch_size
+from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import InputSpec, ModelSpec, Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import find_boundaries, probe_function, validate
+from autotune.tuner import validate
 
 MAX_BATCH = 65536
 GIB = 1024**3
@@ -366,7 +367,7 @@ def run_real(
 ) -> tuple[list[object], list[list[object]], bool]:
     """Search the boundary, then probe b and b + g again, each in a fresh worker process.
 
-    ``mode`` ``reused``: the product's path (``tuner.find_boundaries``: the search in one reused
+    ``mode`` ``reused``: the product's path (``boundaries.find_boundaries``: the search in one reused
     worker, then the answer confirmed and fixed by fresh-process probes, as ``autotune run`` does);
     ``fresh``: every probe of the search in a new worker.
     """

@@ -3,7 +3,7 @@
 The model adds a known, large amount of memory per sample (two 3 MiB tensors) and runs no
 oneDNN kernels, so the worker's resident-set peak moves by well under a MiB between runs and
 between a reused worker and a fresh one; the budget is set half a sample between two batch
-sizes. The answer of ``tuner.find_boundaries`` (one reused worker, as ``autotune run``) must
+sizes. The answer of ``boundaries.find_boundaries`` (one reused worker, as ``autotune run``) must
 then be confirmed by probes at b (fits) and b + 1 (does not), each in a worker of its own.
 """
 
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from autotune.batch import ProbeResult
+from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import find_boundaries, probe_function, validate
+from autotune.tuner import validate
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(

@@ -198,6 +198,14 @@ def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_p
     measured = {c["batch_size"] for c in doc["candidates"] if c["status"] == "ok"}
     assert measured and max(measured) <= boundary["usable_max_batch_size"]
     assert boundary["probes"] and all("peak_memory_bytes" in p for p in boundary["probes"])
+    assert "reused_from_study" not in boundary
+    # resumed: the study already knows the boundary, so nothing is probed or measured again
+    code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    again = json.loads((out / "report.json").read_text())
+    assert again["batch_boundary"]["eager"]["reused_from_study"] is True
+    assert again["batch_boundary"]["eager"]["probes"] == boundary["probes"]
+    assert again["search"]["measured_this_run"] == 0
     code, stdout, err = run_cli("batch", str(path), "--variant", "eager")
     assert code == 0, err
     assert "max batch size 40" in stdout and "confirmed by probes at b and b + granularity" in stdout
