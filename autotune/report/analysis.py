@@ -1,0 +1,363 @@
+"""What the document means: the candidates ranked, and the sentences that explain the recommendation.
+
+Every rendering (console, report.md, report.html) shows the same ranking and the same reasons,
+so they are computed here once, as plain text; the renderers only lay them out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from autotune.candidate import pessimistic_score
+from autotune.report.document import normalise_report
+from autotune.report.format import (
+    candidate_label,
+    ci_bounds,
+    constrained_percentile,
+    fmt_bytes,
+    fmt_ms,
+    fmt_percent,
+    fmt_rate,
+    fmt_sci,
+    fmt_seconds,
+    latency_ms,
+    measured_candidates,
+    no_steady_state,
+    recipe_constraints,
+    relative_half_width,
+    short_list,
+    study_objective,
+)
+from autotune.report.schema import is_int, is_number
+
+#: Order of statuses that were not measured, after the measured ones.
+_UNMEASURED_ORDER = {"rejected": 0, "oom": 1, "pruned": 2, "failed": 3}
+#: A CI half-width above this fraction of the mean is worth a warning.
+_WIDE_CI = 0.05
+
+
+def is_feasible(c: Mapping[str, Any]) -> bool:
+    return c.get("status") == "ok" and c.get("feasible") is not False and not c.get("violations")
+
+
+def same_candidate(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Is ``a`` the candidate ``b`` (by trial number when both have one)?"""
+    if a is None or b is None:
+        return False
+    if a.get("trial") is not None and b.get("trial") is not None:
+        return bool(a["trial"] == b["trial"])
+    keys = ("variant", "batch_size", "precision", "memory_format", "threads")
+    return all(a.get(key) == b.get(key) for key in keys)
+
+
+def rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Candidates best first under the study's objective (see ``rank_candidates``)."""
+    objective = study_objective(doc)
+    latency_key = constrained_percentile(doc)
+    front = set(doc.get("pareto") or [])
+
+    def key(c: Mapping[str, Any]) -> tuple[Any, ...]:
+        trial = c.get("trial") if is_int(c.get("trial")) else 1 << 30
+        tie = (trial, str(c.get("variant")), c.get("batch_size") or 0)
+        if c.get("status") != "ok":
+            return (2, _UNMEASURED_ORDER.get(str(c.get("status")), 9), 0, 0.0, *tie)
+        group = 0 if is_feasible(c) else 1
+        # The same rule as the recommendation (autotune.candidate.best_row): the pessimistic end
+        # of the CI, so a noisy number cannot outrank a precise one by luck.
+        if objective == "pareto":
+            score = pessimistic_score(c, objective="throughput")
+            return (group, 0 if c.get("trial") in front else 1, 0, score, *tie)
+        score = pessimistic_score(c, objective=objective, latency_percentile=latency_key)
+        return (group, 0, 0, score, *tie)
+
+    return [dict(c) for c in sorted(doc.get("candidates") or [], key=key)]
+
+
+def is_eager(c: Mapping[str, Any]) -> bool:
+    """The default PyTorch execution: eager, fp32, contiguous, default threads."""
+    if c.get("compiler") is not None or c.get("precision") is not None:
+        return (
+            c.get("compiler") in (None, "eager")
+            and c.get("precision") in (None, "fp32", "float32")
+            and c.get("memory_format") in (None, "contiguous", "contiguous_format")
+            and c.get("threads") is None
+        )
+    return c.get("variant") == "eager"
+
+
+def _best(candidates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    measured = measured_candidates(candidates)
+    return max(measured, key=lambda c: c["throughput"]) if measured else None
+
+
+def eager_comparison(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
+    """One sentence comparing the recommendation with eager at the same batch size."""
+    candidates = doc.get("candidates") or []
+    eager = [c for c in candidates if is_eager(c)]
+    if is_eager(rec):
+        return "This is plain eager PyTorch: no variant beat the default execution."
+    batch = rec.get("batch_size")
+    same_batch = [c for c in eager if c.get("batch_size") == batch]
+    baseline = _best(same_batch)
+    rate = rec.get("throughput")
+    if baseline is not None and is_number(rate):
+        speedup = rate / baseline["throughput"]
+        text = (
+            f"{speedup:.2f}× the throughput of eager at batch {batch} "
+            f"({fmt_rate(rate)} vs {fmt_rate(baseline['throughput'])} samples/s)"
+        )
+        p50_rec, p50_base = latency_ms(rec, "p50"), latency_ms(baseline, "p50")
+        if p50_rec is not None and p50_base is not None:
+            text += f"; p50 latency {fmt_ms(p50_rec)} ms vs {fmt_ms(p50_base)} ms"
+        mem_rec, mem_base = rec.get("peak_memory_bytes"), baseline.get("peak_memory_bytes")
+        if is_number(mem_rec) and is_number(mem_base):
+            text += f"; peak memory {fmt_bytes(mem_rec)} vs {fmt_bytes(mem_base)}"
+        return text + "."
+    unmeasured = next((c for c in same_batch if c.get("status") != "ok"), None)
+    best_eager = _best(eager)
+    text = f"Eager was not measured at batch {batch}" + (
+        f" ({unmeasured['status']}: {unmeasured.get('reason') or 'no reason given'})"
+        if unmeasured
+        else " (not tried)"
+    )
+    if best_eager is not None and is_number(rate):
+        text += (
+            f"; against the best eager configuration (batch {best_eager['batch_size']}, "
+            f"{fmt_rate(best_eager['throughput'])} samples/s) it is "
+            f"{rate / best_eager['throughput']:.2f}× faster"
+        )
+    return text + "."
+
+
+def _runner_up(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
+    ranked = [c for c in rank(doc) if is_feasible(c) and not same_candidate(c, rec)]
+    if not ranked:
+        return None
+    other = ranked[0]
+    objective = study_objective(doc)
+    if objective == "latency":
+        key = constrained_percentile(doc)
+        a, b = latency_ms(rec, key), latency_ms(other, key)
+        if a is None or b is None or not a:
+            return None
+        return (
+            f"Runner-up: {candidate_label(other)} at {key} {fmt_ms(b)} ms ({(b / a - 1) * 100:+.1f}% vs "
+            f"{fmt_ms(a)} ms)."
+        )
+    rate, other_rate = rec.get("throughput"), other.get("throughput")
+    if not (is_number(rate) and is_number(other_rate)) or not rate:
+        return None
+    text = (
+        f"Runner-up: {candidate_label(other)} at {fmt_rate(other_rate)} samples/s "
+        f"({(other_rate / rate - 1) * 100:+.1f}%)."
+    )
+    ci_a, ci_b = ci_bounds(rec), ci_bounds(other)
+    if ci_a is not None and ci_b is not None:
+        if ci_a[0] <= ci_b[1] and ci_b[0] <= ci_a[1]:
+            text += (
+                " Their 95% confidence intervals overlap: on this machine the two are not "
+                "distinguishable, prefer the simpler one if that matters."
+            )
+        else:
+            text += " The confidence intervals do not overlap."
+    return text
+
+
+def why_points(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> list[str]:
+    """The reasons to trust (or distrust) the recommendation, in plain text."""
+    points: list[str] = []
+    comparison = eager_comparison(doc, rec)
+    if comparison:
+        points.append(comparison)
+    runner = _runner_up(doc, rec)
+    if runner:
+        points.append(runner)
+    correctness = rec.get("correctness")
+    if isinstance(correctness, Mapping):
+        if correctness.get("passed"):
+            details = ", ".join(
+                f"{label} {fmt(correctness[key])}"
+                for key, label, fmt in (
+                    ("max_abs_error", "max abs error", fmt_sci),
+                    ("max_rel_error", "max rel error", fmt_sci),
+                    ("min_cosine", "min cosine", lambda v: f"{v:.6f}"),
+                )
+                if is_number(correctness.get(key))
+            )
+            batches = correctness.get("batches")
+            points.append(
+                "Outputs match the eager fp32 reference"
+                + (f" ({details}" + (f", {batches} batches)" if batches else ")") if details else "")
+                + "."
+            )
+        else:
+            points.append(
+                f"Correctness check did not pass: {correctness.get('reason') or 'no reason given'}."
+            )
+    elif not is_eager(rec):
+        points.append("No correctness check was recorded for this configuration.")
+    constraints = recipe_constraints(doc)
+    checks = []
+    if is_number(constraints.get("max_latency_ms")):
+        key = constrained_percentile(doc)
+        checks.append(
+            f"{key} {fmt_ms(latency_ms(rec, key))} ms (limit {fmt_ms(constraints['max_latency_ms'])} ms)"
+        )
+    if is_number(constraints.get("max_memory_bytes")):
+        checks.append(
+            f"peak memory {fmt_bytes(rec.get('peak_memory_bytes'))} "
+            f"(limit {fmt_bytes(constraints['max_memory_bytes'])})"
+        )
+    if checks:
+        verdict = "Meets the constraints" if is_feasible(rec) else "Violates the constraints"
+        points.append(f"{verdict}: {'; '.join(checks)}.")
+    boundary = (doc.get("batch_boundary") or {}).get(rec.get("variant"))
+    if isinstance(boundary, Mapping) and is_int(boundary.get("max_batch_size")):
+        usable = boundary.get("usable_max_batch_size")
+        points.append(
+            f"Largest batch that fits for {rec.get('variant')}: {boundary['max_batch_size']}"
+            + (f" (usable with headroom: {usable})" if is_int(usable) else "")
+            + "."
+        )
+    points.append(_steadiness(rec))
+    return points
+
+
+def _steadiness(c: Mapping[str, Any]) -> str:
+    classification = c.get("classification")
+    warmup = c.get("warmup_iterations")
+    half = relative_half_width(c)
+    samples = c.get("samples")
+    precision = (f"95% CI half-width {fmt_percent(half)}" if half is not None else "no CI recorded") + (
+        f" from {samples} samples" + (f" (stopped by {c['stopped_by']})" if c.get("stopped_by") else "")
+        if samples
+        else ""
+    )
+    if classification == "no_steady_state":
+        return (
+            f"No steady state was reached: the timings kept drifting, so the throughput is an "
+            f"average of a moving series, not a stable rate ({precision})."
+        )
+    if classification == "slowdown":
+        return f"The timings slowed down after warmup (classification slowdown); {precision}."
+    if warmup is not None:
+        return (
+            f"Steady state after {warmup} warmup iterations (classification {classification}); {precision}."
+        )
+    return f"Steady state: {classification or 'not classified'}; {precision}."
+
+
+_MEASURED_VALUE = re.compile(
+    r"^(?P<what>.*?)\s+[-+]?[\d.,]+(?:e[-+]?\d+)?\s*(?:ms|B|KiB|MiB|GiB|%)?\s*(?P<op>[<>]=?)"
+)
+
+
+def violation_kind(violation: str) -> str:
+    """``p99 latency 28 ms > SLO 0.5 ms`` -> ``p99 latency > SLO 0.5 ms``: the measured value
+    dropped, so that candidates breaking the same limit fall into one group."""
+    match = _MEASURED_VALUE.match(violation)
+    return f"{match['what']} {violation[match.start('op') :]}" if match else violation
+
+
+def failure_groups(candidates: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, list[str]]]:
+    """Unmeasured or infeasible candidates grouped by (status, reason): why nothing else won.
+
+    Constraint violations are grouped by the limit they break, not by the measured value."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for c in candidates:
+        if c.get("status") == "ok":
+            if is_feasible(c):
+                continue
+            kinds = [violation_kind(v) for v in c.get("violations") or []]
+            status, reason = "violates", "; ".join(kinds) or "infeasible"
+        else:
+            status, reason = str(c.get("status")), c.get("reason") or "no reason given"
+        groups.setdefault((status, reason), []).append(candidate_label(c))
+    return [(status, reason, labels) for (status, reason), labels in groups.items()]
+
+
+def _derived_notes(doc: Mapping[str, Any]) -> list[str]:
+    """Warnings computed from the candidates, and the candidates' own build notes (each once,
+    with the variants it concerns), added after the document's notes."""
+    candidates = doc.get("candidates") or []
+    measured = [c for c in candidates if c.get("status") == "ok"]
+    own = " ".join(doc.get("notes") or []).lower()
+    notes = []
+    checks: list[tuple[Callable[[Mapping[str, Any]], bool], str, str]] = [
+        (
+            no_steady_state,
+            "no steady state",
+            "never reached a steady state; their numbers are averages of drifting timings",
+        ),
+        (
+            lambda c: c.get("classification") == "slowdown",
+            "slowdown",
+            "slowed down after warmup (classification slowdown)",
+        ),
+        (
+            lambda c: (relative_half_width(c) or 0) > _WIDE_CI,
+            "ci wider",
+            f"have a 95% CI wider than ±{_WIDE_CI:.0%}: the machine was noisy or the budget short",
+        ),
+        (
+            lambda c: is_int(c.get("recompiles")) and c["recompiles"] > 0,
+            "recompile",
+            "recompiled during measurement (the timings include compilation)",
+        ),
+    ]
+    for predicate, phrase, message in checks:
+        hits = [candidate_label(c) for c in measured if predicate(c)]
+        if hits and phrase not in own:  # the orchestrator may have said so already
+            notes.append(f"{len(hits)} measured candidate(s) {message}: {short_list(hits)}.")
+    by_note: dict[str, list[str]] = {}
+    for c in candidates:
+        for note in c.get("notes") or []:
+            variants = by_note.setdefault(str(note), [])
+            if c.get("variant") not in variants:
+                variants.append(str(c.get("variant")))
+    for note, variants in by_note.items():
+        if note.lower() not in own:
+            notes.append(f"{note} ({short_list(variants)})")
+    return notes
+
+
+def search_summary(doc: Mapping[str, Any]) -> str:
+    search = doc.get("search") or {}
+    parts = [
+        f"{search['trials']} trials" if is_int(search.get("trials")) else None,
+        f"in {fmt_seconds(search['wall_seconds'])}" if is_number(search.get("wall_seconds")) else None,
+        f"sampler {search['sampler']}" if search.get("sampler") else None,
+        f"objective {study_objective(doc)}",
+        f"stopped: {search['stopped_by']}" if search.get("stopped_by") else None,
+    ]
+    return ", ".join(p for p in parts if p)
+
+
+def constraints_text(doc: Mapping[str, Any]) -> str | None:
+    constraints = recipe_constraints(doc)
+    parts = []
+    if is_number(constraints.get("max_latency_ms")):
+        parts.append(f"{constrained_percentile(doc)} latency ≤ {constraints['max_latency_ms']:g} ms")
+    if is_number(constraints.get("max_memory_bytes")):
+        parts.append(f"peak memory ≤ {fmt_bytes(constraints['max_memory_bytes'])}")
+    return ", ".join(parts) if parts else None
+
+
+def all_notes(doc: Mapping[str, Any]) -> list[str]:
+    """The document's own notes, then the derived ones."""
+    return [*(doc.get("notes") or []), *_derived_notes(doc)]
+
+
+def rank_candidates(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Candidates best first under the study's objective.
+
+    Order: measured and feasible (by the objective), measured but violating a constraint
+    (same order), then unmeasured by status (rejected, oom, pruned, failed), each by trial.
+    Within the measured groups the order is ``candidate.pessimistic_score`` (the recommendation
+    is chosen the same way). Objectives: ``throughput`` - lower 95% CI bound of samples/s
+    descending; ``latency`` - the recipe's ``constraints.latency_percentile`` (p99) ascending;
+    ``pareto`` - members of the Pareto front first, each group by throughput. Ties: by trial number.
+    """
+    return rank(normalise_report(doc))

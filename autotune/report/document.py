@@ -1,0 +1,206 @@
+"""The stored document: normalisation, the canonical report.json text, and loading it back.
+
+The orchestrator builds one plain JSON-able dict and hands it to the report; this module turns it
+into the single source of truth. ``report.json`` is written first and ``autotune report DIR``
+re-renders the other files from it, so every rendering is a pure function of the document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import InputError
+from autotune.report.schema import CANDIDATE_FIELDS, PERCENTILES, REPORT_FILES, show, validate_report
+
+
+def _plain(value: Any, path: str) -> Any:
+    """JSON-able copy: tuples -> lists, numpy scalars/arrays -> Python, non-finite floats -> null."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item, f"{path}.{key}") for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, without importing numpy
+    if callable(tolist):
+        return _plain(tolist(), path)
+    raise InputError(f"{path}: cannot be stored in report.json ({type(value).__name__} {show(value)})")
+
+
+def normalise_report(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A validated, JSON-able deep copy with optional sections filled in.
+
+    NaN and infinities become ``null`` (JSON has no spelling for them and a NaN throughput
+    means "not measured"); ``batch_boundary`` defaults to ``{}``, ``pareto`` and ``notes`` to
+    ``[]``. The input is not modified.
+    """
+    if not isinstance(doc, Mapping):
+        raise InputError(f"report: expected a JSON object, got {show(doc)}")
+    plain = _plain(doc, "report")
+    for key, default in (("batch_boundary", {}), ("pareto", []), ("notes", [])):
+        if plain.get(key) is None:
+            plain[key] = default
+    validate_report(plain)
+    return plain
+
+
+
+_ORDER_TOP = (
+    "schema",
+    "tool",
+    "created",
+    "recipe",
+    "environment",
+    "search",
+    "recommendation",
+    "candidates",
+    "pareto",
+    "batch_boundary",
+    "notes",
+)
+_ORDER_CANDIDATE = tuple(CANDIDATE_FIELDS)
+_ORDER_RECIPE = (
+    "path",
+    "name",
+    "description",
+    "device",
+    "model",
+    "inputs",
+    "variants",
+    "precisions",
+    "batch_sizes",
+    "objective",
+    "constraints",
+    "time_budget_s",
+)
+_ORDER_BOUNDARY = (
+    "max_batch_size",
+    "usable_max_batch_size",
+    "headroom",
+    "memory_limit_bytes",
+    "memory_measured_by",
+    "model",
+    "probes",
+)
+_ORDER_PROBE = ("batch_size", "fits", "peak_memory_bytes", "seconds", "error")
+_ORDER_LATENCY = PERCENTILES
+_ORDER_SEARCH = ("trials", "wall_seconds", "sampler", "objective", "study_name", "storage", "stopped_by")
+
+
+def _ordered(mapping: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    """Known keys in their documented order, then any others sorted: the same document always
+    serialises to the same bytes, and a human finds ``schema`` first."""
+    known = [key for key in order if key in mapping]
+    rest = sorted(key for key in mapping if key not in order)
+    return {key: mapping[key] for key in [*known, *rest]}
+
+
+def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
+    def candidate(c: Any) -> Any:
+        if not isinstance(c, Mapping):
+            return c
+        out = _ordered(c, _ORDER_CANDIDATE)
+        if isinstance(out.get("latency_ms"), Mapping):
+            out["latency_ms"] = _ordered(out["latency_ms"], _ORDER_LATENCY)
+        if isinstance(out.get("correctness"), Mapping):
+            out["correctness"] = _ordered(out["correctness"], ())
+        return out
+
+    def sorted_deep(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: sorted_deep(value[key]) for key in sorted(value)}
+        if isinstance(value, list):
+            return [sorted_deep(item) for item in value]
+        return value
+
+    out = _ordered(doc, _ORDER_TOP)
+    if isinstance(out.get("recipe"), Mapping):
+        recipe = {key: sorted_deep(value) for key, value in out["recipe"].items()}
+        out["recipe"] = _ordered(recipe, _ORDER_RECIPE)
+    if isinstance(out.get("environment"), Mapping):
+        out["environment"] = sorted_deep(out["environment"])
+    if isinstance(out.get("search"), Mapping):
+        out["search"] = _ordered(out["search"], _ORDER_SEARCH)
+    if isinstance(out.get("tool"), Mapping):
+        out["tool"] = _ordered(out["tool"], ("name", "version"))
+    out["candidates"] = [candidate(c) for c in out.get("candidates", [])]
+    out["recommendation"] = candidate(out.get("recommendation"))
+    boundary = out.get("batch_boundary")
+    if isinstance(boundary, Mapping):
+        out["batch_boundary"] = {
+            variant: {
+                **_ordered(entry, _ORDER_BOUNDARY),
+                **(
+                    {"probes": [_ordered(p, _ORDER_PROBE) for p in entry["probes"]]}
+                    if isinstance(entry.get("probes"), list)
+                    else {}
+                ),
+            }
+            for variant, entry in sorted(boundary.items())
+        }
+    return out
+
+
+def _dumps(value: Any, indent: int = 0) -> str:
+    """Pretty JSON that keeps lists of scalars (timing traces, shapes) on one line.
+
+    ``json.dumps(indent=2)`` would put each of a few thousand trace samples on its own line.
+    """
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        items = [
+            f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {_dumps(v, indent + 1)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        if all(not isinstance(item, Mapping | list) for item in value):
+            return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return "[\n" + ",\n".join(inner + _dumps(item, indent + 1) for item in value) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def report_json(doc: Mapping[str, Any]) -> str:
+    """The report.json text of a normalised document: canonical key order, one trailing newline."""
+    return _dumps(_canonical(doc)) + "\n"
+
+
+
+
+def load_report(path: Path | str) -> dict[str, Any]:
+    """Read and validate a stored report.json (or a directory holding one); errors name the file."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / REPORT_FILES[0]
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{file}: no such report file") from None
+    except OSError as error:
+        raise InputError(f"{file}: cannot read ({error.strerror or error})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(
+            f"{file}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
+        ) from None
+    try:
+        return normalise_report(doc)
+    except InputError as error:
+        raise InputError(f"{file}: {error}") from None
+

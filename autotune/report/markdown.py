@@ -1,0 +1,131 @@
+"""report.md: the report as GitHub-flavoured markdown, with the plots as linked PNG files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autotune.environment import summary_line
+from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
+from autotune.report.document import normalise_report
+from autotune.report.format import short_list, study_objective
+from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES
+from autotune.report.reproduce import measure_line, reproduce_script
+from autotune.report.sections import (
+    PROBE_HEADERS,
+    boundary_summary,
+    byline,
+    candidate_rows,
+    environment_rows,
+    headline,
+    probe_rows,
+    recipe_rows,
+    title,
+)
+
+
+def _md_cell(value: Any) -> str:
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = [
+        "| " + " | ".join(_md_cell(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) -> str:
+    """report.md for a normalised document (see ``render_markdown``)."""
+    rec = doc.get("recommendation")
+    env = doc.get("environment") or {}
+    out = [f"# {title(doc)}", ""]
+    description = (doc.get("recipe") or {}).get("description")
+    if description:
+        out += [str(description), ""]
+    out += [f"_{byline(doc)}_  ", f"Machine: {summary_line(env)}  ", f"Search: {search_summary(doc)}", ""]
+
+    if rec is not None:
+        out += [
+            "## Recommendation",
+            "",
+            _md_table(["", ""], [[f"**{k}**", v] for k, v in headline(rec)]),
+            "",
+        ]
+        out += ["### Why", ""] + [f"- {point}" for point in why_points(doc, rec)] + [""]
+    else:
+        out += [
+            "## No feasible configuration",
+            "",
+            "No candidate was measured successfully within the constraints. Reasons:",
+            "",
+        ]
+        groups = failure_groups(doc.get("candidates") or [])
+        out += [
+            f"- **{status}** ({len(labels)}): {reason} — {short_list(labels)}"
+            for status, reason, labels in groups
+        ] or ["- no candidate was evaluated"]
+        out.append("")
+
+    if plot_files:
+        out += ["## Plots", ""]
+        for name in PLOT_NAMES:
+            if name in plot_files:
+                out += [f"![{name}]({plot_files[name]})", "", f"_{PLOT_CAPTIONS[name]}_", ""]
+
+    headers, rows, _ = candidate_rows(doc)
+    out += [
+        "## Candidates",
+        "",
+        f"Best first by the objective ({study_objective(doc)}); ★ marks the recommendation, "
+        "~ a throughput without a steady state.",
+        "",
+    ]
+    out += [_md_table(headers, rows) if rows else "No candidates were evaluated.", ""]
+
+    boundary = doc.get("batch_boundary") or {}
+    if boundary:
+        out += ["## Batch boundary", ""]
+        for variant, entry in sorted(boundary.items()):
+            out += [f"### {variant}", "", boundary_summary(variant, entry), ""]
+            probes = probe_rows(entry)
+            if probes:
+                out += [_md_table(PROBE_HEADERS, probes), ""]
+
+    out += ["## Environment", "", summary_line(env), ""]
+    env_rows = environment_rows(env)
+    if env_rows:
+        out += [_md_table(["", ""], env_rows), ""]
+    out += ["## Recipe and search", "", _md_table(["", ""], recipe_rows(doc)), ""]
+
+    notes = all_notes(doc)
+    if notes:
+        out += ["## Notes", ""] + [f"- {note}" for note in notes] + [""]
+
+    if rec is not None:
+        out += [
+            "## Reproduce",
+            "",
+            "Measure this configuration again with warmup detection and CIs:",
+            "",
+            "```bash",
+            str(measure_line(doc)),
+            "```",
+            "",
+            "Or run it without autotune:",
+            "",
+            "```python",
+            reproduce_script(doc).rstrip(),
+            "```",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def render_markdown(doc: Mapping[str, Any], *, plot_files: Mapping[str, str] | None = None) -> str:
+    """report.md: the recommendation and why, plots, candidates, batch boundary, environment,
+    notes, reproduce code. ``plot_files`` maps plot names to paths relative to the markdown
+    file (``write_reports`` passes ``plots/<name>.png``); without it there are no images."""
+    return markdown_text(normalise_report(doc), plot_files)

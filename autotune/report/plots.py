@@ -1,0 +1,319 @@
+"""The report's plots as PNG bytes: throughput, latency, memory boundary, timing trace.
+
+matplotlib is imported inside the functions only, so the report (and ``autotune`` itself) works
+without it; each figure is drawn on its own ``Figure`` with the Agg canvas (no pyplot), which
+touches no global matplotlib state and needs no display. The PNGs carry no "Software" metadata,
+so the same document gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.report.document import normalise_report
+from autotune.report.format import (
+    ci_bounds,
+    constrained_percentile,
+    fmt_bytes,
+    fmt_ms,
+    latency_ms,
+    measured_candidates,
+    no_steady_state,
+    recipe_constraints,
+)
+from autotune.report.schema import is_int, is_number
+
+#: Plots in the order they appear; each is written to ``plots/<name>.png`` next to report.md.
+PLOT_NAMES = ("throughput", "latency", "memory", "trace")
+#: Under each plot in report.md and report.html: what to read in it.
+PLOT_CAPTIONS = {
+    "throughput": "Throughput vs batch size per variant; the star is the recommendation, red rings mark "
+    "candidates without a steady state.",
+    "latency": "Latency per batch vs throughput: p50 (filled) to p99 (hollow); the dashed line is the "
+    "Pareto front.",
+    "memory": "Batch-size probes: peak memory, the fitted affine model and the memory limit.",
+    "trace": "The recommended candidate's per-iteration timings with the detected warmup end.",
+}
+
+
+def _variant_colors(doc: Mapping[str, Any]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    names = sorted(
+        {str(c.get("variant")) for c in doc.get("candidates") or []}
+        | set((doc.get("batch_boundary") or {}).keys())
+    )
+    palette = colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {name: palette(index % palette.N) for index, name in enumerate(names)}
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _new_axes(title: str) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, alpha=0.3, which="both")
+    return fig, ax
+
+
+def _legend(ax: Any, count: int) -> None:
+    if count:
+        ax.legend(fontsize=8, loc="best", ncols=1 if count <= 6 else 2, framealpha=0.85)
+
+
+def _mark_recommended(ax: Any, x: float, y: float) -> None:
+    """The gold star every plot uses for the recommendation."""
+    ax.scatter([x], [y], marker="*", s=260, color="gold", edgecolors="black", zorder=5, label="recommended")
+
+
+def _plot_throughput(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | None:
+    measured = measured_candidates(doc.get("candidates") or [])
+    if not measured:
+        return None
+    fig, ax = _new_axes("Throughput vs batch size (error bars: 95% CI)")
+    by_variant: dict[str, list[Mapping[str, Any]]] = {}
+    for c in measured:
+        by_variant.setdefault(str(c["variant"]), []).append(c)
+    for variant in sorted(by_variant):
+        points = sorted(by_variant[variant], key=lambda c: c["batch_size"])
+        xs = [c["batch_size"] for c in points]
+        ys = [c["throughput"] for c in points]
+        low, high = [], []
+        for c in points:
+            ci = ci_bounds(c)
+            low.append(max(c["throughput"] - ci[0], 0) if ci is not None else 0)
+            high.append(max(ci[1] - c["throughput"], 0) if ci is not None else 0)
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[low, high],
+            marker="o",
+            ms=4,
+            capsize=3,
+            lw=1.4,
+            color=colors.get(variant),
+            label=variant,
+        )
+        hollow = [c for c in points if no_steady_state(c)]
+        if hollow:
+            ax.scatter(
+                [c["batch_size"] for c in hollow],
+                [c["throughput"] for c in hollow],
+                s=90,
+                facecolors="none",
+                edgecolors="red",
+                zorder=4,
+            )
+    rec = doc.get("recommendation")
+    if rec is not None and is_number(rec.get("throughput")):
+        _mark_recommended(ax, rec["batch_size"], rec["throughput"])
+    if len({c["batch_size"] for c in measured}) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("samples / s")
+    ax.set_ylim(bottom=0)
+    _legend(ax, len(by_variant) + (rec is not None))
+    return _png(fig)
+
+
+def _plot_latency(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | None:
+    measured = [c for c in measured_candidates(doc.get("candidates") or []) if latency_ms(c, "p50") is not None]
+    if not measured:
+        return None
+    fig, ax = _new_axes("Latency vs throughput (filled: p50, hollow: p99)")
+    labelled: set[str] = set()
+    for c in measured:
+        variant = str(c["variant"])
+        color = colors.get(variant)
+        x, p50, p99 = c["throughput"], latency_ms(c, "p50"), latency_ms(c, "p99")
+        ax.scatter(
+            [x], [p50], color=color, s=28, zorder=3, label=variant if variant not in labelled else None
+        )
+        labelled.add(variant)
+        if p99 is not None:
+            ax.plot([x, x], [p50, p99], color=color, lw=1, alpha=0.6)
+            ax.scatter([x], [p99], facecolors="none", edgecolors=[color], s=28, zorder=3)
+    key = constrained_percentile(doc)
+    front = set(doc.get("pareto") or [])
+    members = sorted(
+        (c for c in measured if c.get("trial") in front and latency_ms(c, key) is not None),
+        key=lambda c: c["throughput"],
+    )
+    if members:
+        ys = [latency_ms(c, key) for c in members]
+        ax.plot(
+            [c["throughput"] for c in members], ys, "k--", lw=1.2, zorder=2, label=f"Pareto front ({key})"
+        )
+        ax.scatter(
+            [c["throughput"] for c in members], ys, s=90, facecolors="none", edgecolors="black", zorder=4
+        )
+    limit = recipe_constraints(doc).get("max_latency_ms")
+    if is_number(limit):
+        ax.axhline(limit, color="red", ls=":", lw=1.2, label=f"{key} limit {fmt_ms(limit)} ms")
+    rec = doc.get("recommendation")
+    if rec is not None and is_number(rec.get("throughput")) and latency_ms(rec, "p50") is not None:
+        _mark_recommended(ax, rec["throughput"], latency_ms(rec, "p50"))
+    values = [v for c in measured for v in (latency_ms(c, "p50"), latency_ms(c, "p99")) if v]
+    if values and min(values) > 0 and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    ax.set_xlabel("throughput (samples / s)")
+    ax.set_ylabel("latency per batch (ms)")
+    _legend(ax, len(labelled) + bool(members) + is_number(limit) + (rec is not None))
+    return _png(fig)
+
+
+def _plot_memory(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | None:
+    boundary = doc.get("batch_boundary") or {}
+    entries = {
+        v: e
+        for v, e in sorted(boundary.items())
+        if any(is_number(p.get("peak_memory_bytes")) for p in e.get("probes") or [])
+    }
+    if not entries:
+        return None
+    peaks = [
+        p["peak_memory_bytes"]
+        for e in entries.values()
+        for p in e.get("probes") or []
+        if is_number(p.get("peak_memory_bytes"))
+    ]
+    limits = [e["memory_limit_bytes"] for e in entries.values() if is_number(e.get("memory_limit_bytes"))]
+    scale, unit = (2**30, "GiB") if max(peaks + limits) >= 2 * 2**30 else (2**20, "MiB")
+    fig, ax = _new_axes("Peak memory of the batch-size probes, fitted model and limit")
+    all_batches = []
+    for variant, entry in entries.items():
+        color = colors.get(variant)
+        probes = [p for p in entry.get("probes") or [] if is_number(p.get("peak_memory_bytes"))]
+        fits = [p for p in probes if p.get("fits")]
+        all_batches += [p["batch_size"] for p in probes]
+        ax.scatter(
+            [p["batch_size"] for p in fits],
+            [p["peak_memory_bytes"] / scale for p in fits],
+            color=color,
+            s=30,
+            zorder=3,
+            label=f"{variant}: fits",
+        )
+        # Probes that did not fit often have no peak (the worker was killed): draw them on the limit.
+        limit_here = entry.get("memory_limit_bytes")
+        fails = [
+            p
+            for p in entry.get("probes") or []
+            if not p.get("fits") and (is_number(p.get("peak_memory_bytes")) or is_number(limit_here))
+        ]
+        if fails:
+            ax.scatter(
+                [p["batch_size"] for p in fails],
+                [
+                    (p["peak_memory_bytes"] if is_number(p.get("peak_memory_bytes")) else limit_here) / scale
+                    for p in fails
+                ],
+                color=color,
+                marker="x",
+                s=45,
+                zorder=3,
+                label=f"{variant}: does not fit",
+            )
+        model = entry.get("model")
+        if isinstance(model, Mapping) and probes:
+            top = max(max(p["batch_size"] for p in probes), entry.get("max_batch_size") or 1) * 1.15
+            xs = [1 + (top - 1) * i / 100 for i in range(101)]
+            ax.plot(
+                xs,
+                [(model["intercept_bytes"] + model["bytes_per_sample"] * x) / scale for x in xs],
+                color=color,
+                ls="--",
+                lw=1,
+                alpha=0.8,
+            )
+        if is_int(entry.get("max_batch_size")):
+            ax.axvline(entry["max_batch_size"], color=color, ls=":", lw=1, alpha=0.7)
+    for limit in sorted(set(limits)):
+        ax.axhline(limit / scale, color="red", lw=1.2, ls="-.", label=f"limit {fmt_bytes(limit)}")
+    if len(set(all_batches)) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (dotted: largest that fits; dashed: fitted affine model)")
+    ax.set_ylabel(f"peak memory ({unit})")
+    ax.set_ylim(bottom=0)
+    _legend(ax, 2 * len(entries) + len(set(limits)))
+    return _png(fig)
+
+
+def _plot_trace(doc: Mapping[str, Any]) -> bytes | None:
+    rec = doc.get("recommendation")
+    trace = rec.get("trace_ms") if rec is not None else None
+    if not trace:
+        return None
+    # trace_ms is the measurement's samples downsampled evenly (autotune.candidate): point i is
+    # sample floor(i * samples / len(trace)); a sample is one timed block of
+    # iterations_per_sample calls, and warmup_iterations counts calls.
+    samples = (
+        rec.get("samples") if is_int(rec.get("samples")) and rec["samples"] > len(trace) else len(trace)
+    )
+    per_sample = rec.get("iterations_per_sample") or 1
+    step = samples / len(trace)
+    points = [(math.floor(i * step), v) for i, v in enumerate(trace) if is_number(v)]
+    if not points:
+        return None
+    fig, ax = _new_axes(
+        f"Timing trace of {rec['variant']} at batch {rec['batch_size']} "
+        f"({rec.get('classification') or 'unclassified'})"
+    )
+    ax.plot([x for x, _ in points], [y for _, y in points], lw=0.8, color="tab:blue", label="per-iteration")
+    warmup = rec.get("warmup_iterations")
+    if is_int(warmup) and rec.get("iterations_per_sample") is None and warmup > samples:
+        # Without iterations_per_sample the warmup end cannot be placed on the sample axis.
+        ax.plot([], [], " ", label=f"warmup: {warmup} iterations (position unknown)")
+    elif is_int(warmup):
+        end = warmup / per_sample
+        ax.axvspan(0, end, color="orange", alpha=0.15)
+        ax.axvline(end, color="orange", lw=1.5, label=f"warmup end ({warmup} iterations)")
+        steady = [y for x, y in points if x >= end]
+        if steady:
+            mean = sum(steady) / len(steady)
+            ax.axhline(mean, color="black", ls="--", lw=1, label=f"steady mean {fmt_ms(mean)} ms")
+    ax.set_xlabel(
+        "timed sample"
+        + (f" ({per_sample} iterations each)" if per_sample > 1 else "")
+        + (f", {len(trace)} of {samples} shown" if samples > len(trace) else "")
+    )
+    ax.set_ylabel("ms per batch")
+    _legend(ax, 3)
+    return _png(fig)
+
+
+def plot_pngs(doc: Mapping[str, Any]) -> dict[str, bytes]:
+    """PNG bytes per plot name for a normalised document (see ``render_plots``)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return {}
+    colors = _variant_colors(doc)
+    rendered = {
+        "throughput": _plot_throughput(doc, colors),
+        "latency": _plot_latency(doc, colors),
+        "memory": _plot_memory(doc, colors),
+        "trace": _plot_trace(doc),
+    }
+    return {name: png for name, png in rendered.items() if png is not None}
+
+
+def render_plots(doc: Mapping[str, Any]) -> dict[str, bytes]:
+    """PNG bytes per plot name (see ``PLOT_NAMES``); plots without data are left out, and all
+    of them when matplotlib is not installed. Uses the Agg canvas on a ``Figure`` (no pyplot),
+    so it touches no global matplotlib state and needs no display."""
+    return plot_pngs(normalise_report(doc))

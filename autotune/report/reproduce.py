@@ -1,0 +1,304 @@
+"""Reproducing the recommendation: the ``autotune measure`` command and a standalone Python script.
+
+The script mirrors how autotune builds a variant (``autotune.workload`` for the factory,
+``autotune.variants`` for the order: eval, device, precision, memory format, then the compiler)
+without importing autotune, so it can be pasted anywhere torch is installed.
+"""
+
+from __future__ import annotations
+
+import keyword
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.environment import summary_line
+from autotune.errors import InputError
+from autotune.report.document import normalise_report
+from autotune.report.format import fmt_ms, fmt_rate, latency_ms
+from autotune.report.schema import is_int
+
+_FLOAT_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
+#: Names the generated script defines itself; a factory imported under one of them is renamed.
+_RESERVED_NAMES = {
+    "torch",
+    "time",
+    "model",
+    "inputs",
+    "outputs",
+    "device",
+    "run",
+    "synchronize",
+    "BATCH_SIZE",
+    "ITERATIONS",
+    "importlib",
+    "factory",
+    "AutocastModel",
+}
+_REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
+
+
+def measure_line(doc: Mapping[str, Any]) -> str | None:
+    """``measure_command`` for a normalised document."""
+    rec = doc.get("recommendation")
+    if rec is None:
+        return None
+    recipe_path = (doc.get("recipe") or {}).get("path") or "RECIPE.toml"
+    return (
+        f"autotune measure {shlex.quote(str(recipe_path))} --variant {shlex.quote(str(rec['variant']))} "
+        f"--batch-size {int(rec['batch_size'])}"
+    )
+
+
+def py_call(callee: str, kwargs: Mapping[str, Any] | None) -> str:
+    """``callee(k=v, ...)`` as Python source; keys that are not identifiers go through ``**{...}``."""
+    if not kwargs:
+        return f"{callee}()"
+    if all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in kwargs):
+        return f"{callee}(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+    return f"{callee}(**{dict(kwargs)!r})"
+
+
+def _factory_lines(model_spec: Mapping[str, Any]) -> tuple[list[str], str]:
+    """Import lines and the callable's expression for the recipe's factory.
+
+    Mirrors ``autotune.workload.resolve_factory``: ``package.module:attr`` is imported,
+    ``path/to/file.py:attr`` is loaded from the file (relative to the recipe's directory).
+    """
+    factory = model_spec.get("factory")
+    if not factory:
+        return ["# The recipe names no model factory: build your model here."], "torch.nn.Identity"
+    target, _, attr = str(factory).rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        path = Path(target)
+        if not path.is_absolute():
+            path = Path(str(model_spec.get("base_dir") or ".")) / path
+        return (
+            [
+                "",
+                f"_spec = importlib.util.spec_from_file_location('autotune_model', {str(path)!r})",
+                "_module = importlib.util.module_from_spec(_spec)",
+                "_spec.loader.exec_module(_module)",
+                f"factory = getattr(_module, {attr!r})",
+            ],
+            "factory",
+        )
+    if (
+        target
+        and all(p.isidentifier() for p in target.split("."))
+        and attr.isidentifier()
+        and not keyword.iskeyword(attr)
+    ):
+        if attr in _RESERVED_NAMES:
+            return [f"from {target} import {attr} as factory_{attr}"], f"factory_{attr}"
+        return [f"from {target} import {attr}"], attr
+    return (
+        ["", f"factory = getattr(importlib.import_module({target!r}), {attr!r})"],
+        "factory",
+    )
+
+
+def _variant_tokens(rec: Mapping[str, Any]) -> set[str]:
+    return {token.strip().lower() for token in str(rec.get("variant") or "").split("+")}
+
+
+def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
+    """Lines that turn ``model`` into the compiled callable, as ``autotune.variants`` builds it."""
+    if compiler == "eager":
+        return []
+    if compiler == "script":
+        return ["model = torch.jit.script(model)"]
+    if compiler == "trace":
+        return ["model = torch.jit.trace(model, inputs, check_trace=False, strict=False)"]
+    if compiler == "frozen":
+        return [
+            "model = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.script(model).eval()))",
+            "# (autotune falls back to torch.jit.trace when torch.jit.script cannot compile the model)",
+        ]
+    if compiler == "compile":
+        return [f"model = torch.compile(model, mode={mode or 'default'!r}, dynamic=False)"]
+    if compiler == "export":
+        return [
+            "import torch._inductor",
+            "",
+            "exported = torch.export.export(model, inputs)",
+            'package = torch._inductor.aoti_compile_and_package(exported, package_path="model.pt2")',
+            "model = torch._inductor.aoti_load_package(package)",
+        ]
+    return [f"# compiler {compiler!r} is not known to this report version: apply it here"]
+
+
+def reproduce_script(doc: Mapping[str, Any]) -> str:
+    """``reproduce_code`` for a normalised document."""
+    rec = doc.get("recommendation")
+    if rec is None:
+        raise InputError("recommendation: the report has none, so there is nothing to reproduce")
+    recipe = doc.get("recipe") or {}
+    model_spec = recipe.get("model") or {}
+    device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
+    batch = int(rec["batch_size"])
+    tokens = _variant_tokens(rec)
+    compiler = str(
+        rec.get("compiler")
+        or next(iter(sorted(tokens & {"eager", "script", "trace", "frozen", "export"})), "eager")
+    ).lower()
+    precision = str(rec.get("precision") or "fp32").lower()
+    autocast = precision.startswith("autocast")
+    reduced = _REDUCED.get(precision.removeprefix("autocast-"))
+    memory_format = str(rec.get("memory_format") or "contiguous").lower()
+    cuda_graphs = bool(rec.get("cuda_graphs")) or "cudagraphs" in tokens
+    import_lines, callee = _factory_lines(model_spec)
+    measured = (
+        f"{fmt_rate(rec.get('throughput'))} samples/s, p50 {fmt_ms(latency_ms(rec, 'p50'))} ms, "
+        f"p99 {fmt_ms(latency_ms(rec, 'p99'))} ms"
+    )
+
+    stdlib = [
+        statement
+        for statement, needle in (
+            ("import importlib", "importlib.import_module"),
+            ("import importlib.util", "importlib.util"),
+        )
+        if any(needle in line for line in import_lines)
+    ]
+    lines = [
+        f"# Reproduce autotune's recommendation for {recipe.get('name') or 'this recipe'!s}: "
+        f"{rec['variant']} at batch size {batch}.",
+        f"# autotune measured {measured}",
+        f"# on {summary_line(doc.get('environment') or {})}.",
+        "# For a measurement with warmup detection and confidence intervals run:",
+        f"#   {measure_line(doc)}",
+        *stdlib,
+        "import time",
+        "",
+        "import torch",
+        *import_lines,
+        "",
+        f"BATCH_SIZE = {batch}",
+        "ITERATIONS = 50",
+        "",
+        "torch.manual_seed(0)",
+    ]
+    if is_int(rec.get("threads")):
+        lines.append(f"torch.set_num_threads({rec['threads']})")
+    if device == "auto":
+        lines.append('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")')
+    else:
+        lines.append(f"device = torch.device({device!r})")
+    lines += [
+        "",
+        "",
+        "def synchronize():",
+        '    if device.type == "cuda":',
+        "        torch.cuda.synchronize(device)",
+        "",
+        "",
+    ]
+    if precision not in ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16"):
+        lines.append(f"# precision {precision!r} is not known to this report version: apply it here")
+    lines += [f"model = {py_call(callee, model_spec.get('kwargs'))}", "model = model.eval().to(device)"]
+    if reduced and not autocast:
+        lines.append(f"model = model.to({reduced})  # {precision}: weights and float inputs")
+    if memory_format == "channels_last":
+        lines.append("model = model.to(memory_format=torch.channels_last)")
+
+    lines += ["", "inputs = ("]
+    for spec in recipe.get("inputs") or []:
+        shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
+        dtype = str(spec.get("dtype") or "float32")
+        dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
+        if dtype in _FLOAT_DTYPES:
+            cast = reduced if reduced and not autocast else dtype_expr
+            expr = f"torch.randn({shape}, device=device, dtype={cast})"
+            if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
+                expr += ".contiguous(memory_format=torch.channels_last)"
+        else:
+            high = spec.get("vocab_size") or 2
+            expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
+        lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
+    lines += [")", ""]
+
+    # autocast: eager/script enter it around every call; the graph compilers get it baked in
+    # through a wrapper module (as autotune.variants does).
+    runtime_autocast = autocast and reduced is not None and compiler in ("eager", "script")
+    if autocast and reduced is not None and not runtime_autocast:
+        lines += [
+            "",
+            "class AutocastModel(torch.nn.Module):",
+            "    def __init__(self, inner):",
+            "        super().__init__()",
+            "        self.inner = inner",
+            "",
+            "    def forward(self, *args):",
+            f"        with torch.autocast(device.type, dtype={reduced}):",
+            "            return self.inner(*args)",
+            "",
+            "",
+            "model = AutocastModel(model)",
+        ]
+    context = "torch.inference_mode()" + (
+        f", torch.autocast(device.type, dtype={reduced})" if runtime_autocast else ""
+    )
+    build = _compiler_lines(compiler, rec.get("compile_mode"))
+    if any(line and not line.startswith("#") for line in build):
+        lines += ["with torch.no_grad():", *("    " + line if line else "" for line in build), ""]
+    else:
+        lines += [*build, ""] if build else []
+    if cuda_graphs:
+        lines += [
+            "# CUDA graph: capture one call on static inputs, then replay it (outputs are overwritten).",
+            "stream = torch.cuda.Stream()",
+            "stream.wait_stream(torch.cuda.current_stream())",
+            f"with torch.cuda.stream(stream), {context}:",
+            "    for _ in range(3):",
+            "        model(*inputs)",
+            "torch.cuda.current_stream().wait_stream(stream)",
+            "graph = torch.cuda.CUDAGraph()",
+            f"with torch.cuda.graph(graph), {context}:",
+            "    static_outputs = model(*inputs)",
+            "",
+            "",
+            "def run():",
+            "    graph.replay()",
+            "    return static_outputs",
+        ]
+    else:
+        lines += ["", "def run():", f"    with {context}:", "        return model(*inputs)"]
+    lines += [
+        "",
+        "",
+        "start = time.perf_counter()",
+        "outputs = run()  # first call: lazy initialisation / compilation, not steady state",
+        "synchronize()",
+        'print(f"first call: {time.perf_counter() - start:.3f} s")',
+        "for _ in range(max(ITERATIONS // 5, 1)):  # warm up",
+        "    run()",
+        "synchronize()",
+        "start = time.perf_counter()",
+        "for _ in range(ITERATIONS):",
+        "    outputs = run()",
+        "synchronize()",
+        "elapsed = time.perf_counter() - start",
+        'print(f"{BATCH_SIZE * ITERATIONS / elapsed:,.1f} samples/s, '
+        '{1000 * elapsed / ITERATIONS:.2f} ms per batch of {BATCH_SIZE}")',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def measure_command(doc: Mapping[str, Any]) -> str | None:
+    """``autotune measure RECIPE --variant NAME --batch-size N`` for the recommendation (None
+    without one)."""
+    return measure_line(normalise_report(doc))
+
+
+def reproduce_code(doc: Mapping[str, Any]) -> str:
+    """Python code that builds the recommended configuration and times it briefly.
+
+    It rebuilds the model from the recipe's factory and kwargs, applies the variant in the
+    order autotune does (eval, device, precision, memory format, then the compiler), makes
+    random inputs at the recommended batch size and runs a short timed loop. The header
+    comment holds the ``autotune measure`` command, which measures properly (warmup
+    detection, confidence intervals). Raises ``InputError`` when there is no recommendation.
+    """
+    return reproduce_script(normalise_report(doc))

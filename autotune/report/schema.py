@@ -1,0 +1,273 @@
+"""Report schema 1: its constants and the validation of a document against it.
+
+Validation is data-driven: every section is a ``Checker`` built from small combinators, so an
+error can name the exact field (``report.candidates[3].latency_ms.p99``) and the expected kind.
+The value predicates (``is_number``, ``is_int``) live here because the schema defines what a
+number is: a bool is not one, although Python says it is an int.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from autotune.errors import InputError
+
+SCHEMA_VERSION = 1
+REPORT_FILES = ("report.json", "report.md", "report.html")
+STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
+OBJECTIVES = ("throughput", "latency", "pareto")
+#: The latency statistics a candidate records, in ms per batch.
+PERCENTILES = ("mean", "p50", "p90", "p99")
+
+Checker = Callable[[Any, str], None]
+
+
+def show(value: Any) -> str:
+    """A value as an error message quotes it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(predicate: Callable[[Any], bool], description: str) -> Checker:
+    def check(value: Any, path: str) -> None:
+        if not predicate(value):
+            raise InputError(f"{path}: expected {description}, got {show(value)}")
+
+    return check
+
+
+_STR = _kind(lambda v: isinstance(v, str), "a string")
+_BOOL = _kind(lambda v: isinstance(v, bool), "true or false")
+_INT = _kind(is_int, "an integer")
+_POSITIVE_INT = _kind(lambda v: is_int(v) and v >= 1, "a positive integer")
+_NUMBER = _kind(is_number, "a number")
+_ANY_MAPPING = _kind(lambda v: isinstance(v, Mapping), "an object")
+
+
+def _nullable(check: Checker) -> Checker:
+    def nullable(value: Any, path: str) -> None:
+        if value is not None:
+            check(value, path)
+
+    return nullable
+
+
+def _one_of(values: Sequence[str]) -> Checker:
+    return _kind(lambda v: v in values, "one of " + "|".join(values))
+
+
+def _list_of(item: Checker, *, length: int | None = None) -> Checker:
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, list | tuple):
+            raise InputError(f"{path}: expected a list, got {show(value)}")
+        if length is not None and len(value) != length:
+            raise InputError(f"{path}: expected a list of {length} items, got {len(value)}")
+        for index, element in enumerate(value):
+            item(element, f"{path}[{index}]")
+
+    return check
+
+
+def _dict_of(item: Checker) -> Checker:
+    def check(value: Any, path: str) -> None:
+        _ANY_MAPPING(value, path)
+        for key, element in value.items():
+            item(element, f"{path}.{key}")
+
+    return check
+
+
+def _record(fields: Mapping[str, tuple[Checker, bool]]) -> Checker:
+    """An object with known fields: ``{name: (checker, required)}``; extra fields are allowed
+    (newer writers may add some; schema 1 readers ignore them)."""
+
+    def check(value: Any, path: str) -> None:
+        _ANY_MAPPING(value, path)
+        for name, (field_check, required) in fields.items():
+            if name not in value:
+                if required:
+                    raise InputError(f"{path}.{name}: required field missing")
+                continue
+            field_check(value[name], f"{path}.{name}")
+
+    return check
+
+
+_LATENCY = _record({name: (_nullable(_NUMBER), False) for name in PERCENTILES})
+_CORRECTNESS = _record(
+    {
+        "passed": (_nullable(_BOOL), False),
+        "max_abs_error": (_nullable(_NUMBER), False),
+        "max_rel_error": (_nullable(_NUMBER), False),
+        "min_cosine": (_nullable(_NUMBER), False),
+        "batches": (_nullable(_INT), False),
+        "reason": (_nullable(_STR), False),
+    }
+)
+CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "trial": (_nullable(_INT), False),
+    "variant": (_kind(lambda v: isinstance(v, str) and v != "", "a non-empty string"), True),
+    "compiler": (_nullable(_STR), False),
+    "compile_mode": (_nullable(_STR), False),
+    "precision": (_nullable(_STR), False),
+    "memory_format": (_nullable(_STR), False),
+    "threads": (_nullable(_POSITIVE_INT), False),
+    "batch_size": (_POSITIVE_INT, True),
+    "status": (_one_of(STATUSES), True),
+    "reason": (_nullable(_STR), False),
+    "feasible": (_nullable(_BOOL), False),
+    "violations": (_nullable(_list_of(_STR)), False),
+    "throughput": (_nullable(_NUMBER), False),
+    "throughput_ci": (_nullable(_list_of(_nullable(_NUMBER), length=2)), False),
+    "latency_ms": (_nullable(_LATENCY), False),
+    "peak_memory_bytes": (_nullable(_NUMBER), False),
+    "compile_seconds": (_nullable(_NUMBER), False),
+    "warmup_iterations": (_nullable(_INT), False),
+    "classification": (_nullable(_STR), False),
+    "relative_ci_half_width": (_nullable(_NUMBER), False),
+    "samples": (_nullable(_INT), False),
+    "stopped_by": (_nullable(_STR), False),
+    "recompiles": (_nullable(_INT), False),
+    "correctness": (_nullable(_CORRECTNESS), False),
+    "trace_ms": (_nullable(_list_of(_nullable(_NUMBER))), False),
+    "iterations_per_sample": (_nullable(_POSITIVE_INT), False),
+    "notes": (_nullable(_list_of(_STR)), False),
+}
+_CANDIDATE_RECORD = _record(CANDIDATE_FIELDS)
+
+
+def _candidate(value: Any, path: str) -> None:
+    _CANDIDATE_RECORD(value, path)
+    if value["status"] == "ok" and not is_number(value.get("throughput")):
+        raise InputError(
+            f"{path}.throughput: a candidate with status ok needs a number, got "
+            f"{show(value.get('throughput'))}"
+        )
+
+
+_PROBE = _record(
+    {
+        "batch_size": (_POSITIVE_INT, True),
+        "fits": (_BOOL, True),
+        "peak_memory_bytes": (_nullable(_NUMBER), False),
+        "seconds": (_nullable(_NUMBER), False),
+        "error": (_nullable(_STR), False),
+    }
+)
+_BOUNDARY = _record(
+    {
+        "max_batch_size": (_nullable(_INT), False),
+        "usable_max_batch_size": (_nullable(_INT), False),
+        "headroom": (_nullable(_NUMBER), False),
+        "memory_limit_bytes": (_nullable(_NUMBER), False),
+        "memory_measured_by": (_nullable(_STR), False),
+        "probes": (_list_of(_PROBE), False),
+        "model": (
+            _nullable(_record({"intercept_bytes": (_NUMBER, True), "bytes_per_sample": (_NUMBER, True)})),
+            False,
+        ),
+    }
+)
+_RECIPE = _record(
+    {
+        "path": (_nullable(_STR), False),
+        "name": (_nullable(_STR), False),
+        "description": (_nullable(_STR), False),
+        "device": (_nullable(_STR), False),
+        "model": (
+            _nullable(
+                _record(
+                    {
+                        "factory": (_STR, True),
+                        "kwargs": (_nullable(_ANY_MAPPING), False),
+                        "base_dir": (_nullable(_STR), False),
+                    }
+                )
+            ),
+            False,
+        ),
+        "inputs": (
+            _nullable(
+                _list_of(
+                    _record(
+                        {
+                            "name": (_nullable(_STR), False),
+                            "shape": (_list_of(_POSITIVE_INT), True),
+                            "dtype": (_nullable(_STR), False),
+                            "vocab_size": (_nullable(_POSITIVE_INT), False),
+                        }
+                    )
+                )
+            ),
+            False,
+        ),
+        "objective": (_nullable(_one_of(OBJECTIVES)), False),
+        "constraints": (
+            _nullable(
+                _record(
+                    {
+                        "max_latency_ms": (_nullable(_NUMBER), False),
+                        "latency_percentile": (_nullable(_one_of(PERCENTILES)), False),
+                        "max_memory_bytes": (_nullable(_NUMBER), False),
+                    }
+                )
+            ),
+            False,
+        ),
+        "time_budget_s": (_nullable(_NUMBER), False),
+    }
+)
+_SEARCH = _record(
+    {
+        "trials": (_nullable(_INT), False),
+        "wall_seconds": (_nullable(_NUMBER), False),
+        "sampler": (_nullable(_STR), False),
+        "objective": (_nullable(_one_of(OBJECTIVES)), False),
+        "study_name": (_nullable(_STR), False),
+        "storage": (_nullable(_STR), False),
+        "stopped_by": (_nullable(_STR), False),
+    }
+)
+_SCHEMA = _kind(lambda v: is_int(v) and v == SCHEMA_VERSION, f"schema version {SCHEMA_VERSION}")
+_DOCUMENT = _record(
+    {
+        "schema": (_SCHEMA, True),
+        "tool": (_nullable(_ANY_MAPPING), False),
+        "created": (_nullable(_STR), False),
+        "recipe": (_RECIPE, True),
+        "environment": (_ANY_MAPPING, True),
+        "search": (_SEARCH, True),
+        "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
+        "candidates": (_list_of(_candidate), True),
+        "recommendation": (_nullable(_candidate), True),
+        "pareto": (_nullable(_list_of(_INT)), False),
+        "notes": (_nullable(_list_of(_STR)), False),
+    }
+)
+
+
+def validate_report(doc: Mapping[str, Any]) -> None:
+    """Check a report document against schema 1; raise ``InputError`` naming the first bad field.
+
+    Field paths read like ``candidates[3].latency_ms.p99``. Unknown extra fields are accepted
+    (forward compatibility within a schema version); an unknown ``schema`` is not, because
+    its fields may mean something else.
+    """
+    if not isinstance(doc, Mapping):
+        raise InputError(f"report: expected a JSON object, got {show(doc)}")
+    if "schema" in doc and doc["schema"] != SCHEMA_VERSION:
+        raise InputError(
+            f"schema: this autotune reads report schema {SCHEMA_VERSION}, the document says "
+            f"{show(doc['schema'])}"
+        )
+    _DOCUMENT(doc, "report")
+

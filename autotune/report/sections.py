@@ -1,0 +1,265 @@
+"""The content report.md and report.html share: the tables' rows and the short texts around them.
+
+Both files show the same facts in the same order; building the rows here keeps the two
+renderers to layout only (markdown pipes versus HTML cells and badges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
+from autotune.report.format import (
+    DASH,
+    ci_text,
+    fmt_bytes,
+    fmt_ms,
+    fmt_rate,
+    fmt_seconds,
+    latency_ms,
+    no_steady_state,
+    relative_half_width,
+)
+from autotune.report.reproduce import py_call
+from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
+
+
+def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """Headers, rows and the status of each row of the full candidates table (md and html)."""
+    rec = doc.get("recommendation")
+    headers = [
+        "#",
+        "trial",
+        "variant",
+        "batch",
+        "status",
+        "samples/s",
+        "95% CI",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "peak memory",
+        "compile",
+        "warmup",
+        "steady state",
+        "correct",
+        "notes",
+    ]
+    rows, statuses = [], []
+    for index, c in enumerate(rank(doc), start=1):
+        measured = c.get("status") == "ok"
+        notes = []
+        if c.get("reason"):
+            notes.append(str(c["reason"]))
+        notes += [f"violates: {v}" for v in c.get("violations") or []]
+        if is_int(c.get("recompiles")) and c["recompiles"] > 0:
+            notes.append(f"{c['recompiles']} recompile(s)")
+        correctness = c.get("correctness")
+        if isinstance(correctness, Mapping):
+            correct = "pass" if correctness.get("passed") else "FAIL"
+            if not correctness.get("passed") and correctness.get("reason") and not c.get("reason"):
+                notes.append(str(correctness["reason"]))
+        else:
+            correct = DASH
+        warmup = c.get("warmup_iterations")
+        rows.append(
+            [
+                f"{index}{' ★' if same_candidate(c, rec) else ''}",
+                str(c.get("trial")) if c.get("trial") is not None else DASH,
+                str(c.get("variant")),
+                str(c.get("batch_size")),
+                str(c.get("status")) + ("" if not measured or is_feasible(c) else " (infeasible)"),
+                (("~" if no_steady_state(c) else "") + fmt_rate(c.get("throughput")))
+                if measured
+                else DASH,
+                ci_text(c) if measured else DASH,
+                fmt_ms(latency_ms(c, "p50")),
+                fmt_ms(latency_ms(c, "p90")),
+                fmt_ms(latency_ms(c, "p99")),
+                fmt_bytes(c.get("peak_memory_bytes")),
+                fmt_seconds(c.get("compile_seconds")),
+                str(warmup) if warmup is not None else DASH,
+                str(c.get("classification") or DASH),
+                correct,
+                "; ".join(notes),
+            ]
+        )
+        statuses.append("infeasible" if measured and not is_feasible(c) else str(c.get("status")))
+    return headers, rows, statuses
+
+
+def headline(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs of the recommendation."""
+    half = relative_half_width(rec)
+    rate = fmt_rate(rec.get("throughput")) + " samples/s"
+    if half is not None:
+        rate += f" (±{100 * half:.1f}%, 95% CI {ci_text(rec)})"
+    defaults = {
+        "compiler": str(rec.get("variant")).partition("+")[0].partition(":")[0],
+        "compile_mode": "default",
+        "precision": "fp32",
+        "memory_format": "contiguous",
+    }
+    settings = ", ".join(
+        f"{label} {rec[key]}"
+        for key, label in (
+            ("compiler", "compiler"),
+            ("compile_mode", "mode"),
+            ("precision", "precision"),
+            ("memory_format", "memory format"),
+            ("threads", "threads"),
+        )
+        if rec.get(key) is not None and rec.get(key) != defaults.get(key)
+    )
+    pairs = [
+        ("variant", str(rec.get("variant")) + (f" ({settings})" if settings else "")),
+        ("batch size", str(rec.get("batch_size"))),
+        ("throughput", rate),
+        (
+            "latency per batch",
+            f"p50 {fmt_ms(latency_ms(rec, 'p50'))} ms, p90 {fmt_ms(latency_ms(rec, 'p90'))} ms, "
+            f"p99 {fmt_ms(latency_ms(rec, 'p99'))} ms (mean {fmt_ms(latency_ms(rec, 'mean'))} ms)",
+        ),
+        ("peak memory", fmt_bytes(rec.get("peak_memory_bytes"))),
+        ("compile + first call", fmt_seconds(rec.get("compile_seconds"))),
+        (
+            "warmup",
+            (f"{rec['warmup_iterations']} iterations" if rec.get("warmup_iterations") is not None else DASH)
+            + f", classification {rec.get('classification') or DASH}",
+        ),
+    ]
+    return pairs
+
+
+def environment_rows(env: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The fingerprint flattened to (key, value) rows; GPUs one row each; unknowns left out."""
+    rows: list[tuple[str, str]] = []
+
+    def show(value: Any) -> str:
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, list):
+            return ", ".join(str(v) for v in value) if value else DASH
+        return str(value)
+
+    for key in sorted(env):
+        value = env[key]
+        if key == "gpus" and isinstance(value, list):
+            for index, gpu in enumerate(value):
+                if isinstance(gpu, Mapping):
+                    parts = [
+                        str(gpu.get("name") or "GPU"),
+                        fmt_bytes(gpu.get("memory_total_bytes")),
+                        f"capability {gpu.get('capability')}" if gpu.get("capability") else "",
+                        f"driver {gpu.get('driver_version')}" if gpu.get("driver_version") else "",
+                    ]
+                    rows.append((f"gpu {index}", ", ".join(p for p in parts if p and p != DASH)))
+        elif isinstance(value, Mapping):
+            for sub in sorted(value):
+                if value[sub] is not None:
+                    rows.append((f"{key}.{sub}", show(value[sub])))
+        elif value is not None:
+            rows.append((key, fmt_bytes(value) if key.endswith("_bytes") else show(value)))
+    return rows
+
+
+def recipe_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The recipe as (field, value) rows: model call and inputs spelled out, sections flattened
+    (``search.variants``, ``batch.headroom``...), then where the study is stored."""
+    recipe = doc.get("recipe") or {}
+    rows: list[tuple[str, str]] = []
+
+    def show(value: Any) -> str:
+        if isinstance(value, list):
+            return ", ".join(map(str, value)) if value else DASH
+        return str(value)
+
+    for key in ("path", "name", "device", "device_resolved"):
+        if recipe.get(key) is not None:
+            rows.append((key, str(recipe[key])))
+    model = recipe.get("model")
+    if isinstance(model, Mapping):
+        rows.append(("model", py_call(str(model.get("factory")), model.get("kwargs"))))
+    for spec in recipe.get("inputs") or []:
+        shape = "×".join(str(d) for d in spec.get("shape") or [])
+        vocab = f", vocab {spec['vocab_size']}" if spec.get("vocab_size") else ""
+        rows.append(
+            (f"input {spec.get('name') or ''}".strip(), f"batch×{shape} {spec.get('dtype') or ''}{vocab}")
+        )
+    rows.append(("constraints", constraints_text(doc) or "none"))
+    skip = {"path", "name", "device", "device_resolved", "model", "inputs", "description", "constraints"}
+    for key in sorted(k for k in recipe if k not in skip):
+        value = recipe[key]
+        if isinstance(value, Mapping):
+            rows += [(f"{key}.{sub}", show(value[sub])) for sub in sorted(value) if value[sub] is not None]
+        elif value is not None:
+            rows.append((key, show(value)))
+    workload = doc.get("workload")
+    if isinstance(workload, Mapping):  # what the worker found when it built the model
+        rows += [
+            (f"workload.{key}", show(workload[key])) for key in sorted(workload) if workload[key] is not None
+        ]
+    search = doc.get("search") or {}
+    for key in ("study_name", "storage"):
+        if search.get(key):
+            rows.append((f"study {key.removeprefix('study_')}", str(search[key])))
+    return rows
+
+
+def boundary_summary(variant: str, entry: Mapping[str, Any]) -> str:
+    parts = []
+    if is_int(entry.get("max_batch_size")):
+        parts.append(f"largest batch that fits: **{entry['max_batch_size']}**")
+    else:
+        parts.append("largest batch that fits: unknown")
+    if is_int(entry.get("usable_max_batch_size")):
+        headroom = entry.get("headroom")
+        parts.append(
+            f"usable: {entry['usable_max_batch_size']}"
+            + (f" ({headroom:.0%} headroom)" if is_number(headroom) else "")
+        )
+    if is_number(entry.get("memory_limit_bytes")):
+        parts.append(f"limit {fmt_bytes(entry['memory_limit_bytes'])}")
+    model = entry.get("model")
+    if isinstance(model, Mapping):
+        parts.append(
+            f"fitted memory ≈ {fmt_bytes(model['intercept_bytes'])} + "
+            f"{fmt_bytes(model['bytes_per_sample'])} × batch"
+        )
+    if entry.get("memory_measured_by"):
+        parts.append(f"measured as {entry['memory_measured_by']}")
+    return "; ".join(parts)
+
+
+def probe_rows(entry: Mapping[str, Any]) -> list[list[str]]:
+    return [
+        [
+            str(p.get("batch_size")),
+            "yes" if p.get("fits") else "no",
+            fmt_bytes(p.get("peak_memory_bytes")),
+            fmt_seconds(p.get("seconds")),
+            str(p.get("error") or ""),
+        ]
+        for p in sorted(entry.get("probes") or [], key=lambda p: p.get("batch_size") or 0)
+    ]
+
+
+PROBE_HEADERS = ["batch", "fits", "peak memory", "time", "error"]
+
+
+def title(doc: Mapping[str, Any]) -> str:
+    recipe = doc.get("recipe") or {}
+    return f"autotune report: {recipe.get('name') or recipe.get('path') or 'unnamed recipe'}"
+
+
+def byline(doc: Mapping[str, Any]) -> str:
+    tool = doc.get("tool") or {}
+    parts = [
+        f"{tool.get('name') or 'autotune'} {tool.get('version') or ''}".strip(),
+        f"report schema {doc.get('schema', SCHEMA_VERSION)}",
+    ]
+    if doc.get("created"):
+        parts.insert(0, str(doc["created"]))
+    return " · ".join(parts)
+
