@@ -12,6 +12,7 @@ Algorithm::
     enqueue priors: every variant at its largest allowed batch (throughput) or its smallest
                     (latency), eager first; both for pareto
     loop until time budget spent | max_trials measured | every combination measured:
+        everything unmeasured is being measured by other workers → wait for them, ask nothing
         trial = study.ask({variant: categorical, batch_size: categorical})
         (v, b) measured before, here or by another worker → tell the stored result again
                (the sampler learns, nothing is re-run); after a few repeats enqueue an
@@ -45,6 +46,8 @@ ROW_ATTR = "row"
 MAX_REPEATS = 3
 #: A variant whose build failed or whose outputs were wrong is not tried at other batch sizes.
 TERMINAL_VARIANT_STATUSES = ("failed", "rejected")
+#: Seconds between looks at the study while every unmeasured combination is being measured elsewhere.
+IN_FLIGHT_POLL_S = 1.0
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -113,11 +116,24 @@ def make_sampler(objective: str, *, seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
 
 
+def make_storage(url: str) -> optuna.storages.BaseStorage | str:
+    """The study's storage, with connections checked before use (``pool_pre_ping``).
+
+    A server connection can die while a candidate is being measured for minutes: a server restart, an
+    idle-session timeout, a firewall dropping idle TCP between machines. Unchecked, the next write (the
+    measurement's row) raised StorageInternalError, the run died with a traceback and the trial stayed
+    RUNNING for good. Optuna turns the check on only for MySQL.
+    """
+    if url.startswith("redis"):  # not an RDB URL: leave the error message to Optuna
+        return url
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
 def open_study(settings: SearchSettings, *, recipe_data: Mapping[str, Any] | None = None) -> optuna.Study:
     """Create or resume the study; refuse one that was made for a different workload."""
     try:
         study = optuna.create_study(
-            storage=settings.storage,
+            storage=make_storage(settings.storage),
             study_name=settings.study_name,
             directions=directions(settings.objective),
             sampler=make_sampler(settings.objective, seed=settings.seed),
@@ -177,12 +193,14 @@ class Search:
         *,
         recipe_data: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
         on_row: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.space = space
         self.settings = settings
         self.evaluate = evaluate
         self.clock = clock
+        self.sleep = sleep
         self.on_row = on_row
         self.study = open_study(settings, recipe_data=recipe_data)
         self._rng = random.Random(settings.seed)
@@ -205,10 +223,12 @@ class Search:
         }
 
     def _enqueue_priors(self, measured: Mapping[tuple[str, int], Any]) -> None:
-        waiting = {
-            (t.params.get("variant"), t.params.get("batch_size"))
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        }
+        # A WAITING trial has no params yet: what it will run is in its "fixed_params" system attribute.
+        # Reading ``params`` found nothing, so every run and worker joining a study enqueued the priors again.
+        waiting = set()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            fixed = t.system_attrs.get("fixed_params", t.params)
+            waiting.add((fixed.get("variant"), fixed.get("batch_size")))
         picks: list[tuple[str, int]] = []
         for v in self.space.variants:
             sizes = self.space.batch_sizes.get(v, ())
@@ -270,9 +290,16 @@ class Search:
             if self.settings.max_trials and measured_now >= self.settings.max_trials:
                 stopped_by = "max_trials"
                 break
+            if set(remaining) <= self._in_flight():
+                # Everything left is being measured by other workers. Asking now could only yield repeats,
+                # told at full speed: hundreds of bookkeeping trials per minute in the shared study, each
+                # making the sampler slower. Wait for them instead.
+                left = self.settings.time_budget_s - (self.clock() - t0)
+                self.sleep(max(0.0, min(IN_FLIGHT_POLL_S, left)))
+                continue
             trial = self.study.ask(distributions)
             combo = (trial.params["variant"], int(trial.params["batch_size"]))
-            row = self._row_without_running(trial.number, combo, measured)
+            row = self._row_without_running(trial.number, combo)
             if row is not None:
                 self._tell(trial, row)
                 repeats += 1
@@ -300,16 +327,20 @@ class Search:
             trials=len(self.study.trials),
         )
 
-    def _row_without_running(
-        self, number: int, combo: tuple[str, int], measured: Mapping[tuple[str, int], dict[str, Any]]
-    ) -> dict[str, Any] | None:
+    def _row_without_running(self, number: int, combo: tuple[str, int]) -> dict[str, Any] | None:
         """A row for a suggestion that needs no measurement (repeat, out of bounds, dead variant)."""
         variant, batch = combo
         base = {"trial": number, "variant": variant, "batch_size": batch}
+        # Order matters with other workers: ask who is running first, then read the results. A trial stores
+        # its row before it leaves RUNNING, so a combination another worker is measuring or has just finished
+        # is seen by one of the two reads. Results read before this trial was asked for (the loop's) would let
+        # a combination finished in between pass both checks and be measured twice.
+        in_flight = combo in self._in_flight(besides=number)
+        measured = self._measured()
         if combo in measured:
             previous = measured[combo]
             return {**previous, "trial": number, "repeat_of_trial": previous["trial"]}
-        if combo in self._in_flight(besides=number):
+        if in_flight:
             return {**base, "status": "pruned", "repeat_of_trial": None,
                     "reason": "being measured by another worker"}
         if not self.space.allows(variant, batch):
