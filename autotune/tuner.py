@@ -198,8 +198,19 @@ def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutc
         bar.close()
 
 
-def join_study(storage: str, study_name: str, *, time_budget: float | None, progress: bool) -> SearchOutcome:
-    """``autotune worker``: measure candidates of a study another machine created (same space)."""
+#: Seconds between looks at a study whose creating run has not stored its search space yet.
+SPACE_POLL_S = 2.0
+
+
+def join_study(storage: str, study_name: str, *, time_budget: float | None, progress: bool,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+               ) -> SearchOutcome:
+    """``autotune worker``: measure candidates of a study another machine created (same space).
+
+    The creating ``autotune run`` stores its recipe when it opens the study but the search space
+    only after its batch-boundary search, which can take minutes: a worker started in between
+    waits for the space (within its time budget) instead of failing.
+    """
     import optuna
 
     try:
@@ -207,14 +218,22 @@ def join_study(storage: str, study_name: str, *, time_budget: float | None, prog
     except KeyError:
         raise InputError(f"--study: no study named '{study_name}' in {storage}") from None
     attrs = study.user_attrs
-    if "recipe" not in attrs or "space" not in attrs:
-        raise InputError(f"--study: '{study_name}' in {storage} was not created by `autotune run` "
-                         "(no recipe/space stored)")
+    if "recipe" not in attrs:
+        raise InputError(f"--study: '{study_name}' in {storage} was not created by `autotune run` (no recipe stored)")
     recipe = Recipe.from_dict(attrs["recipe"])
-    if time_budget is not None:
-        recipe = replace(recipe, search=replace(recipe.search, time_budget_s=time_budget))
+    budget = recipe.search.time_budget_s if time_budget is None else time_budget
+    t0 = clock()
+    while "space" not in attrs or "specs" not in attrs:
+        if clock() - t0 >= budget:
+            raise InputError(f"--study: '{study_name}' in {storage} has no search space yet after {budget:g} s: "
+                             "the `autotune run` that created it is still finding batch boundaries, or it died "
+                             "before storing them; start the worker later or with a larger --time-budget")
+        sleep(min(SPACE_POLL_S, max(0.0, budget - (clock() - t0))))
+        attrs = study.user_attrs
+    budget -= clock() - t0
+    recipe = replace(recipe, search=replace(recipe.search, time_budget_s=budget))
     space = SearchSpace(variants=tuple(attrs["space"]), batch_sizes={v: tuple(b) for v, b in attrs["space"].items()})
-    settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=recipe.search.time_budget_s)
+    settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=budget)
     with Runner() as runner:
         search = Search(space, settings, _evaluator(runner, recipe, attrs["specs"]))
         return _run_search(search, recipe, progress=progress)
