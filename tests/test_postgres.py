@@ -371,7 +371,7 @@ def small_space() -> Any:
 def start_elsewhere(search: Any, variant: str, batch: int) -> Any:
     """Another worker starts measuring (variant, batch): a RUNNING trial with those params."""
     search.study.enqueue_trial({"variant": variant, "batch_size": batch})
-    trial = search.study.ask(search.space.distributions())
+    trial = search._ask(search.space.distributions())  # without Optuna's warning that ask/tell has no heartbeat
     assert (trial.params["variant"], trial.params["batch_size"]) == (variant, batch)
     return trial
 
@@ -479,3 +479,54 @@ def test_a_connection_dropped_during_a_measurement_is_replaced(pg_url: str) -> N
     assert out.stopped_by == "exhausted"
     assert sorted((t.params["variant"], t.params["batch_size"]) for t in measured_trials(pg_url, "dropped")) == [
         ("eager", 1), ("eager", 8)]
+
+
+# ----------------------------------------------------------------------------- stale trials, storage errors
+
+
+def _die_while_measuring(url: str, study: str) -> None:
+    """A process hard-killed in the middle of a measurement: no tell, no cleanup, its heartbeat thread gone."""
+    from autotune.search import Search
+
+    def evaluate(trial: int, variant: str, batch: int) -> dict[str, Any]:
+        os._exit(137)
+
+    Search(small_space(), search_settings(url, study), evaluate).run()
+
+
+def test_a_trial_of_a_dead_process_is_failed_and_measured_again(pg_url: str, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    import multiprocessing as mp
+
+    from autotune import search as search_mod
+    from autotune.search import Search
+    from tests.test_search import fake_row
+
+    proc = mp.get_context("spawn").Process(target=_die_while_measuring, args=(pg_url, "stale"))
+    proc.start()
+    proc.join(timeout=120)
+    assert proc.exitcode == 137
+    dead = [t for t in load_study(pg_url, "stale").trials if t.state.name == "RUNNING"]
+    assert [(t.params["variant"], t.params["batch_size"]) for t in dead] == [("eager", 8)]  # its prior
+
+    monkeypatch.setattr(search_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(search_mod, "HEARTBEAT_GRACE_S", 2)
+    calls: list[tuple[str, int]] = []
+    out = Search(small_space(), search_settings(pg_url, "stale", time_budget_s=60.0),
+                 lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
+    assert out.stopped_by == "exhausted"  # it waited for the grace period, not for its whole budget
+    assert sorted(calls) == [("eager", 1), ("eager", 8)]
+    trial = load_study(pg_url, "stale").trials[dead[0].number]
+    assert trial.state.name == "FAIL" and "row" not in trial.user_attrs
+    assert sorted((t.params["variant"], t.params["batch_size"]) for t in measured_trials(pg_url, "stale")) == [
+        ("eager", 1), ("eager", 8)]
+
+
+def test_a_database_that_does_not_exist_is_an_input_error(pg_url: str) -> None:
+    from autotune.errors import InputError
+    from autotune.search import open_study
+
+    url = pg_url.rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(InputError, match=r'^--storage postgresql\+psycopg2://postgres@127\.0\.0\.1:\d+/no_such_db: '
+                                         r'cannot open the storage: .*"no_such_db" does not exist'):
+        open_study(search_settings(url, "x"))

@@ -1,19 +1,29 @@
 """The Optuna search loop over a real SQLite study, with a fake evaluator (pure algorithm tests).
 
-The real evaluator (worker measurements) is exercised end to end in test_cli.py.
+The real evaluator (worker measurements) is exercised end to end in test_cli.py; here end to end only
+where the search's own promises need a real process: a run killed mid-measurement, a bad --storage.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from autotune import search as search_mod
 from autotune.errors import InputError
 from autotune.recipe import Constraints
-from autotune.search import Search, SearchSettings, SearchSpace
+from autotune.search import Search, SearchSettings, SearchSpace, display_url
+from tests.conftest import ROOT, run_cli
 
 SPEED = {"eager": 100.0, "frozen": 180.0, "compile": 150.0, "broken": 1.0}
 
@@ -148,3 +158,247 @@ def test_two_workers_share_one_study(tmp_path: Path) -> None:
     combos = {(v, int(b)) for v, b in measured}
     assert combos == set(SPACE.combos())
     assert len(measured) <= len(combos) + 1  # at most one race between ask and the in-flight check
+
+
+# ----------------------------------------------------------------------------- stale trials (heartbeat)
+
+
+@pytest.fixture
+def short_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heartbeat every second, stale after two: storages made in this process from now on (read at call time)."""
+    monkeypatch.setattr(search_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(search_mod, "HEARTBEAT_GRACE_S", 2)
+
+
+def _die_while_measuring(storage: str) -> None:
+    """A process hard-killed in the middle of a measurement: no tell, no cleanup, its heartbeat thread gone."""
+
+    def evaluate(trial: int, v: str, b: int) -> dict[str, Any]:
+        os._exit(137)
+
+    Search(SPACE, SearchSettings(objective="throughput", constraints=Constraints(), storage=storage,
+                                 study_name="t", recipe_fingerprint="abc", time_budget_s=60.0), evaluate).run()
+
+
+def started_by_a_dead_process(storage: str) -> int:
+    """Run a process that dies while measuring its first candidate; returns that trial's number."""
+    proc = mp.get_context("spawn").Process(target=_die_while_measuring, args=(storage,))
+    proc.start()
+    proc.join(timeout=120)
+    assert proc.exitcode == 137
+    import optuna
+
+    running = [t for t in optuna.load_study(study_name="t", storage=storage).trials if t.state.name == "RUNNING"]
+    assert len(running) == 1
+    return running[0].number
+
+
+def trial_state(storage: str, number: int) -> tuple[str, dict[str, Any]]:
+    import optuna
+
+    trial = optuna.load_study(study_name="t", storage=storage).trials[number]
+    return trial.state.name, trial.user_attrs
+
+
+def test_a_dead_process_trial_is_failed_and_measured_again(tmp_path: Path, short_heartbeat: None) -> None:
+    s = settings(tmp_path, time_budget_s=60.0)
+    dead = started_by_a_dead_process(s.storage)
+    calls: list[tuple[str, int]] = []
+    out = Search(SPACE, s, lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
+    assert out.stopped_by == "exhausted"  # not "time_budget": it did not wait for the dead trial for good
+    assert calls.count(("eager", 32)) == 1 and sorted(calls) == sorted(SPACE.combos())
+    state, attrs = trial_state(s.storage, dead)
+    assert state == "FAIL" and "row" not in attrs  # failed as stale: no row, so not "measured"
+    assert [r for r in out.rows if r["trial"] == dead] == []
+    assert sorted((r["variant"], r["batch_size"]) for r in out.rows) == sorted(SPACE.combos())
+
+
+def test_a_live_trial_keeps_beating_through_a_long_measurement(tmp_path: Path, short_heartbeat: None) -> None:
+    """Another process checking for stale trials while this one measures for longer than the grace period."""
+    s = settings(tmp_path, max_trials=1)
+    other = Search(SPACE, s, lambda t, v, b: fake_row(t, v, b))
+    seen: list[str] = []
+
+    def slow(trial: int, v: str, b: int) -> dict[str, Any]:
+        for _ in range(3):
+            time.sleep(1.5)  # 4.5 s in all: more than the 2 s grace, so only the thread's beats keep it alive
+            search_mod.fail_stale_trials(other.study)
+            seen.append(trial_state(s.storage, trial)[0])
+        return fake_row(trial, v, b)
+
+    out = Search(SPACE, s, slow).run()
+    assert seen == ["RUNNING"] * 3
+    assert out.measured_this_run == 1 and out.rows[0]["status"] == "ok"
+
+
+def test_an_exception_from_evaluate_fails_the_trial_and_propagates(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+
+    def crash(trial: int, v: str, b: int) -> dict[str, Any]:
+        raise RuntimeError("the evaluator broke")
+
+    with pytest.raises(RuntimeError, match="the evaluator broke"):
+        Search(SPACE, s, crash).run()
+    state, attrs = trial_state(s.storage, 0)
+    assert state == "FAIL" and "row" not in attrs
+    calls: list[tuple[str, int]] = []
+    out = Search(SPACE, s, lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
+    assert out.stopped_by == "exhausted"  # the failed trial was not left "in flight"
+    assert ("eager", 32) in calls and sorted(calls) == sorted(SPACE.combos())
+
+
+def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    calls: list[tuple[str, int]] = []
+
+    def interrupted_second(trial: int, v: str, b: int) -> dict[str, Any]:
+        calls.append((v, b))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fake_row(trial, v, b)
+
+    out = Search(SPACE, s, interrupted_second).run()
+    assert out.stopped_by == "interrupted" and out.measured_this_run == 1
+    assert [(r["variant"], r["batch_size"]) for r in out.rows] == calls[:1]
+    import optuna
+
+    states = [t.state.name for t in optuna.load_study(study_name="t", storage=s.storage).trials]
+    assert "RUNNING" not in states and states.count("FAIL") == 1
+
+
+# ----------------------------------------------------------------------------- storage errors
+
+
+def test_display_url_masks_the_password() -> None:
+    assert display_url("postgresql+psycopg2://u:secret@db.example:5432/x") == "postgresql+psycopg2://u:***@db.example:5432/x"
+    assert display_url("sqlite:////tmp/out/study.db") == "sqlite:////tmp/out/study.db"
+    assert display_url("postgresql://u:secret@host:notaport/x") == "postgresql://u:***@host:notaport/x"
+    assert display_url("no url at all") == "no url at all"
+
+
+@pytest.mark.parametrize(
+    ("url", "patterns"),
+    [
+        ("nosuchdialect://x", ["unknown database kind", "nosuchdialect"]),
+        ("not a url", ["not a valid database URL"]),
+        ("postgresql+nosuchdriver://u:secret@h/x", ["postgresql+nosuchdriver://u:***@h/x"]),
+        ("mysql+nosuchdriver_xyz://u:secret@h/x", ["u:***@h"]),
+        ("sqlite:////nonexistent-dir-xyz/study.db", ["unable to open database file"]),
+        ("redis://u:secret@localhost", ["Redis storage was removed"]),
+    ],
+)
+def test_a_storage_that_cannot_be_opened_is_an_input_error(tmp_path: Path, url: str, patterns: list[str]) -> None:
+    with pytest.raises(InputError) as info:
+        Search(SPACE, settings(tmp_path, storage=url), lambda t, v, b: fake_row(t, v, b))
+    message = str(info.value)
+    assert message.startswith("--storage ") and "secret" not in message
+    for p in patterns:
+        assert p in message, message
+
+
+def test_loading_a_study_that_must_exist(tmp_path: Path) -> None:
+    from autotune.search import load_existing_study
+
+    s = settings(tmp_path, storage=f"sqlite:///{tmp_path / 'w.db'}")
+    Search(SPACE, s, lambda t, v, b: fake_row(t, v, b))  # creates study "t"
+    assert load_existing_study(s.storage, "t").user_attrs["recipe_fingerprint"] == "abc"
+    with pytest.raises(InputError, match="--study: no study named 'nope' in sqlite:///"):
+        load_existing_study(s.storage, "nope")
+    with pytest.raises(InputError, match=r"^--storage postgresql\+nosuchdriver://u:\*\*\*@h/x: cannot open"):
+        load_existing_study("postgresql+nosuchdriver://u:secret@h/x", "t")
+
+
+STORAGE_RECIPE = """
+name = "tiny"
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:tiny"
+[[inputs]]
+name = "x"
+shape = [3, 8, 8]
+[search]
+variants = ["eager"]
+batch_sizes = [1, 4]
+time_budget_s = 60
+[measure]
+max_seconds = {max_seconds}
+ci_target = {ci_target}
+"""
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg2://u:secret@127.0.0.1:1/x", "nosuchdialect://x"])
+def test_run_with_a_bad_storage_is_exit_2_without_the_password(write_recipe, tmp_path: Path, url: str) -> None:
+    path = write_recipe(STORAGE_RECIPE.format(max_seconds=0.3, ci_target=0.05))
+    code, _, err = run_cli("run", str(path), "--out", str(tmp_path / "out"), "--storage", url, "--no-progress")
+    assert code == 2, err
+    assert "Traceback" not in err and "--storage" in err and "secret" not in err, err
+
+
+def test_a_run_killed_mid_measurement_is_resumed(write_recipe, tmp_path: Path, short_heartbeat: None,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL `autotune run` while it measures; a second run on the same --out measures that combination."""
+    import optuna
+
+    from autotune.cli import main
+
+    out, db = tmp_path / "out", tmp_path / "out" / "study.db"
+    slow = write_recipe(STORAGE_RECIPE.format(max_seconds=5, ci_target=0.0001), "slow.toml")
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(slow), "--out", str(out), "--no-progress"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while (killed := _running_with_heartbeat(db)) is None:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no trial started measuring"
+            time.sleep(0.05)
+        children = _children(proc.pid)  # its measuring worker: reaped below, not left to finish alone
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill(children)
+
+    quick = write_recipe(STORAGE_RECIPE.format(max_seconds=0.3, ci_target=0.05), "quick.toml")
+    code = main(["run", str(quick), "--out", str(out), "--no-progress", "--time-budget", "40"])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["search"]["stopped_by"] == "exhausted"  # before the fix: "time_budget", waiting for a dead trial
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{db}")
+    dead = study.trials[killed]
+    assert dead.state.name == "FAIL" and "row" not in dead.user_attrs
+    combo = (dead.params["variant"], dead.params["batch_size"])
+    rows = [c for c in doc["candidates"] if (c["variant"], c["batch_size"]) == combo]
+    assert [r["status"] for r in rows] == ["ok"] and rows[0]["trial"] != killed
+    assert {(c["variant"], c["batch_size"]) for c in doc["candidates"]} == {("eager", 1), ("eager", 4)}
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+
+
+def _running_with_heartbeat(db: Path) -> int | None:
+    """Number of a RUNNING trial whose first heartbeat is stored (the process is measuring it), if any."""
+    import sqlite3
+
+    if not db.exists():
+        return None
+    try:
+        with sqlite3.connect(db) as con:
+            row = con.execute("SELECT t.number FROM trials t JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+                              "WHERE t.state = 'RUNNING'").fetchone()
+    except sqlite3.Error:  # the tables are not there yet
+        return None
+    return None if row is None else int(row[0])
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(p) for p in task.read_text().split()]
+    return out
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
