@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="render the reports again from a stored run")
     rep.add_argument("dir", type=Path)
+    rep.add_argument("--storage", default=None, metavar="URL",
+                     help="the study's storage, if report.json's (password masked) no longer reaches it")
 
     wk = sub.add_parser("worker", help="join a study from another machine")
     wk.add_argument("--storage", required=True)
@@ -308,7 +310,7 @@ def _describe_row(row: dict[str, Any]) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from autotune.tuner import rerender
 
-    doc = rerender(args.dir)
+    doc = rerender(args.dir, storage=args.storage)
     from autotune.report import console_table
 
     print(console_table(doc))

@@ -21,7 +21,16 @@ from autotune.candidate import best_row, candidate_record, pareto_front
 from autotune.errors import AutotuneError, InputError, WorkloadError
 from autotune.recipe import Recipe
 from autotune.runner import Runner
-from autotune.search import Search, SearchOutcome, SearchSettings, SearchSpace, open_study, recipe_fingerprint
+from autotune.search import (
+    Search,
+    SearchOutcome,
+    SearchSettings,
+    SearchSpace,
+    display_url,
+    load_existing_study,
+    open_study,
+    recipe_fingerprint,
+)
 
 #: Seconds allowed for validating the workload (build + one forward) in a fresh worker.
 VALIDATE_TIMEOUT = 600.0
@@ -119,14 +128,15 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
     storage = options.storage or f"sqlite:///{(out / 'study.db').resolve()}"
     study_name = options.study_name or recipe.name
     with Runner() as runner:
-        workload = validate(runner, recipe)
+        workload = validate(runner, recipe)  # first: a model that cannot run leaves no study behind
+        # then the study, before any probing: a bad --storage or a --study made for another model
+        # fails in seconds, and a resumed run takes the boundaries it already found
+        # (autotune.boundaries: reuse rule)
+        study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0),
+                           recipe_data=recipe.to_dict())
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
-            # open the study first: a wrong --study fails before any probing, and a resumed
-            # run takes the boundaries it already found (autotune.boundaries: reuse rule)
-            study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0),
-                               recipe_data=recipe.to_dict())
             boundary = find_boundaries(runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR))
             batch_sizes = boundary.batch_sizes
         else:
@@ -211,21 +221,17 @@ def join_study(storage: str, study_name: str, *, time_budget: float | None, prog
     only after its batch-boundary search, which can take minutes: a worker started in between
     waits for the space (within its time budget) instead of failing.
     """
-    import optuna
-
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        raise InputError(f"--study: no study named '{study_name}' in {storage}") from None
+    study = load_existing_study(storage, study_name)
+    shown = display_url(storage)
     attrs = study.user_attrs
     if "recipe" not in attrs:
-        raise InputError(f"--study: '{study_name}' in {storage} was not created by `autotune run` (no recipe stored)")
+        raise InputError(f"--study: '{study_name}' in {shown} was not created by `autotune run` (no recipe stored)")
     recipe = Recipe.from_dict(attrs["recipe"])
     budget = recipe.search.time_budget_s if time_budget is None else time_budget
     t0 = clock()
     while "space" not in attrs or "specs" not in attrs:
         if clock() - t0 >= budget:
-            raise InputError(f"--study: '{study_name}' in {storage} has no search space yet after {budget:g} s: "
+            raise InputError(f"--study: '{study_name}' in {shown} has no search space yet after {budget:g} s: "
                              "the `autotune run` that created it is still finding batch boundaries, or it died "
                              "before storing them; start the worker later or with a larger --time-budget")
         sleep(min(SPACE_POLL_S, max(0.0, budget - (clock() - t0))))
@@ -247,20 +253,23 @@ def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: flo
     )
 
 
-def rerender(out_dir: Path) -> dict[str, Any]:
-    """``autotune report DIR``: rebuild the document from the stored study (all workers' trials)."""
-    import optuna
+def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
+    """``autotune report DIR``: rebuild the document from the stored study (all workers' trials).
 
+    report.json keeps the storage URL with its password masked, so a password-protected study is
+    reached again through ``storage`` (``--storage``); without it, the stored URL is tried.
+    """
     from autotune.report import load_report, write_reports
     from autotune.search import measured_rows
 
     doc = load_report(out_dir / "report.json")
-    storage, name = doc["search"]["storage"], doc["search"]["study_name"]
+    name = doc["search"]["study_name"]
+    url = storage or doc["search"]["storage"]
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except Exception as exc:  # the study database moved or is gone: re-render what report.json has
-        doc.setdefault("notes", []).append(f"study {name} not readable from {storage} ({exc}); re-rendered "
-                                           "report.json as stored")
+        study = load_existing_study(url, name)
+    except InputError as exc:  # the study database moved or is gone: re-render what report.json has
+        doc.setdefault("notes", []).append(f"study {name} not readable ({exc}); re-rendered report.json as "
+                                           "stored (`autotune report DIR --storage URL` reaches a moved study)")
         write_reports(doc, out_dir)
         return doc
     recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
@@ -297,7 +306,7 @@ def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]
             "trials": outcome.trials, "measured_this_run": outcome.measured_this_run,
             "wall_seconds": round(wall_seconds, 3), "search_seconds": round(outcome.wall_seconds, 3),
             "sampler": outcome.sampler, "objective": objective, "study_name": study_name,
-            "storage": storage, "stopped_by": outcome.stopped_by, "workers": dict(worker_stats),
+            "storage": display_url(storage), "stopped_by": outcome.stopped_by, "workers": dict(worker_stats),
         },
         "batch_boundary": dict(boundaries),
         "candidates": rows,

@@ -252,12 +252,18 @@ def has_space(url: str, name: str) -> bool:
 def test_run_stores_the_study_in_postgres(pg_url: str, write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = write_recipe(recipe_text(variants=["eager", "frozen"], batch_sizes=[1, 4]))
-    code, stdout, err = run_cli(*run_args(path, out, pg_url, "s1"))
+    # trust auth ignores the password, so it can stand for a real one: it must not reach the reports
+    with_password = pg_url.replace("//postgres@", "//postgres:s3cret@")
+    assert with_password != pg_url
+    code, stdout, err = run_cli(*run_args(path, out, with_password, "s1"))
     assert code == 0, err
     assert "Recommend" in stdout
     assert not (out / "study.db").exists()  # the default SQLite file is not used
+    for name in ("report.json", "report.md", "report.html"):
+        assert "s3cret" not in (out / name).read_text(), name
     doc = json.loads((out / "report.json").read_text())
-    assert doc["search"]["storage"] == pg_url and doc["search"]["study_name"] == "s1"
+    assert doc["search"]["storage"] == pg_url.replace("//postgres@", "//postgres:***@")
+    assert doc["search"]["study_name"] == "s1"
     assert doc["search"]["stopped_by"] == "exhausted"
 
     ok = [c for c in doc["candidates"] if c["status"] == "ok"]
@@ -279,8 +285,9 @@ def test_run_stores_the_study_in_postgres(pg_url: str, write_recipe, tmp_path: P
     # Repeats told to the sampler are COMPLETE too, so PostgreSQL holds at least the measured ones.
     assert sql_count_complete(pg_url, "s1") >= len(ok)
 
-    code, stdout, err = run_cli("report", str(out))  # re-render from the server
+    code, stdout, err = run_cli("report", str(out), "--storage", with_password)  # re-render from the server
     assert code == 0, err
+    assert "s3cret" not in (out / "report.json").read_text()
     assert json.loads((out / "report.json").read_text())["search"]["trials"] == len(load_study(pg_url, "s1").trials)
 
 
