@@ -373,6 +373,18 @@ def _state_for(row: Mapping[str, Any]) -> TrialState:
     return TrialState.FAIL
 
 
+def _planned_combo(trial: optuna.trial.FrozenTrial) -> tuple[str, int]:
+    """The (variant, batch) a WAITING or RUNNING trial is for.
+
+    A trial taken from the queue has no ``params`` until it is suggested them (a WAITING one
+    never has): what it will run is in its ``fixed_params`` system attribute. Reading only
+    ``params`` missed those, so every joining process enqueued the priors again, and another
+    worker's just-started trial did not count as in flight.
+    """
+    fixed = trial.params or trial.system_attrs.get("fixed_params", {})
+    return fixed.get("variant"), fixed.get("batch_size")
+
+
 class Search:
     """Runs the ask/tell loop over a :class:`SearchSpace` with a caller-supplied evaluator."""
 
@@ -410,18 +422,13 @@ class Search:
     def _in_flight(self, *, besides: int | None = None) -> set[tuple[str, int]]:
         """Combinations another trial (here or on another machine) is measuring right now."""
         return {
-            (t.params.get("variant"), t.params.get("batch_size"))
+            _planned_combo(t)
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if t.number != besides
         }
 
     def _enqueue_priors(self, measured: Mapping[tuple[str, int], Any]) -> None:
-        # A WAITING trial has no params yet: what it will run is in its "fixed_params" system attribute.
-        # Reading ``params`` found nothing, so every run and worker joining a study enqueued the priors again.
-        waiting = set()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            fixed = t.system_attrs.get("fixed_params", t.params)
-            waiting.add((fixed.get("variant"), fixed.get("batch_size")))
+        waiting = {_planned_combo(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
         picks: list[tuple[str, int]] = []
         for v in self.space.variants:
             sizes = self.space.batch_sizes.get(v, ())
@@ -504,48 +511,49 @@ class Search:
         repeats = 0
         stopped_by = "exhausted"
         distributions = self.space.distributions()
-        while True:
-            fail_stale_trials(self.study)
-            measured = self._measured()
-            remaining = [c for c in self.space.combos() if c not in measured]
-            if not remaining:
-                stopped_by = "exhausted"
-                break
-            if self.clock() - t0 >= self.settings.time_budget_s:
-                stopped_by = "time_budget"
-                break
-            if self.settings.max_trials and measured_now >= self.settings.max_trials:
-                stopped_by = "max_trials"
-                break
-            if set(remaining) <= self._in_flight():
-                # Everything left is being measured by other workers. Asking now could only yield repeats,
-                # told at full speed: hundreds of bookkeeping trials per minute in the shared study, each
-                # making the sampler slower. Wait for them instead (or for their heartbeats to go stale).
-                left = self.settings.time_budget_s - (self.clock() - t0)
-                self.sleep(max(0.0, min(IN_FLIGHT_POLL_S, left)))
-                continue
-            trial = self._ask(distributions)
-            try:
-                with self._heartbeat(trial):
-                    row = self._handle(trial)
-            except KeyboardInterrupt:
-                # Ctrl-C: stop and report what was measured (the CLI exits 130); this trial is not one of them.
-                self._fail(trial)
-                stopped_by = "interrupted"
-                break
-            except BaseException:
-                # Whatever ``evaluate`` (or the storage) raised goes on up, but the trial must not stay RUNNING.
-                self._fail(trial)
-                raise
-            if row is None:
-                repeats += 1
-                if repeats >= MAX_REPEATS and self._enqueue_unmeasured(measured):
-                    repeats = 0
-                continue
-            repeats = 0
-            measured_now += 1
-            if self.on_row is not None:
-                self.on_row(row)
+        try:
+            while True:
+                fail_stale_trials(self.study)
+                measured = self._measured()
+                remaining = [c for c in self.space.combos() if c not in measured]
+                if not remaining:
+                    stopped_by = "exhausted"
+                    break
+                if self.clock() - t0 >= self.settings.time_budget_s:
+                    stopped_by = "time_budget"
+                    break
+                if self.settings.max_trials and measured_now >= self.settings.max_trials:
+                    stopped_by = "max_trials"
+                    break
+                if set(remaining) <= self._in_flight():
+                    # Everything left is being measured by other workers. Asking now could only yield repeats,
+                    # told at full speed: hundreds of bookkeeping trials per minute in the shared study, each
+                    # making the sampler slower. Wait for them instead (or for their heartbeats to go stale).
+                    left = self.settings.time_budget_s - (self.clock() - t0)
+                    self.sleep(max(0.0, min(IN_FLIGHT_POLL_S, left)))
+                    continue
+                trial = self._ask(distributions)
+                try:
+                    with self._heartbeat(trial):
+                        row = self._handle(trial)
+                except BaseException:
+                    # Whatever ``evaluate`` (or the storage) raised goes on up, Ctrl-C included, but the trial
+                    # must not stay RUNNING.
+                    self._fail(trial)
+                    raise
+                if row is None:
+                    repeats += 1
+                    if repeats >= MAX_REPEATS and self._enqueue_unmeasured(measured):
+                        repeats = 0
+                    continue
+                repeats = 0
+                measured_now += 1
+                if self.on_row is not None:
+                    self.on_row(row)
+        except KeyboardInterrupt:
+            # Ctrl-C anywhere in the loop (a measurement, ask, the wait for other workers): stop and report
+            # what was measured; the CLI exits 130.
+            stopped_by = "interrupted"
         rows = measured_rows(self.study)
         return SearchOutcome(
             rows=rows,

@@ -266,6 +266,26 @@ def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path) -> No
     assert "RUNNING" not in states and states.count("FAIL") == 1
 
 
+def test_an_interrupt_while_waiting_for_other_workers_still_reports(tmp_path: Path) -> None:
+    """Ctrl-C during the wait for a combination another worker is measuring: stop with the rows, not a traceback."""
+    space = SearchSpace(variants=("eager",), batch_sizes={"eager": (1, 8)})
+    first = Search(space, settings(tmp_path, max_trials=1), lambda t, v, b: fake_row(t, v, b)).run()
+    assert [r["batch_size"] for r in first.rows] == [8]  # the prior: the largest batch
+    import optuna
+
+    study = optuna.load_study(study_name="t", storage=settings(tmp_path).storage)
+    study.enqueue_trial({"variant": "eager", "batch_size": 1})
+    study.ask()  # batch 1 RUNNING in "another worker" (no heartbeat row: never stale)
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    s = settings(tmp_path)
+    out = Search(space, s, lambda t, v, b: pytest.fail("nothing is left to measure here"), sleep=interrupt).run()
+    assert out.stopped_by == "interrupted" and out.measured_this_run == 0
+    assert [r["batch_size"] for r in out.rows] == [8]
+
+
 # ----------------------------------------------------------------------------- storage errors
 
 
