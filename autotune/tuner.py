@@ -124,11 +124,11 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
 
     t0 = time.monotonic()
     out = options.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     storage = options.storage or f"sqlite:///{(out / 'study.db').resolve()}"
     study_name = options.study_name or recipe.name
     with Runner() as runner:
-        workload = validate(runner, recipe)  # first: a model that cannot run leaves no study behind
+        workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
+        out.mkdir(parents=True, exist_ok=True)
         # then the study, before any probing: a bad --storage or a --study made for another model
         # fails in seconds, and a resumed run takes the boundaries it already found
         # (autotune.boundaries: reuse rule)

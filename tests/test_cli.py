@@ -70,10 +70,12 @@ def test_bad_flag_value_is_exit_2(write_recipe) -> None:
         ("@MODELS@/broken.py:not_a_module", "", ["returned int, expected a torch.nn.Module"]),
     ],
 )
-def test_factory_errors(write_recipe, factory: str, kwargs: str, patterns: list[str]) -> None:
+def test_factory_errors(write_recipe, tmp_path: Path, factory: str, kwargs: str, patterns: list[str]) -> None:
     text = TINY.format(kwargs=kwargs, variants='["eager"]').replace("@MODELS@/broken.py:tiny", factory)
-    code, _, err = run_cli("run", str(write_recipe(text)))
+    out = tmp_path / "out"
+    code, _, err = run_cli("run", str(write_recipe(text)), "--out", str(out))
     assert_input_error(code, err, *patterns)
+    assert not out.exists()  # bad input leaves no output directory or study behind
 
 
 def test_input_shape_rejected_names_the_input(write_recipe) -> None:
