@@ -40,6 +40,29 @@ def write_recipe(tmp_path: Path):
     return write
 
 
+def tiny_recipe(*, name: str = "tiny", kwargs: str = "", variants: str = '["eager", "frozen"]',
+                batch_sizes: str = "[1, 4]", time_budget_s: float = 120, max_seconds: float = 0.4,
+                ci_target: float = 0.05) -> str:
+    """TOML of a recipe for the tiny conv model in tests/models/broken.py (list fields as TOML text)."""
+    return f"""
+name = "{name}"
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:tiny"
+{kwargs}
+[[inputs]]
+name = "x"
+shape = [3, 8, 8]
+[search]
+variants = {variants}
+batch_sizes = {batch_sizes}
+time_budget_s = {time_budget_s}
+[measure]
+max_seconds = {max_seconds}
+ci_target = {ci_target}
+"""
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """Run the CLI in a subprocess (real process, real exit code)."""
     import subprocess

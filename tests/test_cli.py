@@ -12,25 +12,9 @@ from pathlib import Path
 import pytest
 
 from autotune.candidate import pessimistic_score
-from tests.conftest import ROOT, SHARED_TRACES, run_cli
+from tests.conftest import ROOT, SHARED_TRACES, run_cli, tiny_recipe
 
-TINY = """
-name = "tiny"
-device = "cpu"
-[model]
-factory = "@MODELS@/broken.py:tiny"
-{kwargs}
-[[inputs]]
-name = "x"
-shape = [3, 8, 8]
-[search]
-variants = {variants}
-batch_sizes = [1, 4]
-time_budget_s = 120
-[measure]
-max_seconds = 0.4
-ci_target = 0.05
-"""
+TINY = tiny_recipe(kwargs="{kwargs}", variants="{variants}")
 
 
 def tiny(write_recipe, *, kwargs: str = "", variants: str = '["eager", "frozen"]', extra: str = "") -> Path:

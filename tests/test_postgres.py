@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, tiny_recipe
 
 PG_PROGRAMS = ("initdb", "pg_ctl", "postgres")
 #: application_name of this test process's own connections (the ones not to drop on purpose).
@@ -37,28 +37,12 @@ DB_NAME = "autotune_test"
 #: URL → the one Optuna storage this test process reads studies through (closed with the server).
 _STORAGES: dict[str, Any] = {}
 
-RECIPE = """
-name = "tiny_pg"
-device = "cpu"
-[model]
-factory = "@MODELS@/broken.py:tiny"
-[[inputs]]
-name = "x"
-shape = [3, 8, 8]
-[search]
-variants = {variants}
-batch_sizes = {batch_sizes}
-time_budget_s = 150
-[measure]
-max_seconds = {max_seconds}
-ci_target = {ci_target}
-"""
 
 
 def recipe_text(*, variants: list[str], batch_sizes: list[int], max_seconds: float = 0.4,
                 ci_target: float = 0.05) -> str:
-    return RECIPE.format(variants=json.dumps(variants), batch_sizes=json.dumps(batch_sizes),
-                         max_seconds=max_seconds, ci_target=ci_target)
+    return tiny_recipe(name="tiny_pg", variants=json.dumps(variants), batch_sizes=json.dumps(batch_sizes),
+                       time_budget_s=150, max_seconds=max_seconds, ci_target=ci_target)
 
 
 # ----------------------------------------------------------------------------- the server

@@ -23,7 +23,7 @@ from autotune import search as search_mod
 from autotune.errors import InputError
 from autotune.recipe import Constraints
 from autotune.search import Search, SearchSettings, SearchSpace, display_url
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, tiny_recipe
 
 SPEED = {"eager": 100.0, "frozen": 180.0, "compile": 150.0, "broken": 1.0}
 
@@ -328,27 +328,13 @@ def test_loading_a_study_that_must_exist(tmp_path: Path) -> None:
         load_existing_study("postgresql+nosuchdriver://u:secret@h/x", "t")
 
 
-STORAGE_RECIPE = """
-name = "tiny"
-device = "cpu"
-[model]
-factory = "@MODELS@/broken.py:tiny"
-[[inputs]]
-name = "x"
-shape = [3, 8, 8]
-[search]
-variants = ["eager"]
-batch_sizes = [1, 4]
-time_budget_s = 60
-[measure]
-max_seconds = {max_seconds}
-ci_target = {ci_target}
-"""
+def storage_recipe(*, max_seconds: float, ci_target: float) -> str:
+    return tiny_recipe(variants='["eager"]', time_budget_s=60, max_seconds=max_seconds, ci_target=ci_target)
 
 
 @pytest.mark.parametrize("url", ["postgresql+psycopg2://u:secret@127.0.0.1:1/x", "nosuchdialect://x"])
 def test_run_with_a_bad_storage_is_exit_2_without_the_password(write_recipe, tmp_path: Path, url: str) -> None:
-    path = write_recipe(STORAGE_RECIPE.format(max_seconds=0.3, ci_target=0.05))
+    path = write_recipe(storage_recipe(max_seconds=0.3, ci_target=0.05))
     code, _, err = run_cli("run", str(path), "--out", str(tmp_path / "out"), "--storage", url, "--no-progress")
     assert code == 2, err
     assert "Traceback" not in err and "--storage" in err and "secret" not in err, err
@@ -362,7 +348,7 @@ def test_a_run_killed_mid_measurement_is_resumed(write_recipe, tmp_path: Path, s
     from autotune.cli import main
 
     out, db = tmp_path / "out", tmp_path / "out" / "study.db"
-    slow = write_recipe(STORAGE_RECIPE.format(max_seconds=5, ci_target=0.0001), "slow.toml")
+    slow = write_recipe(storage_recipe(max_seconds=5, ci_target=0.0001), "slow.toml")
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(slow), "--out", str(out), "--no-progress"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     children: list[int] = []
@@ -381,7 +367,7 @@ def test_a_run_killed_mid_measurement_is_resumed(write_recipe, tmp_path: Path, s
             proc.wait()
         _kill(children)
 
-    quick = write_recipe(STORAGE_RECIPE.format(max_seconds=0.3, ci_target=0.05), "quick.toml")
+    quick = write_recipe(storage_recipe(max_seconds=0.3, ci_target=0.05), "quick.toml")
     code = main(["run", str(quick), "--out", str(out), "--no-progress", "--time-budget", "40"])
     assert code == 0, capsys.readouterr().err
     doc = json.loads((out / "report.json").read_text())
