@@ -149,8 +149,7 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict())
         search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
-        search.study.set_user_attr("batch_boundary", boundary.documents)
-        if boundary.key is not None:
+        if boundary.key is not None:  # the documents and what decided them, for the next resume
             search.study.set_user_attr(STATE_ATTR, boundary.state())
         outcome = _run_search(search, recipe, progress=options.progress)
         worker_stats = runner.stats
