@@ -743,17 +743,15 @@ class OnlineDetector:
                   level within rel_tolerance) -> steady from a.steady_start
                   (after the first sighting the confirming check comes early, n + 5%)
               steady: a has no steady state, or starts later at a different level
-                  -> the level moved: restart (not steady; restarts += 1; rises += 1 unless
-                     the new level is lower, i.e. a warmup that lasted longer than it looked)
+                  -> the level moved: restart (not steady; restarts += 1)
                   a starts later at the same level -> sampling starts there instead
           steady and n >= next_ci (every 5% of the steady samples):
               cheap AR(1)-corrected CI of mean(values[start:]); if its half-width <= ci_target * mean:
                   a = analyze(values, no CI); stop gates (all must pass, else keep measuring):
                     1. enough values: n >= floor and n - a.steady_start >= tail, where
-                       floor = min_values if a warmup was seen to end (a slower level before
-                               the steady start), else min_values_no_warmup
-                       tail = min_after; min_after_restart after a restart to a lower level;
-                              min_values after a rise (the series has shown it gets slower)
+                       floor = min_values if a first phase was seen to end (another level
+                               before the steady start), else min_values_no_warmup
+                       tail = min_after, or min_after_restart after a restart
                     2. stable: a agrees with the previous check (same start or level) and
                        does not move the level
                     3. history: if the level has gone up before (an earlier segment faster
@@ -771,9 +769,10 @@ class OnlineDetector:
     Why the gates: a causal detector cannot tell a flat start from a long flat warmup (or the
     fast phase before a slowdown) until the change happens, so the floor is the price of
     catching changes up to about that iteration. It is paid in full (``min_values_no_warmup``)
-    only by series that have shown no warmup: a warmup seen to end is evidence that the first
-    phase is over, so those pay ``min_values``. ``min_after`` is paid only after the steady
-    start, so long warmups are not charged the floor again.
+    only by series that have shown no change at all: a first phase seen to end (a warmup, or
+    the fast phase before a slowdown) is evidence that it is over, so those pay ``min_values``.
+    ``min_after`` is paid only after the steady start, so long warmups are not charged the floor
+    again; a level that looked steady and then moved asks for ``min_after_restart``.
     A series whose level has already gone up and down is more likely to change again (regimes,
     Barrett et al.'s "no steady state"), so its current level must outlast the earlier ones
     before it is trusted; a slow drift is cut by the changepoint search into steps within
@@ -786,7 +785,7 @@ class OnlineDetector:
         *,
         ci_target: float = 0.01,
         max_values: int | None = None,
-        min_values: int = 390,
+        min_values: int = 370,
         min_values_no_warmup: int = 540,
         min_after: int = 100,
         min_after_restart: int = 300,
@@ -828,7 +827,6 @@ class OnlineDetector:
         self.drift_t = float(drift_t)
         self.seed = int(seed)
         self.restarts = 0
-        self.rises = 0  # restarts where the level went up (or vanished), not down
         self.blocked: dict[str, int] = {}  # stop gate -> how often it delayed the stop (diagnostics)
         self._z = normal_quantile(0.5 + self.confidence / 2.0)
         self._values: list[float] = []
@@ -897,22 +895,8 @@ class OnlineDetector:
         after = a.steady_median or 0.0
         return abs(before - after) > self.rel_tolerance * abs(after)
 
-    def _restart(self, a: WarmupAnalysis) -> None:
-        """The declared steady level moved: forget it, and remember whether it went up.
-
-        A level that went down is a warmup that lasted longer than it first looked (a later
-        JIT tier, a multistep warmup); a level that went up, or no steady state at all, is the
-        series showing it can get slower again, which :meth:`_min_tail` charges for.
-        """
-        start = self._steady_start
-        assert start is not None
-        # where the newest level begins: the new steady start, or (no steady state yet) the last change
-        later = [c for c in a.changepoints if c > start]
-        begin = a.steady_start if a.steady_start is not None and a.steady_start > start else max(later, default=None)
-        if begin is None or begin >= len(self._values):
-            self.rises += 1
-        elif float(np.median(self._values[start:begin])) < float(np.median(self._values[begin:])):
-            self.rises += 1
+    def _restart(self) -> None:
+        """The declared steady level moved: forget it; sampling waits for the next steady state."""
         self._steady_start = None
         self.restarts += 1
 
@@ -935,7 +919,7 @@ class OnlineDetector:
             elif a.steady_start is not None:  # first sighting: confirm soon
                 self._next_check = min(self._next_check, n + max(self.min_check_gap, math.ceil(0.05 * n)))
         elif self._level_moved(a):
-            self._restart(a)
+            self._restart()
         elif a.steady_start is not None and a.steady_start > self._steady_start:
             self._steady_start = a.steady_start
         self._prev = a
@@ -978,33 +962,32 @@ class OnlineDetector:
         noise = _Equivalence.Z * sigma_lr * math.sqrt(1.0 / h + 1.0 / (m - h))
         return abs(b - a) > max(self.rel_tolerance * abs(b), noise)
 
-    def _warmup_seen(self, start: int) -> bool:
-        """Did the series visibly warm up before ``start``: a slower level that ended there?"""
+    def _first_phase_ended(self, start: int) -> bool:
+        """Did the series visibly change level at ``start`` (a warmup, or a fast phase before a slowdown)?"""
         if start <= 0 or start >= len(self._values):
             return False
         head = float(np.median(self._values[:start]))
         tail = float(np.median(self._values[start:]))
-        return head > tail * (1.0 + self.rel_tolerance)
+        return abs(head - tail) > tail * self.rel_tolerance
 
     def _floor(self, start: int) -> int:
-        """Values every stop needs: ``min_values`` after a visible warmup, else ``min_values_no_warmup``.
+        """Values every stop needs: ``min_values`` after a visible change, else ``min_values_no_warmup``.
 
-        A series that has shown no warmup at all may still be in a long first phase (a flat
+        A series that has shown no change at all may still be in a long first phase (a flat
         prelude before a JIT tier, the fast phase before throttling): nothing in its values
-        says otherwise, so it is watched longer. A warmup seen to end is evidence that the
-        first phase is over; what remains is the risk of a later change, which
-        ``min_values`` and the gates cover.
+        says otherwise, so it is watched longer. A first phase seen to end is evidence that it
+        is over; what remains is the risk of a later change, which ``min_values`` and the gates
+        cover (a level that went up must also outlast the faster one: gate 3).
         """
-        return self.min_values if self._warmup_seen(start) else self.min_values_no_warmup
+        return self.min_values if self._first_phase_ended(start) else self.min_values_no_warmup
 
     def _min_tail(self) -> int:
-        """Values required after the steady start: ``min_after``, or ``min_values`` after a rise.
+        """Values required after the steady start: ``min_after``, or ``min_after_restart`` after a restart.
 
-        A level that looked steady and then went up (or dissolved) shows a series that gets
-        slower again, so the new level is trusted no sooner than a series that started with
-        it. A level that went down is an ordinary warmup seen late: ``min_after`` is enough.
+        A level that looked steady and then moved shows a series that changes after it looks
+        settled, so the new level must last longer before it is trusted.
         """
-        need = self.min_values if self.rises else self.min_after_restart if self.restarts else self.min_after
+        need = self.min_after_restart if self.restarts else self.min_after
         return max(need, self.min_steady)
 
     def _gate(self, a: WarmupAnalysis, n: int) -> str | None:
@@ -1037,7 +1020,7 @@ class OnlineDetector:
         if reason is not None:
             self.blocked[reason] = self.blocked.get(reason, 0) + 1
             if self._level_moved(a):
-                self._restart(a)
+                self._restart()
             elif a.steady_start is not None and a.steady_start > start:
                 self._steady_start = a.steady_start
             self._prev = a

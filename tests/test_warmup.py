@@ -313,7 +313,7 @@ def test_online_restarts_when_the_level_moves() -> None:
     assert det.restarts >= 1
     a = det.result()
     assert a.steady_start is not None and a.steady_start >= 590
-    assert not det.done or det.consumed >= a.steady_start + det.min_values
+    assert not det.done or det.consumed >= a.steady_start + det.min_after_restart
     assert a.steady_mean is not None and abs(a.steady_mean / 1.3 - 1) < 0.03
 
 
@@ -342,7 +342,7 @@ def test_online_stops_exactly_at_the_floor_on_a_flat_trace() -> None:
 
 
 def test_online_a_seen_warmup_lowers_the_floor() -> None:
-    """Warmup over at 20: stop at min_values; the same values without the warmup wait longer."""
+    """Warmup over at 20: stop at min_values (390 here); the same values without the warmup wait longer."""
     rng = np.random.default_rng(17)
     noise = 1.0 + 0.01 * rng.standard_normal(3000)
     warm = np.where(np.arange(3000) < 20, 1.5, 1.0) * noise
@@ -372,15 +372,16 @@ def test_online_catches_a_change_after_a_flat_prelude(before: float, change_at: 
     assert abs(blind.result().steady_mean / truth - 1) > 0.2
 
 
-def test_online_late_warmup_is_not_charged_like_a_slowdown() -> None:
-    """Steady declared on a flat start, then the level drops at 200 (a warmup seen late): the new
-    level needs min_after_restart values, not min_values as after a level that went up."""
+def test_online_a_slowdown_seen_early_counts_as_the_end_of_the_first_phase() -> None:
+    """Fast until 150, then 30% slower: the no-change floor (540) no longer applies, the history
+    gate (the slow level outlasts 2 x 150) and min_after_restart decide."""
     rng = np.random.default_rng(21)
-    x = np.where(np.arange(3000) < 200, 1.3, 1.0) * (1.0 + 0.01 * rng.standard_normal(3000))
-    det = OnlineDetector(min_values=390, min_after_restart=250)
+    x = np.where(np.arange(3000) < 150, 1.0, 1.3) * (1.0 + 0.01 * rng.standard_normal(3000))
+    det = OnlineDetector(min_values=370, min_values_no_warmup=540, min_after_restart=300)
     _feed(det, x)
-    assert det.done and det.restarts >= 1 and det.rises == 0
-    assert det.result().steady_start == 200 and 450 <= det.consumed < 200 + 390
+    a = det.result()
+    assert det.done and a.classification == "slowdown" and a.steady_start == 150
+    assert 150 + 300 <= det.consumed < 540
 
 
 def test_online_min_after_counts_from_the_detected_steady_start() -> None:
@@ -408,15 +409,18 @@ def test_online_level_that_went_up_must_outlast_the_earlier_level() -> None:
     assert loose.done and loose.consumed < det.consumed and "history" not in loose.blocked
 
 
-def test_online_restart_asks_for_min_values_after_the_new_level() -> None:
+def test_online_restart_asks_for_min_after_restart_after_the_new_level() -> None:
     rng = np.random.default_rng(11)
     x = np.concatenate([np.full(150, 2.0), np.full(150, 1.0), np.full(3000, 1.2)])
     x = x * (1.0 + 0.01 * rng.standard_normal(x.size))
-    det = OnlineDetector(min_values=200)
-    _feed(det, x)
-    a = det.result()
-    assert det.done and det.restarts >= 1 and a.steady_start == 300
-    assert det.consumed >= 300 + det.min_values
+    # the new level (1.2) is above the one before it (1.0 for 150 values): the history gate also asks
+    # for 2 x 150 values, so the larger of the two requirements decides
+    for tail, need in ((200, 300 + 2 * 150), (400, 300 + 400)):
+        det = OnlineDetector(min_values=200, min_after_restart=tail)
+        _feed(det, x)
+        a = det.result()
+        assert det.done and det.restarts >= 1 and a.steady_start == 300
+        assert need <= det.consumed < need + 80
 
 
 def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> None:
