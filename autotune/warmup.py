@@ -215,8 +215,9 @@ def pelt(
         np.subtract(s2[t], c_s2[:na], out=v)
         np.divide(v, m, out=v)
         np.subtract(v, a, out=v)
-        if var_floor <= 0.0:
-            np.maximum(v, 1e-300, out=v)
+        # E[x^2] - E[x]^2 from cumulative sums can come out a hair below 0 (cancellation); a NaN
+        # from its log would win argmin
+        np.maximum(v, 1e-300 if var_floor <= 0.0 else 0.0, out=v)
         v += var_floor
         np.log(v, out=v)
         np.multiply(v, m, out=v)
