@@ -11,6 +11,7 @@ import pytest
 
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
+from tests.conftest import tiny_recipe
 
 MODELS = Path(__file__).resolve().parent / "models"
 SETTINGS = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
@@ -18,16 +19,7 @@ SETTINGS = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
 
 def _recipe(write_recipe, crash: str | None):
     kwargs = f'kwargs = {{ crash = "{crash}" }}' if crash else ""
-    return load_recipe(write_recipe(f"""
-name = "broken"
-device = "cpu"
-[model]
-factory = "@MODELS@/broken.py:tiny"
-{kwargs}
-[[inputs]]
-name = "x"
-shape = [3, 8, 8]
-"""))
+    return load_recipe(write_recipe(tiny_recipe(name="broken", kwargs=kwargs, variants='["eager"]')))
 
 
 def _measure(runner: Runner, recipe, batch: int, *, timeout: float = 120.0) -> dict:
