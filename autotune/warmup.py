@@ -1009,12 +1009,16 @@ class OnlineDetector:
     def _try_stop(self, n: int) -> None:
         start = self._steady_start
         assert start is not None
-        half, mean = self._quick_half_width()
-        floor = self._floor(start)
         self._next_ci = n + max(1, (n - start) // 20)
+        # below the lowest floor no stop is possible: skip the medians of _floor and the CI pre-check
+        floor = self.min_values if n < self.min_values else self._floor(start)
         if n < floor:  # come back exactly at the floor: stopping later costs every trace
             self._next_ci = min(self._next_ci, floor)
-        if n < floor or n - start < self._min_tail() or mean <= 0 or half > self.ci_target * mean:
+            return
+        if n - start < self._min_tail():
+            return
+        half, mean = self._quick_half_width()
+        if mean <= 0 or half > self.ci_target * mean:
             return
         a = self._analyze(with_ci=False)
         reason = self._gate(a, n)
