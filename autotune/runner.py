@@ -28,6 +28,12 @@ from autotune.errors import InputError, WorkerError
 STARTUP_TIMEOUT = 120.0
 #: Bytes of the worker's stderr quoted in a failure reason.
 STDERR_TAIL = 600
+#: Worker roles. A ``probe`` worker pins allocator settings the memory probes need (see
+#: ``autotune.worker``); a ``measure`` worker times candidates in the state a plain deployment
+#: process has, so the two never share a process.
+ROLES = ("measure", "probe")
+#: The role that serves each op; ops not listed go to a ``measure`` worker.
+ROLE_OF_OP = {"probe": "probe"}
 
 
 @dataclass(frozen=True)
@@ -54,13 +60,17 @@ class WorkerCrashed(WorkerError):
 class WorkerProcess:
     """One live ``python -m autotune.worker`` child and its JSON-lines pipe."""
 
-    def __init__(self, *, env: dict[str, str] | None = None, startup_timeout: float = STARTUP_TIMEOUT) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, startup_timeout: float = STARTUP_TIMEOUT,
+                 role: str = "measure") -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        self.role = role
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.worker"],
+            [sys.executable, "-m", "autotune.worker", "--role", role],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -169,7 +179,10 @@ class RunnerStats:
 
 
 class Runner:
-    """Owns at most one live worker; hands it requests; replaces it after crashes or OOMs.
+    """Owns at most one live worker per role; hands it requests; replaces it after crashes or OOMs.
+
+    Memory probes go to a ``probe`` worker, everything else to a ``measure`` worker (both
+    started on first use), so nothing a probe needs is in the process that times candidates.
 
     ``call`` never raises for a candidate's failure: it returns the worker's result dict, or
     ``{"status": "failed", "reason": ...}`` for a crash, with ``crash`` set to the
@@ -180,44 +193,48 @@ class Runner:
     def __init__(self, *, env: dict[str, str] | None = None, reuse: bool = True) -> None:
         self._env = env
         self._reuse = reuse
-        self._worker: WorkerProcess | None = None
+        self._workers: dict[str, WorkerProcess] = {}
         self.stats = RunnerStats()
 
-    def _ensure_worker(self) -> WorkerProcess:
-        if self._worker is None or not self._worker.alive:
-            self._worker = WorkerProcess(env=self._env)
+    def _ensure_worker(self, role: str) -> WorkerProcess:
+        worker = self._workers.get(role)
+        if worker is None or not worker.alive:
+            worker = self._workers[role] = WorkerProcess(env=self._env, role=role)
             self.stats.workers_started += 1
-            self.stats.startup_seconds.append(self._worker.startup_seconds)
-        return self._worker
+            self.stats.startup_seconds.append(worker.startup_seconds)
+        return worker
 
-    def recycle(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+    def recycle(self, role: str | None = None) -> None:
+        """Close the worker of ``role`` (every worker when None); the next request starts a fresh one."""
+        for name in [role] if role is not None else list(self._workers):
+            worker = self._workers.pop(name, None)
+            if worker is not None:
+                worker.close()
 
     def call(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        role = ROLE_OF_OP.get(str(message.get("op")), "measure")
         try:
-            worker = self._ensure_worker()
+            worker = self._ensure_worker(role)
         except WorkerCrashed as exc:
             self.stats.crashes += 1
-            self._worker = None
+            self._workers.pop(role, None)
             raise WorkerError(f"the worker could not start: {exc.crash.reason}") from None
         try:
             resp = worker.request(message, timeout=timeout)
         except WorkerCrashed as exc:
             self.stats.crashes += 1
-            self.recycle()
+            self.recycle(role)
             return {"status": "failed", "reason": exc.crash.reason, "crash": exc.crash}
         if not resp["ok"]:
             err = resp["error"]
             if err.get("input_error"):
                 raise InputError(err["message"])
-            self.recycle()  # an unexpected exception may have left state behind: start clean
+            self.recycle(role)  # an unexpected exception may have left state behind: start clean
             return {"status": "failed", "reason": f"{err['type']}: {err['message']}"
                     if not err["message"].startswith(err["type"]) else err["message"]}
         result = resp["result"]
         if result.get("dirty") or not self._reuse:
-            self.recycle()
+            self.recycle(role)
         return result
 
     def close(self) -> None:

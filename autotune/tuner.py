@@ -138,6 +138,7 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
             boundary = find_boundaries(runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR))
+            runner.recycle("probe")  # its memory back before timing starts
             batch_sizes = boundary.batch_sizes
         else:
             fixed = tuple(recipe.search.batch_sizes)

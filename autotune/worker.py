@@ -70,7 +70,8 @@ class LoadedWorkload:
 class WorkerState:
     """Models built once per (recipe, device) and reused across candidates."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, role: str = "measure") -> None:
+        self.role = role
         self._cache: dict[str, LoadedWorkload] = {}
         self.default_threads = torch.get_num_threads()
         #: Baseline memory at this worker's first probe of each workload: what a fresh process holds.
@@ -289,13 +290,21 @@ OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+#: Ops each role serves: timing never happens in a process whose allocator was pinned for probes.
+ROLE_OPS = {
+    "measure": frozenset(OPS) - {"probe"},
+    "probe": frozenset(OPS) - {"measure"},
+}
+
+
 def handle(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     rid = req.get("id")
-    try:
-        op = OPS[req["op"]]
-    except KeyError:
-        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {req.get('op')!r}",
+    name = req.get("op")
+    if name not in OPS or name not in ROLE_OPS[state.role]:
+        what = "unknown op" if name not in OPS else f"a {state.role} worker does not serve op"
+        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": f"{what} {name!r}",
                                                   "input_error": False}}
+    op = OPS[name]
     try:
         return {"id": rid, "ok": True, "result": op(state, req)}
     except AutotuneError as exc:
@@ -322,11 +331,23 @@ def _pin_mmap_threshold() -> None:
         pass
 
 
-def main() -> int:
-    _pin_mmap_threshold()
+def main(argv: list[str] | None = None) -> int:
+    """Serve requests; ``--role probe`` pins the allocator for memory probes (never for timing).
+
+    The pin disables glibc's dynamic mmap threshold for the life of the process (it cannot be
+    undone), so every large free is an munmap and every large allocation a fresh page-faulting
+    mmap: measured, it made eager resnet18 1.8-2.3x slower than a plain process. A ``measure``
+    worker therefore leaves the allocator as a deployment process has it.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    role = args[args.index("--role") + 1] if "--role" in args else "measure"
+    if role not in ROLE_OPS:
+        raise SystemExit(f"autotune.worker: --role must be one of {sorted(ROLE_OPS)}, got {role!r}")
+    if role == "probe":
+        _pin_mmap_threshold()
     proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # anything the model prints goes to stderr, never into the protocol
-    state = WorkerState()
+    state = WorkerState(role=role)
     for line in sys.stdin:
         line = line.strip()
         if not line:

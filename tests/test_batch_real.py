@@ -87,7 +87,8 @@ def test_boundary_found_in_a_reused_worker_is_confirmed_in_fresh_ones(tmp_path: 
     with Runner() as runner:
         workload = validate(runner, recipe)
         outcome = find_boundaries(runner, recipe, workload)
-        assert runner.stats.workers_started == 1  # every probe ran in the one reused worker
+        # validation in the measure worker; every probe in the one reused probe worker
+        assert runner.stats.workers_started == 2
     assert not outcome.failures, outcome.failures
     doc = outcome.documents["eager"]
     found = doc["max_batch_size"]
