@@ -51,6 +51,7 @@ def candidate_record(
         "throughput": None,
         "throughput_ci": None,
         "latency_ms": None,
+        "latency_source": None,
         "peak_memory_bytes": result.get("peak_memory_bytes"),
         "compile_seconds": result.get("compile_seconds"),
         "warmup_iterations": None,
@@ -71,6 +72,7 @@ def candidate_record(
             throughput=m.throughput,
             throughput_ci=list(m.throughput_ci) if m.throughput_ci else None,
             latency_ms=dict(m.latency_ms),
+            latency_source=m.latency_source,
             warmup_iterations=m.warmup_iterations,
             classification=m.classification,
             relative_ci_half_width=m.relative_ci_half_width,
@@ -175,8 +177,8 @@ def best_row(
 
 #: Fields that describe a measurement, cleared when a row is derived for a combination not run.
 _MEASURED_FIELDS = (
-    "throughput", "throughput_ci", "latency_ms", "peak_memory_bytes", "compile_seconds", "warmup_iterations",
-    "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness", "trace_ms",
+    "throughput", "throughput_ci", "latency_ms", "latency_source", "peak_memory_bytes", "compile_seconds",
+    "warmup_iterations", "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness", "trace_ms",
 )
 
 

@@ -248,7 +248,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     from autotune.candidate import candidate_record
     from autotune.runner import Runner
-    from autotune.tuner import validate
+    from autotune.tuner import measure_settings, validate
 
     recipe = _load(args.recipe, device=args.device)
     with Runner() as runner:
@@ -257,8 +257,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         workload = replace(workload, specs={**workload.specs, args.variant: spec})
         res = runner.call(
             {"op": "measure", "recipe": recipe.to_dict(), "variant": args.variant, "batch_size": args.batch_size,
-             "settings": {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
-                          "max_seconds": recipe.measure.max_seconds}},
+             "settings": measure_settings(recipe)},
             timeout=recipe.measure.timeout_s,
         )
     row = candidate_record(trial=0, variant=args.variant, spec=spec, batch_size=args.batch_size, result=res,

@@ -48,6 +48,9 @@ class MeasureSettings:
     max_seconds: float = 10.0
     block_target_seconds: float = BLOCK_TARGET_SECONDS
     max_samples: int = MAX_SAMPLES
+    #: Seconds of individually synchronised calls after the blocks, for per-call latency
+    #: percentiles (0: none; the percentiles are then of block means, and labelled so).
+    per_call_seconds: float = 0.0
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
@@ -120,6 +123,9 @@ def measure_callable(
         if time.perf_counter() >= budget_end:
             stopped_by = "budget"
             break
+    latency: tuple[float, ...] = ()
+    if settings.per_call_seconds > 0 and per_sample > 1:
+        latency = per_call_timings(call, device=device, seconds=settings.per_call_seconds)
     return Measurement(
         batch_size=batch_size,
         mode=settings.mode,
@@ -128,4 +134,60 @@ def measure_callable(
         first_call_seconds=first_call_seconds,
         analysis=detector.result(),
         stopped_by=stopped_by,
+        latency_samples=latency,
     )
+
+
+#: Per-call timings taken at least / at most (a p99 from fewer than ~100 calls is its maximum).
+MIN_PER_CALL = 100
+MAX_PER_CALL = 5_000
+
+
+def per_call_timings(call: Callable[[], Any], *, device: torch.device, seconds: float) -> tuple[float, ...]:
+    """Seconds of each of a run of individually synchronised calls: what one request waits.
+
+    Runs for ``seconds`` of wall time, but at least ``MIN_PER_CALL`` calls (so a p99 is not just
+    the maximum) unless that would take more than 4x ``seconds``, and at most ``MAX_PER_CALL``.
+    """
+    out: list[float] = []
+    clock = time.perf_counter
+    start = clock()
+    while len(out) < MAX_PER_CALL:
+        t0 = clock()
+        call()
+        synchronize(device)
+        t1 = clock()
+        out.append(t1 - t0)
+        spent = t1 - start
+        if spent >= seconds and (len(out) >= MIN_PER_CALL or spent >= 4.0 * seconds):
+            break
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One showdown slice of a staged candidate: mean seconds per call, and per-call latency if asked."""
+
+    calls: int
+    seconds_per_call: float
+    latency_samples: tuple[float, ...] = ()
+
+
+def time_slice(call: Callable[[], Any], *, device: torch.device, seconds: float, per_call: bool,
+               block_target_seconds: float = BLOCK_TARGET_SECONDS) -> Slice:
+    """Time ``call`` back to back for ``seconds`` (already warm): one round of the showdown.
+
+    Throughput: blocks of k calls (k from one call's time, as in :func:`measure_callable`), the
+    slice's total time over its total calls. Latency (``per_call``): every call synchronised.
+    """
+    if per_call:
+        lat = per_call_timings(call, device=device, seconds=seconds)
+        return Slice(calls=len(lat), seconds_per_call=float(sum(lat) / len(lat)), latency_samples=lat)
+    probe = time_first_call(call, device=device)
+    k = max(1, math.ceil(block_target_seconds / max(probe, 1e-9)))
+    block = _timer(device)
+    total, calls = 0.0, 0
+    while total < seconds:
+        total += block(call, k)
+        calls += k
+    return Slice(calls=calls, seconds_per_call=total / calls)

@@ -103,6 +103,9 @@ class SearchSpec:
     time_budget_s: float = 300.0
     max_trials: int = 0
     seed: int = 0
+    #: Finalists whose paired throughput (or latency) ratio to the leader is within this fraction
+    #: are a tie, decided by the tie-break (autotune.showdown).
+    equivalence_margin: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,9 @@ class MeasureSpec:
     ci_target: float = 0.01
     max_seconds: float = 10.0
     timeout_s: float = 600.0
+    #: Showdown: interleaved rounds over the finalists (0: no showdown) and seconds per slice.
+    rounds: int = 6
+    round_seconds: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -389,7 +395,15 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
         max_trials=r.positive("max_trials", int, 0, allow_zero=True),
         seed=r.get("seed", int, 0),
+        equivalence_margin=_fraction(r, "equivalence_margin", SearchSpec.equivalence_margin),
     )
+
+
+def _fraction(r: _Reader, key: str, default: float) -> float:
+    value = r.get(key, (float, int), default)
+    if not 0.0 <= float(value) < 0.5:
+        raise r.error(key, f"is a fraction and must be in [0, 0.5), got {value!r}")
+    return float(value)
 
 
 def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:
@@ -424,4 +438,6 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         ci_target=ci_target,
         max_seconds=r.positive("max_seconds", float, 10.0),
         timeout_s=r.positive("timeout_s", float, 600.0),
+        rounds=r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True),
+        round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
     )

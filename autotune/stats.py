@@ -198,6 +198,9 @@ class Measurement:
     analysis: WarmupAnalysis
     stopped_by: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: Seconds of individually synchronised calls (throughput mode, when latency matters):
+    #: the latency percentiles come from these instead of from block means.
+    latency_samples: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -209,6 +212,7 @@ class Measurement:
         if not self.samples:
             raise ValueError("a Measurement needs at least one sample")
         object.__setattr__(self, "samples", tuple(float(s) for s in self.samples))
+        object.__setattr__(self, "latency_samples", tuple(float(s) for s in self.latency_samples))
 
     # -- derived -------------------------------------------------------------------------------
     @property
@@ -250,10 +254,20 @@ class Measurement:
             return (float(self.analysis.ci[0]), float(self.analysis.ci[1]))
         return block_bootstrap_ci(self.steady_samples)
 
+    @property
+    def latency_source(self) -> str:
+        """``per_call`` when the percentiles are of single synchronised calls, else ``block_means``.
+
+        A block mean averages k calls, so its p99 hides per-call tails: such percentiles are
+        labelled, never presented as what one request waits.
+        """
+        return "per_call" if self.latency_samples or self.iterations_per_sample == 1 else "block_means"
+
     @cached_property
     def latency_ms(self) -> dict[str, float]:
-        """Per-iteration latency over the steady samples, milliseconds: mean, p50, p90, p99."""
-        pct = percentiles(self.steady_samples, (50.0, 90.0, 99.0))
+        """Latency in milliseconds: mean (steady), p50, p90, p99 (see :attr:`latency_source`)."""
+        source = np.asarray(self.latency_samples) if self.latency_samples else self.steady_samples
+        pct = percentiles(source, (50.0, 90.0, 99.0))
         return {
             "mean": self.mean_seconds * 1e3,
             "p50": pct[50.0] * 1e3,
@@ -296,6 +310,8 @@ class Measurement:
             "median_seconds": self.median_seconds,
             "ci_seconds": list(self.ci_seconds),
             "latency_ms": dict(self.latency_ms),
+            "latency_source": self.latency_source,
+            "latency_samples": list(self.latency_samples),
             "throughput": _json_float(self.throughput),
             "throughput_ci": [_json_float(v) for v in self.throughput_ci],
             "relative_ci_half_width": _json_float(self.relative_ci_half_width),
@@ -319,6 +335,7 @@ class Measurement:
                 analysis=WarmupAnalysis.from_dict(data["analysis"]),
                 stopped_by=str(data["stopped_by"]),
                 extra=dict(data.get("extra", {})),
+                latency_samples=tuple(float(s) for s in data.get("latency_samples", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"not a stored Measurement (missing or bad field: {exc})") from exc

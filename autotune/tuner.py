@@ -9,6 +9,7 @@ that touches torch happens in the worker.
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -145,8 +146,9 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
             batch_sizes = {v: fixed for v in workload.variants}
         variants = tuple(v for v in workload.variants if batch_sizes.get(v))
         space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
+        left = recipe.search.time_budget_s - (time.monotonic() - t0)
         settings = _settings(recipe, storage=storage, study_name=study_name,
-                             time_budget=recipe.search.time_budget_s - (time.monotonic() - t0))
+                             time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0))
         search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict())
         search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
@@ -154,12 +156,16 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
             search.study.set_user_attr(STATE_ATTR, boundary.state())
         outcome = _run_search(search, recipe, progress=options.progress)
         worker_stats = runner.stats
+    showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
+                              progress=options.progress)
+    if showdown is not None:
+        search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
     rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)
     if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
         notes.append(TORCHSCRIPT_NOTE)
     for u in workload.unavailable:
         notes.append(f"{u['variant']} not available here: {u['reason']}")
-    doc = build_document(recipe, workload, rows, outcome, boundary.documents, notes=notes,
+    doc = build_document(recipe, workload, rows, outcome, boundary.documents, notes=notes, showdown=showdown,
                          storage=storage, study_name=study_name, wall_seconds=time.monotonic() - t0,
                          worker_stats={"workers_started": worker_stats.workers_started,
                                        "startup_seconds": worker_stats.startup_seconds,
@@ -168,12 +174,66 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
     return doc
 
 
+#: Share of the time left after the batch boundaries that is kept for the final showdown.
+SHOWDOWN_SHARE = 0.25
+#: Study attribute holding the last showdown (read back by ``autotune report``).
+SHOWDOWN_ATTR = "showdown"
+
+
+def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, progress: bool
+                   ) -> dict[str, Any] | None:
+    """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide.
+
+    Finalists are dropped from the end of the ranking while the showdown's estimated cost exceeds
+    the time left (at least two always compete: a showdown is what makes the pick reproducible).
+    """
+    from autotune.showdown import ShowdownSettings, estimated_seconds, run_showdown, select_finalists
+
+    if recipe.measure.rounds < 2:
+        return None
+    objective = "latency" if recipe.search.objective == "latency" else "throughput"
+    finalists = select_finalists(rows, objective=objective,
+                                 latency_percentile=recipe.constraints.latency_percentile)
+    settings = ShowdownSettings(rounds=recipe.measure.rounds, round_seconds=recipe.measure.round_seconds,
+                                margin=recipe.search.equivalence_margin, objective=objective,
+                                latency_percentile=recipe.constraints.latency_percentile,
+                                timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed)
+    while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
+        finalists = finalists[:-1]
+    if len(finalists) < 2:
+        return None
+    say = None
+    if progress:
+        def say(text: str) -> None:
+            print(f"showdown: {text}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    doc = run_showdown(finalists, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner,
+                       on_progress=say)
+    doc["wall_seconds"] = round(time.monotonic() - t0, 3)
+    return doc
+
+
+def measure_settings(recipe: Recipe) -> dict[str, Any]:
+    """The worker's MeasureSettings for this recipe (one place: the CLI's measure and the search).
+
+    Per-call latency is timed whenever a latency number can decide something: the objective is
+    latency or pareto, or a latency SLO constrains the search.
+    """
+    latency_matters = recipe.search.objective != "throughput" or recipe.constraints.max_latency_ms is not None
+    return {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
+            "max_seconds": recipe.measure.max_seconds,
+            "per_call_seconds": PER_CALL_SHARE * recipe.measure.max_seconds if latency_matters else 0.0}
+
+
+#: Per-call latency timing, as a share of the candidate's measurement budget.
+PER_CALL_SHARE = 0.25
+
+
 def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]
                ) -> Callable[[int, str, int], dict[str, Any]]:
     """``evaluate(trial, variant, batch)``: measure one candidate in the worker, return its row."""
     recipe_data = recipe.to_dict()
-    settings = {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
-                "max_seconds": recipe.measure.max_seconds}
+    settings = measure_settings(recipe)
 
     def evaluate(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
         res = runner.call({"op": "measure", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
@@ -261,6 +321,7 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     """
     from autotune.report import load_report, write_reports
     from autotune.search import measured_rows
+    from autotune.showdown import recommendation
 
     doc = load_report(out_dir / "report.json")
     name = doc["search"]["study_name"]
@@ -278,17 +339,21 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     extra = [r for r in doc["candidates"] if r["trial"] >= len(study.trials)]  # boundary failures
     rows += extra
     best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
-    doc.update(candidates=rows, recommendation=dict(best) if best else None,
+    showdown = study.user_attrs.get(SHOWDOWN_ATTR) or doc.get("showdown")
+    doc.update(candidates=rows, recommendation=recommendation(rows, showdown, best), showdown=showdown,
                pareto=pareto_front(rows, recipe.constraints))
     doc["search"]["trials"] = len(study.trials)
+    doc["search"]["measurements_stopped_by"] = stop_counts(rows)
     write_reports(doc, out_dir)
     return doc
 
 
 def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]], outcome: SearchOutcome,
                    boundaries: Mapping[str, Any], *, notes: list[str], storage: str, study_name: str,
-                   wall_seconds: float, worker_stats: Mapping[str, Any]) -> dict[str, Any]:
+                   wall_seconds: float, worker_stats: Mapping[str, Any],
+                   showdown: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from autotune.environment import fingerprint
+    from autotune.showdown import recommendation
 
     objective = recipe.search.objective
     # Per-candidate notes (no steady state, speed-up over eager, CI width) are derived by the report itself.
@@ -307,13 +372,24 @@ def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]
             "wall_seconds": round(wall_seconds, 3), "search_seconds": round(outcome.wall_seconds, 3),
             "sampler": outcome.sampler, "objective": objective, "study_name": study_name,
             "storage": display_url(storage), "stopped_by": outcome.stopped_by, "workers": dict(worker_stats),
+            "measurements_stopped_by": stop_counts(rows),
         },
         "batch_boundary": dict(boundaries),
         "candidates": rows,
-        "recommendation": dict(best) if best is not None else None,
+        "showdown": dict(showdown) if showdown else None,
+        "recommendation": recommendation(rows, showdown, best),
         "pareto": pareto_front(rows, recipe.constraints),
         "notes": notes,
     }
+
+
+def stop_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How the measured candidates stopped: on precision (the CI target), the budget, or max samples."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("stopped_by"):
+            counts[r["stopped_by"]] = counts.get(r["stopped_by"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def with_cli_overrides(recipe: Recipe, *, device: str | None, time_budget: float | None, seed: int | None

@@ -35,8 +35,9 @@ import torch  # noqa: E402  (timed: the import is the dominant start-up cost)
 from autotune import devices  # noqa: E402
 from autotune.correctness import check_variant  # noqa: E402
 from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
-from autotune.measure import MeasureSettings, measure_callable, time_first_call  # noqa: E402
+from autotune.measure import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
+from autotune.stats import percentiles  # noqa: E402
 from autotune.variants import (  # noqa: E402
     VariantSpec,
     available,
@@ -72,6 +73,8 @@ class WorkerState:
 
     def __init__(self, *, role: str = "measure") -> None:
         self.role = role
+        #: The showdown finalist this worker holds (op ``stage``), timed by op ``slice``.
+        self.staged: Staged | None = None
         self._cache: dict[str, LoadedWorkload] = {}
         self.default_threads = torch.get_num_threads()
         #: Baseline memory at this worker's first probe of each workload: what a fresh process holds.
@@ -189,6 +192,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                 if devices.is_oom(exc):
                     raise
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
+            build_peak = devices.peak_memory_bytes(device)  # the build and the first call
             gate = check_variant(
                 lw.model, built,
                 lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=GATE_SEED + s),
@@ -198,17 +202,24 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                 return _outcome("rejected", gate.reason or "outputs differ from eager fp32",
                                 correctness=gate.to_dict(), build_seconds=built.build_seconds,
                                 first_call_seconds=first, notes=list(built.notes))
+            # the gate's eager reference runs and float64 copies are the tool's, not the candidate's:
+            # its peak is the build and the steady loop, so a variant that fits is not rejected for them
+            devices.release_memory(device)
+            _trim_heap()
+            devices.reset_peak_memory(device)
             recompiles_before = recompile_count()
             m = measure_callable(call, batch_size=batch, device=device, settings=settings,
                                  first_call_seconds=first)
             recompiles = recompile_count() - recompiles_before
+            loop_peak = devices.peak_memory_bytes(device)
         return _outcome(
             "ok", "",
             measurement=m.to_dict(),
             build_seconds=built.build_seconds,
             first_call_seconds=first,
             compile_seconds=built.build_seconds + first,
-            peak_memory_bytes=devices.peak_memory_bytes(device),
+            peak_memory_bytes=max(build_peak, loop_peak),
+            peak_memory_scope="build, first call and steady loop of the candidate (correctness gate excluded)",
             recompiles=recompiles,
             correctness=gate.to_dict(),
             notes=list(built.notes),
@@ -220,6 +231,71 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(state.default_threads)
         if spec.compiler in ("compile", "export"):
             reset_compiler_state()
+
+
+@dataclass
+class Staged:
+    """A showdown finalist built and warm in this worker, waiting for its slices."""
+
+    spec: VariantSpec
+    device: torch.device
+    call: Callable[[], Any]
+
+
+def op_stage(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Build a showdown finalist (already gated in the search), make its first call, warm it up.
+
+    Warmup runs for ``warmup_seconds`` and at least the screening's warmup iterations + 10, so
+    every slice that follows times the steady state the search found.
+    """
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"])
+    batch = int(req["batch_size"])
+    device = lw.device
+
+    def body() -> dict[str, Any]:
+        _with_threads(spec, state)
+        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        with torch.inference_mode():
+            built = build_variant(spec, lw.model, example, device=str(device))
+            prepared = built.prepare_inputs(example)
+
+            def call() -> Any:
+                return built.fn(*prepared)
+
+            first = time_first_call(call, device=device)
+            need = int(req.get("warmup_iterations") or 0) + 10
+            end = time.perf_counter() + float(req.get("warmup_seconds") or 0.0)
+            done = 0
+            while done < need or time.perf_counter() < end:
+                call()
+                done += 1
+            devices.synchronize(device)
+        state.staged = Staged(spec=spec, device=device, call=call)
+        return _outcome("ok", "", first_call_seconds=first, warmup_calls=done)
+
+    result = _guarded(device, body)
+    torch.set_num_threads(state.default_threads)
+    return result
+
+
+def op_slice(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Time the staged finalist for ``seconds``: one round of the showdown."""
+    st = state.staged
+    if st is None:
+        raise AutotuneError("slice: nothing staged in this worker (send op 'stage' first)")
+    _with_threads(st.spec, state)
+    try:
+        with torch.inference_mode():
+            sl = time_slice(st.call, device=st.device, seconds=float(req["seconds"]),
+                            per_call=bool(req.get("per_call")))
+    finally:
+        torch.set_num_threads(state.default_threads)
+    latency = None
+    if sl.latency_samples:
+        q = float(str(req.get("percentile") or "p99").lstrip("p"))
+        latency = percentiles(sl.latency_samples, (q,))[q]
+    return _outcome("ok", "", calls=sl.calls, seconds_per_call=sl.seconds_per_call, latency_seconds=latency)
 
 
 def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
@@ -287,13 +363,15 @@ OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
     "measure": op_measure,
     "probe": op_probe,
     "parse_variant": op_parse_variant,
+    "stage": op_stage,
+    "slice": op_slice,
 }
 
 
 #: Ops each role serves: timing never happens in a process whose allocator was pinned for probes.
 ROLE_OPS = {
     "measure": frozenset(OPS) - {"probe"},
-    "probe": frozenset(OPS) - {"measure"},
+    "probe": frozenset(OPS) - {"measure", "stage", "slice"},
 }
 
 

@@ -127,6 +127,8 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "feasible": (_nullable(_BOOL), False),
     "violations": (_nullable(_list_of(_STR)), False),
     "throughput": (_nullable(_NUMBER), False),
+    "latency_source": (_nullable(_one_of(("per_call", "block_means"))), False),
+    "decided_by": (_nullable(_one_of(("showdown", "search"))), False),
     "throughput_ci": (_nullable(_list_of(_nullable(_NUMBER), length=2)), False),
     "latency_ms": (_nullable(_LATENCY), False),
     "peak_memory_bytes": (_nullable(_NUMBER), False),
@@ -249,6 +251,7 @@ _DOCUMENT = _record(
         "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
         "candidates": (_list_of(_candidate), True),
         "recommendation": (_nullable(_candidate), True),
+        "showdown": (_nullable(_ANY_MAPPING), False),
         "pareto": (_nullable(_list_of(_INT)), False),
         "notes": (_nullable(_list_of(_STR)), False),
     }
