@@ -178,7 +178,8 @@ def best_row(
 #: Fields that describe a measurement, cleared when a row is derived for a combination not run.
 _MEASURED_FIELDS = (
     "throughput", "throughput_ci", "latency_ms", "latency_source", "peak_memory_bytes", "compile_seconds",
-    "warmup_iterations", "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness", "trace_ms",
+    "warmup_iterations", "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness",
+    "trace_ms",
 )
 
 

@@ -35,6 +35,7 @@ from autotune.report.format import (
     short_list,
 )
 from autotune.report.schema import is_number
+from autotune.report.sections import showdown_summary, stop_summary
 
 _CONSOLE_WIDTH = 100
 
@@ -128,6 +129,9 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
         lines.append(f"... {len(ranked) - len(shown)} more candidate(s) in report.md")
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
+    for extra in (showdown_summary(doc), stop_summary(doc)):
+        if extra:
+            lines.extend(_wrap(extra))
     constraints = constraints_text(doc)
     if constraints:
         violating = sum(1 for c in ranked if c.get("status") == "ok" and not is_feasible(c))

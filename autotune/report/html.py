@@ -28,6 +28,7 @@ from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, plot_pngs
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
+    SHOWDOWN_HEADERS,
     boundary_summary,
     byline,
     candidate_rows,
@@ -35,6 +36,9 @@ from autotune.report.sections import (
     headline,
     probe_rows,
     recipe_rows,
+    showdown_rows,
+    showdown_summary,
+    stop_summary,
     title,
 )
 
@@ -191,6 +195,11 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             f"<ul>{items}</ul></section>"
         )
 
+    showdown = showdown_rows(doc)
+    if showdown:
+        parts.append(f"<h2>Showdown</h2><p>{_h(showdown_summary(doc))}</p>"
+                     f'<div class="scroll">{_html_table(SHOWDOWN_HEADERS, showdown)}</div>')
+
     if plots:
         parts.append('<h2>Plots</h2><div class="plots">')
         for name in PLOT_NAMES:
@@ -216,6 +225,9 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         if rows
         else "<p>No candidates were evaluated.</p>"
     )
+    stops = stop_summary(doc)
+    if stops:
+        parts.append(f"<p class='muted small'>{_h(stops)}</p>")
 
     boundary = doc.get("batch_boundary") or {}
     if boundary:

@@ -13,6 +13,7 @@ from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
+    SHOWDOWN_HEADERS,
     boundary_summary,
     byline,
     candidate_rows,
@@ -20,6 +21,9 @@ from autotune.report.sections import (
     headline,
     probe_rows,
     recipe_rows,
+    showdown_rows,
+    showdown_summary,
+    stop_summary,
     title,
 )
 
@@ -69,6 +73,10 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         ] or ["- no candidate was evaluated"]
         out.append("")
 
+    showdown = showdown_rows(doc)
+    if showdown:
+        out += ["## Showdown", "", str(showdown_summary(doc)), "", _md_table(SHOWDOWN_HEADERS, showdown), ""]
+
     if plot_files:
         out += ["## Plots", ""]
         for name in PLOT_NAMES:
@@ -84,6 +92,9 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         "",
     ]
     out += [_md_table(headers, rows) if rows else "No candidates were evaluated.", ""]
+    stops = stop_summary(doc)
+    if stops:
+        out += [stops, ""]
 
     boundary = doc.get("batch_boundary") or {}
     if boundary:

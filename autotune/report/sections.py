@@ -25,6 +25,18 @@ from autotune.report.reproduce import py_call
 from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
 
 
+def _decided_by(rec: Mapping[str, Any]) -> str:
+    sd = rec.get("showdown")
+    if rec.get("decided_by") != "showdown" or not isinstance(sd, Mapping):
+        return "the search's ranking (lower CI bound of each single measurement)"
+    lo, hi = sd["ratio_ci"]
+    text = (f"showdown over {sd['rounds']} interleaved rounds: {sd['ratio_to_leader']:.3f}x the leader "
+            f"(95% CI {lo:.3f}-{hi:.3f})")
+    if sd.get("tied_with"):
+        text += f"; tie within {sd['margin']:.0%} with {', '.join(sd['tied_with'])}, broken by the tie-break"
+    return text
+
+
 def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, rows and the status of each row of the full candidates table (md and html)."""
     rec = doc.get("recommendation")
@@ -119,9 +131,11 @@ def headline(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
         (
             "latency per batch",
             f"p50 {fmt_ms(latency_ms(rec, 'p50'))} ms, p90 {fmt_ms(latency_ms(rec, 'p90'))} ms, "
-            f"p99 {fmt_ms(latency_ms(rec, 'p99'))} ms (mean {fmt_ms(latency_ms(rec, 'mean'))} ms)",
+            f"p99 {fmt_ms(latency_ms(rec, 'p99'))} ms (mean {fmt_ms(latency_ms(rec, 'mean'))} ms)"
+            + (f"; {latency_label(rec)}" if latency_label(rec) else ""),
         ),
         ("peak memory", fmt_bytes(rec.get("peak_memory_bytes"))),
+        ("decided by", _decided_by(rec)),
         ("compile + first call", fmt_seconds(rec.get("compile_seconds"))),
         (
             "warmup",
@@ -263,3 +277,71 @@ def byline(doc: Mapping[str, Any]) -> str:
         parts.insert(0, str(doc["created"]))
     return " · ".join(parts)
 
+
+
+SHOWDOWN_HEADERS = ["finalist", "vs leader", "95% CI (paired)", "tie", "between rounds", "within window"]
+
+
+def showdown_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    """One row per finalist of the showdown: its paired ratio to the leader, the tie, the spreads.
+
+    "between rounds" is the coefficient of variation of the finalist's per-round result;
+    "within window" the relative 95% CI half-width of its single search measurement. The first
+    is what a busy machine does to a number, the second what one window can see of it.
+    """
+    showdown = doc.get("showdown") or {}
+    verdict = showdown.get("verdict") or {}
+    by_key = {f"{c.get('variant')}@{c.get('batch_size')}": c for c in doc.get("candidates") or []
+              if c.get("status") == "ok"}
+    rows = []
+    for s in verdict.get("standings") or []:
+        c = by_key.get(s["key"], {})
+        half = relative_half_width(c) if c else None
+        mark = " ★" if s["key"] == verdict.get("pick") else ""
+        lo, hi = s["ratio_ci"]
+        rows.append([
+            s["key"] + mark,
+            f"{s['ratio']:.3f}",
+            f"{lo:.3f}-{hi:.3f}",
+            "yes" if s["tied"] else "no",
+            f"±{100 * s['round_spread']:.1f}%",
+            f"±{100 * half:.1f}%" if half is not None else DASH,
+        ])
+    for key, reason in (showdown.get("dropped") or {}).items():
+        rows.append([key, DASH, DASH, DASH, DASH, f"dropped: {reason}"])
+    return rows
+
+
+def showdown_summary(doc: Mapping[str, Any]) -> str | None:
+    """One sentence: how the recommendation was decided (None when there was no showdown)."""
+    showdown = doc.get("showdown") or {}
+    verdict = showdown.get("verdict")
+    if not verdict:
+        return None
+    n = len(verdict.get("standings") or [])
+    text = (f"Showdown: {n} finalists re-measured in {verdict['rounds']} randomized interleaved rounds of "
+            f"{showdown.get('round_seconds', 0):g} s; winner by a paired ratio over rounds.")
+    tied = [s["key"] for s in verdict["standings"] if s["tied"]]
+    if verdict.get("tie"):
+        text += (f" Tie within {verdict['margin']:.0%}: {', '.join(tied)}; picked {verdict['pick']} "
+                 f"({verdict.get('tie_break') or 'tie-break'}).")
+    else:
+        text += f" {verdict['pick']} leads every other finalist by more than {verdict['margin']:.0%}."
+    return text
+
+
+def stop_summary(doc: Mapping[str, Any]) -> str | None:
+    """How the measurements stopped, e.g. ``precision 12, budget 3`` (None when unknown)."""
+    counts = (doc.get("search") or {}).get("measurements_stopped_by") or {}
+    if not counts:
+        return None
+    return "Measurements stopped on: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "."
+
+
+def latency_label(c: Mapping[str, Any]) -> str:
+    """How a row's latency percentiles were obtained, for the reader."""
+    if c.get("latency_source") == "block_means":
+        return "percentiles of block means (several calls averaged; per-call tails hidden)"
+    if c.get("latency_source") == "per_call":
+        return "per-call timings"
+    return ""

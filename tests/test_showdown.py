@@ -1,0 +1,120 @@
+"""The final showdown: the paired comparison and tie-break (pure), and a real run that uses them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.showdown import (
+    Contender,
+    compare,
+    recommendation,
+    select_finalists,
+    simplicity,
+)
+from tests.conftest import run_cli, tiny_recipe
+
+
+def _contender(key: str, level: float, *, rounds: int = 6, noise: float = 0.0, seed: int = 0,
+               compiler: str = "eager", shared: np.ndarray | None = None, p99: float = 1.0) -> Contender:
+    rng = np.random.default_rng(seed)
+    machine = np.ones(rounds) if shared is None else shared
+    secs = level * machine * (1.0 + noise * rng.standard_normal(rounds))
+    return Contender(key=key, batch_size=1, seconds_per_call=tuple(secs),
+                     simplicity=simplicity({"compiler": compiler}), p99_ms=p99)
+
+
+def test_a_clear_winner_is_not_a_tie() -> None:
+    v = compare([_contender("eager@1", 1.0, compiler="eager"), _contender("compile@1", 0.8, compiler="compile")])
+    assert v.leader == v.pick == "compile@1"
+    assert not v.tie
+    assert v.standing("eager@1").ratio == pytest.approx(0.8)
+
+
+def test_within_the_margin_is_a_tie_won_by_the_simpler_variant() -> None:
+    v = compare([_contender("compile@1", 0.99, compiler="compile"), _contender("eager@1", 1.0, compiler="eager")],
+                margin=0.02)
+    assert v.leader == "compile@1"
+    assert v.tie and v.pick == "eager@1"
+    assert "simplest execution first" in v.tie_break
+
+
+def test_a_difference_beyond_the_margin_is_not_a_tie() -> None:
+    v = compare([_contender("compile@1", 0.95, compiler="compile"), _contender("eager@1", 1.0)], margin=0.02)
+    assert not v.tie and v.pick == "compile@1"
+
+
+def test_the_paired_ratio_cancels_what_a_round_shares() -> None:
+    """A busy machine slows whole rounds; pairing within rounds still sees a clean 10% gap."""
+    busy = np.array([1.0, 1.6, 1.0, 2.0, 1.1, 1.0])
+    a = _contender("a@1", 1.0, shared=busy, noise=0.002, seed=1)
+    b = _contender("b@1", 0.9, shared=busy, noise=0.002, seed=2)
+    v = compare([a, b])
+    s = v.standing("a@1")
+    assert s.ratio == pytest.approx(0.9, rel=0.01)
+    assert 0.88 < s.ratio_ci[0] <= s.ratio_ci[1] < 0.92
+    assert s.round_spread > 0.2  # the rounds themselves moved a lot: reported, not hidden
+
+
+def test_tie_break_then_p99_then_memory() -> None:
+    a = Contender("eager@4", 4, (1.0,) * 3, simplicity({"compiler": "eager"}), p99_ms=5.0)
+    b = Contender("eager@2", 2, (0.5,) * 3, simplicity({"compiler": "eager"}), p99_ms=2.0)
+    assert compare([a, b]).pick == "eager@2"
+
+
+def test_latency_objective_compares_latency() -> None:
+    fast = Contender("a@1", 1, (1.0,) * 3, (0,), latency_seconds=(0.010,) * 3)
+    slow = Contender("b@1", 1, (0.5,) * 3, (0,), latency_seconds=(0.020,) * 3)
+    assert compare([fast, slow], objective="latency").pick == "a@1"
+
+
+def test_compare_rejects_unequal_rounds() -> None:
+    with pytest.raises(ValueError, match="same number"):
+        compare([Contender("a@1", 1, (1.0, 1.0), (0,)), Contender("b@1", 1, (1.0,), (0,))])
+
+
+def _row(trial: int, variant: str, thr: float, half: float, *, feasible: bool = True) -> dict:
+    return {"trial": trial, "variant": variant, "batch_size": 1, "status": "ok", "feasible": feasible,
+            "throughput": thr, "throughput_ci": [thr * (1 - half), thr * (1 + half)], "compiler": variant,
+            "latency_ms": {"p99": 1000.0 / thr}, "peak_memory_bytes": 1}
+
+
+def test_finalists_are_the_leader_and_every_row_that_can_still_reach_it() -> None:
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "script", 99, 0.02), _row(2, "frozen", 90, 0.01),
+            _row(3, "trace", 80, 0.01), _row(4, "compile", 70, 0.5), _row(5, "export", 200, 0.01, feasible=False)]
+    keys = [f"{r['variant']}" for r in select_finalists(rows, objective="throughput", min_finalists=2)]
+    assert keys == ["eager", "script", "compile"]  # compile's wide CI still reaches eager's lower bound
+    assert len(select_finalists(rows, objective="throughput", min_finalists=3)) == 4
+    assert select_finalists([], objective="throughput") == []
+
+
+def test_recommendation_follows_the_verdict() -> None:
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "compile", 101, 0.01)]
+    contenders = [Contender("eager@1", 1, (0.0101,) * 3, simplicity(rows[0])),
+                  Contender("compile@1", 1, (0.0100,) * 3, simplicity(rows[1]))]
+    verdict = compare(contenders).to_dict()
+    rec = recommendation(rows, {"verdict": verdict}, fallback=rows[1])
+    assert rec is not None and rec["variant"] == "eager" and rec["decided_by"] == "showdown"
+    assert rec["showdown"]["tie"] and rec["showdown"]["tied_with"] == ["compile@1"]
+    assert recommendation(rows, None, fallback=rows[1])["decided_by"] == "search"
+
+
+def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
+    """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""
+    recipe = write_recipe(tiny_recipe(variants='["eager", "script"]', batch_sizes="[2]", rounds=3,
+                                      round_seconds=0.1))
+    code, out, err = run_cli("run", str(recipe), "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    sd = doc["showdown"]
+    assert sd["verdict"] is not None and sd["finalists"] == sorted(sd["finalists"], key=sd["finalists"].index)
+    assert set(sd["seconds_per_call"]) == {"eager@2", "script@2"}
+    assert all(len(v) == 3 and all(math.isfinite(x) and x > 0 for x in v) for v in sd["seconds_per_call"].values())
+    assert doc["recommendation"]["decided_by"] == "showdown"
+    assert f"{doc['recommendation']['variant']}@2" == sd["verdict"]["pick"]
+    assert "Showdown:" in out
+    assert "## Showdown" in (tmp_path / "out" / "report.md").read_text()
