@@ -433,11 +433,14 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
     ci_target = r.positive("ci_target", float, 0.01)
     if ci_target >= 1.0:
         raise r.error("ci_target", f"is a fraction of the mean and must be below 1, got {ci_target!r}")
+    rounds = r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True)
+    if rounds == 1:
+        raise r.error("rounds", "must be 0 (no showdown) or at least 2: a paired comparison needs rounds to pair")
     return MeasureSpec(
         mode=r.choice("mode", MODES, "throughput"),
         ci_target=ci_target,
         max_seconds=r.positive("max_seconds", float, 10.0),
         timeout_s=r.positive("timeout_s", float, 600.0),
-        rounds=r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True),
+        rounds=rounds,
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
     )

@@ -74,3 +74,27 @@ def test_fast_callables_are_timed_in_blocks() -> None:
                          settings=MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.5))
     assert m.iterations_per_sample > 100  # one timer read per ~5 ms block, not per call
     assert m.mean_seconds < 20e-6
+
+
+def test_per_call_latency_sees_tails_that_block_means_average_away() -> None:
+    """Every 10th call is 10x slow: per-call p99 shows it, block means (k calls averaged) cannot."""
+    from autotune.measure import per_call_timings
+
+    calls = [0]
+
+    def fn() -> None:
+        calls[0] += 1
+        busy(0.002 if calls[0] % 10 == 0 else 0.0002)
+
+    blocks = measure_callable(fn, batch_size=1, device=CPU,
+                              settings=MeasureSettings(ci_target=0.05, max_seconds=0.6))
+    assert blocks.iterations_per_sample > 1 and blocks.latency_source == "block_means"
+    per_call = measure_callable(fn, batch_size=1, device=CPU,
+                                settings=MeasureSettings(ci_target=0.05, max_seconds=0.6, per_call_seconds=0.2))
+    assert per_call.latency_source == "per_call" and len(per_call.latency_samples) >= 100
+    assert per_call.latency_ms["p99"] > 1.5  # the slow calls (2 ms) are in the per-call tail
+    assert blocks.latency_ms["p99"] < 1.0  # averaged with nine fast calls each
+    back = Measurement.from_dict(per_call.to_dict())
+    assert back.latency_ms == per_call.latency_ms and back.latency_source == "per_call"
+    # at least MIN_PER_CALL calls even when the time asked for is tiny
+    assert len(per_call_timings(lambda: None, device=CPU, seconds=0.001)) >= 100

@@ -75,6 +75,9 @@ def test_invalid_toml(write_recipe) -> None:
         (GOOD + "[batch]\nmemory_budget = \"lots\"\n", r"batch\.memory_budget"),
         (GOOD + "[batch]\nheadroom = 1.5\n", r"batch\.headroom': must be in \[0, 1\)"),
         (GOOD.replace("[model]", "[modle]"), r"field 'modle': unknown key.*did you mean 'model'"),
+        (GOOD + "[measure]\nrounds = 1\n", r"measure\.rounds': must be 0 \(no showdown\) or at least 2"),
+        (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 4]\nequivalence_margin = 0.7"),
+         r"search\.equivalence_margin': is a fraction and must be in \[0, 0\.5\)"),
     ],
 )
 def test_bad_fields_name_the_field(write_recipe, text: str, pattern: str) -> None:
