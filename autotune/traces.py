@@ -28,8 +28,11 @@ if TYPE_CHECKING:
     from autotune.warmup import WarmupAnalysis
 
 __all__ = [
+    "REAL_MARGIN",
     "SHAPES",
+    "RealTraceLabel",
     "SyntheticTrace",
+    "label_real_trace",
     "load_trace",
     "sketch",
     "summary",
@@ -397,3 +400,68 @@ def synthetic_suite(count: int, *, seed: int = 0, shapes: Sequence[str] = SHAPES
             )
         )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Real traces: the labelling protocol (independent of the detector)
+# ---------------------------------------------------------------------------------------------
+
+#: Practical-equivalence margin the real corpus is labelled at (the showdown's default margin).
+REAL_MARGIN = 0.02
+
+
+@dataclass(frozen=True)
+class RealTraceLabel:
+    """The labelling protocol's verdict on one captured trace (see :func:`label_real_trace`).
+
+    ``reference`` is the median of the late half, the level a correct detector must report
+    within the margin; ``steady`` says whether the late half holds one level at that margin;
+    ``first_call_ratio`` is value 0 over the reference (the compile / first-call cost);
+    ``late_window_spread`` the largest relative distance of a late-half window median from
+    the reference.
+    """
+
+    reference: float
+    steady: bool
+    first_call_ratio: float
+    late_window_spread: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "label": "steady" if self.steady else "no_steady_state",
+            "first_call_ratio": self.first_call_ratio,
+            "late_window_spread": self.late_window_spread,
+            "n": self.n,
+        }
+
+
+def label_real_trace(values: Sequence[float] | np.ndarray, *, margin: float = REAL_MARGIN,
+                     windows: int = 4) -> RealTraceLabel:
+    """Label a real trace without the detector: the late half is the reference.
+
+    Protocol (fixed before any detector was scored on the corpus)::
+
+        late      = values[n // 2:]
+        reference = median(late)
+        split late into `windows` equal consecutive windows; w_i = median of window i
+        spread    = max_i |w_i - reference| / reference
+        steady    = spread <= margin
+
+    Why medians: one-off spikes (a recompile, an interrupt) and short bursts must not move a
+    window. Why the margin: levels closer than the margin are one level to the final
+    comparison (it calls such candidates a tie), so a late half whose windows all stay within
+    the margin of its median holds one practical level; one whose windows wander further has
+    no level to score a detector against, and is labelled ``no_steady_state``.
+    """
+    x = np.asarray(values, dtype=float).reshape(-1)
+    n = int(x.size)
+    if n < 8 * windows:
+        raise ValueError(f"a real trace needs at least {8 * windows} values, got {n}")
+    late = x[n // 2 :]
+    ref = float(np.median(late))
+    parts = np.array_split(late, windows)
+    spread = max(abs(float(np.median(p)) - ref) for p in parts) / ref
+    return RealTraceLabel(reference=ref, steady=spread <= margin, first_call_ratio=float(x[0] / ref),
+                          late_window_spread=float(spread), n=n)
