@@ -91,15 +91,10 @@ def test_probes_and_measurements_run_in_separate_workers() -> None:
     """The probe worker pins glibc's mmap threshold; timing must never happen in that process."""
     from autotune.runner import WorkerProcess
 
-    probe = WorkerProcess(role="probe")
-    try:
-        resp = probe.request({"op": "measure", "recipe": {}, "variant": "eager", "batch_size": 1}, timeout=30)
-        assert not resp["ok"] and "does not serve" in resp["error"]["message"]
-    finally:
-        probe.close()
-    measure = WorkerProcess(role="measure")
-    try:
-        resp = measure.request({"op": "probe", "recipe": {}, "variant": "eager", "batch_size": 1}, timeout=30)
-        assert not resp["ok"] and "does not serve" in resp["error"]["message"]
-    finally:
-        measure.close()
+    for role, refused in (("probe", "measure"), ("measure", "probe")):
+        worker = WorkerProcess(role=role)
+        try:
+            resp = worker.request({"op": refused, "recipe": {}, "variant": "eager", "batch_size": 1}, timeout=30)
+            assert not resp["ok"] and "does not serve" in resp["error"]["message"], (role, resp)
+        finally:
+            worker.close()
