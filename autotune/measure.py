@@ -111,7 +111,8 @@ def measure_callable(
     else:
         probe = time_first_call(call, device=device)
         per_sample = max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
-    detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples)
+    detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples,
+                              iterations_per_value=per_sample)
     samples: list[float] = []
     stopped_by = "max_values"
     while len(samples) < settings.max_samples:

@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from autotune.warmup import WarmupAnalysis
 
 __all__ = [
+    "HELD_OUT_SEED",
     "REAL_MARGIN",
     "SHAPES",
     "RealTraceLabel",
     "SyntheticTrace",
+    "held_out_suite",
     "label_real_trace",
     "load_trace",
     "sketch",
@@ -218,6 +220,8 @@ class SyntheticTrace:
     cv: float
     phi: float
     seed: int
+    #: iterations each value is the mean of (the held-out set's blocks; 1 for per-iteration traces)
+    iterations_per_value: int = 1
 
     @property
     def n(self) -> int:
@@ -240,6 +244,7 @@ class SyntheticTrace:
             "cv": self.cv,
             "phi": self.phi,
             "shape": self.shape,
+            "iterations_per_value": self.iterations_per_value,
         }
 
 
@@ -273,6 +278,8 @@ def synthetic_trace(
     phi: float = 0.3,
     seed: int = 0,
     skewed: bool = False,
+    change_at: int | None = None,
+    iterations_per_value: int = 1,
 ) -> SyntheticTrace:
     """One labelled trace of the given ``shape`` (see :data:`SHAPES`); deterministic per seed.
 
@@ -280,6 +287,13 @@ def synthetic_trace(
     multiplicative, optionally log-normal (``skewed``). Shape parameters (step heights,
     warmup lengths, spike rates...) are drawn from ``seed``. Labels follow Barrett et al.
     (2017): a trace whose last level change is in its last 20% has no steady state.
+
+    ``change_at`` (a value index) fixes the position of the shape's main change instead of
+    drawing it: the end of a step, ramp, multistep or spiky warmup, the steady start of an
+    exponential decay (its time constant follows), the start of a slowdown. Shapes without
+    such a change (flat, periodic, compile_first, drift, late_drift, regime) ignore it.
+    ``iterations_per_value`` is only recorded (the values are block means of that many
+    iterations: the detector's units).
     """
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
@@ -293,7 +307,8 @@ def synthetic_trace(
     true_level: float | None = level
 
     def warmup_len(lo: int, frac: float) -> int:
-        return int(rng.integers(lo, max(lo + 1, int(n * frac))))
+        drawn = int(rng.integers(lo, max(lo + 1, int(n * frac))))
+        return drawn if change_at is None else max(1, int(change_at))
 
     if shape == "flat":
         pass
@@ -304,11 +319,18 @@ def synthetic_trace(
     elif shape == "expdecay":
         amp = float(np.exp(rng.uniform(math.log(0.3), math.log(6.0))))
         tau = float(np.exp(rng.uniform(math.log(2.0), math.log(max(3.0, n / 40)))))
+        if change_at is not None:
+            tau = max(change_at, 1) / math.log(amp / 0.005)
         base *= 1.0 + amp * np.exp(-t / tau)
         cls, start = "warmup", math.ceil(tau * math.log(amp / 0.005))
     elif shape == "multistep":
         k = int(rng.integers(2, 5))
-        bounds = np.sort(rng.choice(np.arange(5, int(n * 0.3)), size=k, replace=False))
+        if change_at is None:
+            bounds = np.sort(rng.choice(np.arange(5, int(n * 0.3)), size=k, replace=False))
+        else:
+            last = max(int(change_at), 1)
+            lower = rng.integers(1, last, size=k - 1) if last > 1 else np.zeros(0, dtype=int)
+            bounds = np.sort(np.unique(np.concatenate((lower, [last]))))
         factor = 1.0
         for b in bounds[::-1]:
             factor *= rng.uniform(1.1, 1.8)
@@ -337,7 +359,7 @@ def synthetic_trace(
         spikes = np.ones(n)
         spikes[::period] = rng.uniform(1.3, 2.5)
     elif shape == "slowdown":
-        s = int(rng.integers(int(n * 0.1), int(n * 0.5)))
+        s = int(rng.integers(int(n * 0.1), int(n * 0.5))) if change_at is None else max(int(change_at), 2)
         jump = max(0.1, 3 * cv) + rng.uniform(0.0, 0.5)
         base[:s] /= 1.0 + jump
         if rng.random() < 0.4:  # a warmup before the fast phase
@@ -377,7 +399,8 @@ def synthetic_trace(
         if start == 0 and cls == "warmup":
             cls = "flat"
     return SyntheticTrace(
-        values=values, shape=shape, cls=cls, steady_start=start, level=true_level, cv=cv, phi=phi, seed=seed
+        values=values, shape=shape, cls=cls, steady_start=start, level=true_level, cv=cv, phi=phi, seed=seed,
+        iterations_per_value=int(iterations_per_value),
     )
 
 
@@ -465,3 +488,63 @@ def label_real_trace(values: Sequence[float] | np.ndarray, *, margin: float = RE
     spread = max(abs(float(np.median(p)) - ref) for p in parts) / ref
     return RealTraceLabel(reference=ref, steady=spread <= margin, first_call_ratio=float(x[0] / ref),
                           late_window_spread=float(spread), n=n)
+
+
+#: The held-out set's seed, picked once and never tuned on (see BENCHMARKS.md).
+HELD_OUT_SEED = 8675309
+#: Change positions of the held-out set are drawn uniformly from 1..HELD_OUT_HORIZON iterations.
+HELD_OUT_HORIZON = 3000
+#: Per-iteration seconds of the held-out set: log-uniform over this range (fast GPU calls to CPU
+#: model calls of the shipped recipes at small batches), blocked like the timing loop's
+#: throughput mode: k = ceil(5 ms / call) iterations per value.
+HELD_OUT_CALL_SECONDS = (10e-6, 10e-3)
+HELD_OUT_BLOCK_SECONDS = 0.005
+
+
+def held_out_suite(
+    count: int,
+    *,
+    seed: int = HELD_OUT_SEED,
+    horizon: int = HELD_OUT_HORIZON,
+    call_seconds: tuple[float, float] = HELD_OUT_CALL_SECONDS,
+    block_seconds: float = HELD_OUT_BLOCK_SECONDS,
+    shapes: Sequence[str] = SHAPES,
+) -> list[SyntheticTrace]:
+    """Held-out traces in the detector's units: change positions in *iterations*, values are block means.
+
+    Per trace::
+
+        c  = per-iteration seconds, log-uniform over call_seconds
+        k  = ceil(block_seconds / c)                       # iterations per value (throughput mode)
+        p  = change position in iterations, uniform on 1..horizon; in values ceil(p / k)
+        n  = values: log-uniform 500..5000, at least 2 * ceil(p / k) + 100 (so the change is
+             not in the last 20%: a steady tail exists to be found)
+        synthetic_trace(shape, n, level = c, change_at = ceil(p / k), cv 0.2%-8%,
+                        phi 0-0.9, 30% skewed)
+
+    ``seed`` defaults to :data:`HELD_OUT_SEED`, chosen once and never tuned on.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        shape = shapes[i % len(shapes)]
+        c = float(np.exp(rng.uniform(math.log(call_seconds[0]), math.log(call_seconds[1]))))
+        k = max(1, math.ceil(block_seconds / c))
+        p_it = int(rng.integers(1, horizon + 1))
+        p_val = max(1, math.ceil(p_it / k))
+        n = int(np.exp(rng.uniform(math.log(500), math.log(5000))))
+        n = max(n, 2 * p_val + 100)
+        out.append(
+            synthetic_trace(
+                shape,
+                n=n,
+                level=c,
+                cv=float(np.exp(rng.uniform(math.log(0.002), math.log(0.08)))),
+                phi=float(rng.uniform(0.0, 0.9)),
+                seed=int(rng.integers(0, 2**31)),
+                skewed=bool(rng.random() < 0.3),
+                change_at=p_val,
+                iterations_per_value=k,
+            )
+        )
+    return out

@@ -38,8 +38,16 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.traces import SHAPES, load_trace, synthetic_suite, synthetic_trace  # noqa: E402
-from autotune.warmup import analyze, replay  # noqa: E402
+from autotune.traces import (  # noqa: E402
+    HELD_OUT_SEED,
+    REAL_MARGIN,
+    SHAPES,
+    held_out_suite,
+    load_trace,
+    synthetic_suite,
+    synthetic_trace,
+)
+from autotune.warmup import OnlineDetector, analyze, replay  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,14 @@ class Trace:
     cls: str
     steady_start: int | None
     shape: str
+    k: int = 1  # iterations per value (the held-out set's blocks)
+
+    @property
+    def change_seconds(self) -> float:
+        """Wall seconds at the true steady start (0 without one): where a causal method must still watch."""
+        if not self.steady_start:
+            return 0.0
+        return float(self.values[: self.steady_start].sum()) * self.k
 
     @property
     def oracle(self) -> float | None:
@@ -71,6 +87,13 @@ def load_shared(directory: Path) -> list[Trace]:
     return out
 
 
+def load_held_out(count: int, seed: int) -> list[Trace]:
+    return [
+        Trace(f"{t.shape}-{i}", t.values, t.cls, t.steady_start, t.shape, t.iterations_per_value)
+        for i, t in enumerate(held_out_suite(count, seed=seed))
+    ]
+
+
 def load_synthetic(count: int, seed: int) -> list[Trace]:
     return [
         Trace(f"{t.shape}-{i}", t.values, t.cls, t.steady_start, t.shape)
@@ -89,7 +112,7 @@ def offline(t: Trace) -> Outcome:
 
 def online(t: Trace, **kw: float) -> Outcome:
     t0 = time.perf_counter()
-    det = replay(t.values, **kw)
+    det = replay(t.values, **{"iterations_per_value": t.k, **kw})
     a = det.result()
     return Outcome(a.steady_mean, a.classification, det.consumed, time.perf_counter() - t0)
 
@@ -233,6 +256,121 @@ def targets(title: str, res: dict[str, dict], t2000: tuple[float, float], online
     print(tabulate(rows, headers=["target", "value", "required", "result"], tablefmt="github"))
 
 
+# -- the real corpus ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RealTrace:
+    name: str
+    values: np.ndarray
+    reference: float
+    label: str
+
+
+def load_real(directory: Path) -> list[RealTrace]:
+    labels = json.loads((directory / "labels.json").read_text())
+    return [
+        RealTrace(name, load_trace(directory / name), float(lab["reference"]), str(lab["label"]))
+        for name, lab in sorted(labels.items())
+    ]
+
+
+def real_report(traces: list[RealTrace], margin: float) -> dict[str, float]:
+    """Offline and online (per-call values, k = 1) against the late-half reference.
+
+    The online detector is replayed on the whole trace at ``ci_target`` = 0.02 (the shipped
+    recipes' target); where it stops its median is compared with the late-half reference of
+    the full trace (a stop that comes before a later level change is a miss).
+    """
+    rows = []
+    res: dict[str, float] = {}
+    for label, fn in (
+        ("autotune offline", lambda x: analyze(x, margin=margin, with_ci=False)),
+        ("autotune online", lambda x: replay(x, margin=margin, ci_target=0.02).result()),
+    ):
+        steady = within = steady_l = within_l = agree = 0
+        n_label = sum(t.label == "steady" for t in traces)
+        one_off = 0
+        for t in traces:
+            a = fn(t.values)
+            ok = a.steady_median is not None and abs(a.steady_median / t.reference - 1.0) <= margin
+            steady += a.steady
+            within += ok
+            one_off += len(a.one_off)
+            agree += a.steady == (t.label == "steady")
+            if t.label == "steady":
+                steady_l += a.steady
+                within_l += ok
+        n = len(traces)
+        rows.append([label, n, f"{steady / n:.3f}", f"{within / n:.3f}", n_label,
+                     f"{steady_l / max(n_label, 1):.3f}", f"{within_l / max(n_label, 1):.3f}",
+                     f"{agree / n:.3f}", one_off])
+        res[f"{label} steady"] = steady / n
+        res[f"{label} within"] = within / n
+        res[f"{label} within (label steady)"] = within_l / max(n_label, 1)
+    print(f"\n## Real corpus: {len(traces)} per-call traces of the shipped recipes on this machine"
+          f" (margin {margin:g})\n")
+    print(tabulate(rows, headers=[
+        "method", "traces", "steady", f"median within {margin:.0%} of late-half ref", "labelled steady",
+        "steady (of labelled steady)", "within (of labelled steady)", "agrees with label", "one-off spikes",
+    ], tablefmt="github"))
+    return res
+
+
+def precision_stop(traces: list[RealTrace], *, budget: float, ci_target: float, margin: float,
+                   block: float = 0.005) -> None:
+    """Would candidates of the shipped recipes stop on precision within ``budget`` seconds?
+
+    Each real trace (value 0, the first call, dropped: the timing loop times it apart) is
+    turned into what the timing loop's throughput mode would push: means of blocks of
+    k = ceil(block / median call) consecutive calls. The detector gets k as
+    ``iterations_per_value``; the replay stops at the first of precision and ``budget``
+    seconds of the trace's own time. Latency mode (k = 1) is the per-call trace itself.
+    """
+    rows = []
+    for mode in ("throughput", "latency"):
+        stops, secs = [], []
+        for t in traces:
+            x = t.values[1:]
+            k = 1 if mode == "latency" else max(1, math.ceil(block / float(np.median(x))))
+            m = x.size // k
+            v = x[: m * k].reshape(m, k).mean(axis=1)
+            det = OnlineDetector(ci_target=ci_target, margin=margin, iterations_per_value=k)
+            stopped = False
+            for val in v:
+                if det.push(float(val)):
+                    stopped = det.stopped_by == "precision"
+                    break
+                if det.seconds() >= budget:
+                    break
+            stops.append(stopped)
+            secs.append(det.seconds())
+        rows.append([mode, len(traces), f"{np.mean(stops):.3f}", f"{np.median(secs):.2f} s",
+                     f"{np.percentile(secs, 90):.2f} s"])
+    print(f"\n### Stop on precision within {budget:g} s (ci_target {ci_target:g}, real traces replayed as the"
+          f" timing loop would push them)\n")
+    print(tabulate(rows, headers=["mode", "traces", "stopped on precision", "seconds at stop (med)",
+                                  "seconds (P90)"], tablefmt="github"))
+
+
+def held_out_by_change_time(traces: list[Trace], floor_seconds: float) -> None:
+    """Online within 2% split by when the true change happens: before the floor's time cap or after."""
+    rows = []
+    for title, sub in (
+        ("change <= floor_seconds", [t for t in traces if t.steady_start and t.change_seconds <= floor_seconds]),
+        ("change > floor_seconds", [t for t in traces if t.steady_start and t.change_seconds > floor_seconds]),
+        ("no change (flat, periodic, compile_first...)", [t for t in traces if t.steady_start == 0]),
+    ):
+        if not sub:
+            continue
+        r = score(sub, [online(t) for t in sub])
+        rows.append([title, len(sub), fmt(r["within_2%"]), f"{r['missed_total']:.0f} ({r['missed_unseen']:.0f})"])
+    print("\nOnline detector on the held-out set by the time of the true change"
+          f" (floor_seconds = {floor_seconds:g} s):\n")
+    print(tabulate(rows, headers=["traces", "count", "online within 2%", "misses (change after stop)"],
+                   tablefmt="github"))
+
+
 def online_options(text: str) -> dict[str, float]:
     """``"min_values=390,min_after=100"`` -> keyword arguments of OnlineDetector."""
     out: dict[str, float] = {}
@@ -253,11 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "warmup-traces",
                    help="directory with *.csv traces and labels.json")
-    p.add_argument("--synthetic", type=int, default=240, help="held-out synthetic traces (0: none)")
-    p.add_argument("--seed", type=int, default=20240607, help="seed of the held-out synthetic set")
-    p.add_argument("--online", type=online_options, nargs="*",
-                   default=[{}, {"min_values_no_warmup": 390}, {"min_values": 600, "min_values_no_warmup": 600}],
-                   metavar="K=V[,K=V]",
+    p.add_argument("--real", type=Path, default=ROOT / "tests" / "data" / "real-traces",
+                   help="the real corpus (labels.json from benchmarks/capture_traces.py)")
+    p.add_argument("--synthetic", type=int, default=240, help="synthetic suite traces (0: none)")
+    p.add_argument("--seed", type=int, default=20240607, help="seed of the synthetic suite")
+    p.add_argument("--held-out", type=int, default=240, help="held-out traces, changes up to 3,000 iterations")
+    p.add_argument("--held-out-seed", type=int, default=HELD_OUT_SEED, help="seed of the held-out set (fixed)")
+    p.add_argument("--online", type=online_options, nargs="*", default=[{}], metavar="K=V[,K=V]",
                    help="OnlineDetector option sets to score ('' = the defaults); the first is checked "
                         "against the targets")
     args = p.parse_args(argv)
@@ -276,15 +416,33 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"\n(no labels.json in {args.traces}; skipping the labelled traces)")
 
+    if args.held_out > 0:
+        held = load_held_out(args.held_out, args.held_out_seed)
+        res = report(f"held-out set (seed {args.held_out_seed}, changes up to 3,000 iterations)", held, variants)
+        held_out_by_change_time(held, OnlineDetector().floor_seconds)
+        targets("held-out set", res, (0.0, 0.0), first_online)
+
     if args.synthetic > 0:
         syn = load_synthetic(args.synthetic, args.seed)
-        res = report(f"held-out synthetic set (seed {args.seed})", syn, variants)
+        res = report(f"synthetic suite (seed {args.seed}, per-iteration values)", syn, variants)
         timing_set = [Trace(s, synthetic_trace(s, n=2000, seed=i).values, "", None, s) for i, s in enumerate(SHAPES)]
         t2000 = time_2000(timing_set)
         print(f"\nanalysis time, 2,000-value synthetic traces (one per shape): median {t2000[0]:.1f} ms,"
               f" P90 {t2000[1]:.1f} ms\n")
         per_shape(syn, variants[first_online])
-        targets("held-out synthetic set", res, t2000, first_online)
+        targets("synthetic suite", res, t2000, first_online)
+
+    if (args.real / "labels.json").exists():
+        real = load_real(args.real)
+        res_real = real_report(real, REAL_MARGIN)
+        rows = [
+            ["offline: share steady with median within 2% of the late-half reference",
+             fmt(res_real["autotune offline within"]), ">= 0.9",
+             "PASS" if res_real["autotune offline within"] >= 0.9 else "FAIL"],
+        ]
+        print("\n### Targets, real corpus\n")
+        print(tabulate(rows, headers=["target", "value", "required", "result"], tablefmt="github"))
+        precision_stop(real, budget=3.0, ci_target=0.02, margin=REAL_MARGIN)
     return 0
 
 

@@ -12,7 +12,16 @@ import numpy as np
 import pytest
 
 from autotune.errors import InputError
-from autotune.traces import SHAPES, load_trace, sketch, summary, synthetic_suite, synthetic_trace
+from autotune.traces import (
+    SHAPES,
+    held_out_suite,
+    label_real_trace,
+    load_trace,
+    sketch,
+    summary,
+    synthetic_suite,
+    synthetic_trace,
+)
 from autotune.warmup import CLASSIFICATIONS, OnlineDetector, WarmupAnalysis, analyze, find_spikes, pelt
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "warmup-traces"
@@ -128,6 +137,65 @@ def test_isolated_spikes_stay_in_the_mean_but_make_no_segments() -> None:
     assert a.classification == "flat" and a.steady_start == 0 and a.changepoints == ()
     assert set(hits.tolist()) <= set(a.outliers)
     assert a.steady_mean == pytest.approx(float(x.mean()))  # spikes are part of the cost
+
+
+def test_first_call_spike_is_warmup_and_leaves_the_mean() -> None:
+    """A first call 100-2000x the steady time, then a flat series: warmup from value 1, not flat
+    with the spike averaged in."""
+    rng = np.random.default_rng(22)
+    for factor in (100.0, 2000.0):
+        x = 2e-3 * (1.0 + 0.01 * rng.standard_normal(600))
+        x[0] *= factor
+        a = analyze(x, margin=0.02)
+        assert a.classification == "warmup" and a.steady_start == 1
+        assert a.steady_mean == pytest.approx(float(x[1:].mean()))
+
+
+def test_one_off_recompile_spike_is_counted_and_left_out_of_the_mean() -> None:
+    rng = np.random.default_rng(23)
+    x = 1e-3 * (1.0 + 0.01 * rng.standard_normal(2000))
+    x[1200] = 0.5  # a 500x recompile in the middle of the run
+    a = analyze(x)
+    assert a.classification == "flat" and a.steady_start == 0
+    assert a.one_off == (1200,) and 1200 in a.outliers
+    assert a.steady_mean == pytest.approx(float(np.delete(x, 1200).mean()))
+    assert WarmupAnalysis.from_dict(a.to_dict()).one_off == (1200,)
+
+
+def test_recurring_extreme_spikes_stay_in_the_mean() -> None:
+    """Ten 50x pauses are not one-off events: every iteration pays their share."""
+    rng = np.random.default_rng(24)
+    x = 1e-3 * (1.0 + 0.01 * rng.standard_normal(3000))
+    x[np.arange(150, 3000, 300)] *= 50.0
+    a = analyze(x)
+    assert a.steady_start == 0 and a.one_off == ()
+    assert a.steady_mean == pytest.approx(float(x.mean()))
+
+
+def test_level_shift_within_the_margin_is_one_steady_state() -> None:
+    """A 3% shift halfway: one steady state at a 5% margin; at 1% (and at 2%) the later level is the steady one."""
+    rng = np.random.default_rng(25)
+    x = 1e-3 * np.where(np.arange(3000) < 1500, 1.0, 1.03) * (1.0 + 0.005 * rng.standard_normal(3000))
+    wide = analyze(x, margin=0.05)
+    assert wide.classification == "flat" and wide.steady_start == 0
+    for narrow in (analyze(x), analyze(x, margin=0.02)):
+        assert narrow.steady_start == 1500 and narrow.classification == "slowdown"
+    with pytest.raises(ValueError):
+        analyze(x, margin=0.0)
+
+
+def test_machine_level_shifts_below_the_margin_do_not_make_no_steady_state() -> None:
+    """Regimes of +-1.5% every few hundred values (a neighbour, the clock): steady at a 5% margin;
+    regimes of +-15% are no steady state at the same margin."""
+    rng = np.random.default_rng(26)
+    n = 3000
+    regimes = np.repeat(rng.choice([-1.0, 0.0, 1.0], size=n // 200), 200)
+    for amp, steady in ((0.015, True), (0.15, False)):
+        x = 1e-3 * (1.0 + amp * regimes) * (1.0 + 0.005 * rng.standard_normal(n))
+        a = analyze(x, margin=0.05)
+        assert a.steady == steady, amp
+        if steady:
+            assert a.steady_median is not None and abs(a.steady_median / np.median(x[n // 2:]) - 1) < 0.05
 
 
 def test_periodic_slow_iterations_are_flat_even_when_the_first_is_slow() -> None:
@@ -259,6 +327,55 @@ def test_held_out_synthetic_accuracy() -> None:
     assert correct / len(traces) >= 0.93
 
 
+REAL = Path(__file__).resolve().parent / "data" / "real-traces"
+
+
+def test_real_corpus_labels_follow_the_protocol() -> None:
+    """The stored labels are what the detector-free protocol says about each stored trace."""
+    labels = json.loads((REAL / "labels.json").read_text())
+    assert len(labels) >= 40
+    assert {lab["threads"] for lab in labels.values()} == {1, 2}
+    for name, lab in labels.items():
+        x = load_trace(REAL / name)
+        assert x.size == lab["n"] == lab["calls"]
+        again = label_real_trace(x).to_dict()
+        assert again["label"] == lab["label"] and again["reference"] == pytest.approx(lab["reference"])
+
+
+def test_real_corpus_steady_traces_agree_with_the_reference() -> None:
+    """Traces whose late half holds one level at 2% come out steady, median within 2% of it."""
+    labels = json.loads((REAL / "labels.json").read_text())
+    steady = [(name, lab) for name, lab in labels.items() if lab["label"] == "steady"]
+    good = 0
+    for name, lab in steady:
+        a = analyze(load_trace(REAL / name), margin=0.02, with_ci=False)
+        good += a.steady_median is not None and abs(a.steady_median / lab["reference"] - 1) <= 0.02
+    assert good / len(steady) >= 0.9
+
+
+def test_label_protocol() -> None:
+    rng = np.random.default_rng(27)
+    flat = 1e-3 * (1.0 + 0.02 * rng.standard_normal(1000))
+    lab = label_real_trace(flat)
+    assert lab.steady and lab.reference == pytest.approx(float(np.median(flat[500:])))
+    drift = flat * np.linspace(1.0, 1.2, 1000)
+    assert not label_real_trace(drift).steady
+    spike = flat.copy()
+    spike[0] = 1.0
+    assert label_real_trace(spike).first_call_ratio > 500
+
+
+def test_held_out_changes_are_in_iterations_up_to_the_horizon() -> None:
+    traces = held_out_suite(48, seed=1)
+    assert [t.values[:5].tolist() for t in traces[:3]] == [t.values[:5].tolist() for t in held_out_suite(3, seed=1)]
+    for t in traces:
+        assert t.iterations_per_value >= 1
+        assert 10e-6 <= (t.level or 10e-6) * (1 + 1e-9) and (t.level or 0.0) <= 10e-3 * (1 + 1e-9)
+        if t.steady_start and t.shape not in ("compile_first",):
+            assert (t.steady_start - 1) * t.iterations_per_value < 3000
+            assert t.steady_start <= 0.8 * t.n
+
+
 # ----------------------------------------------------------------------------------------------
 # Online detector
 # ----------------------------------------------------------------------------------------------
@@ -270,33 +387,90 @@ def _feed(det: OnlineDetector, x: np.ndarray) -> None:
             break
 
 
+def _flat(n: int, level: float, cv: float = 0.01, seed: int = 8) -> np.ndarray:
+    return level * (1.0 + cv * np.random.default_rng(seed).standard_normal(n))
+
+
+def _floor_met(det: OnlineDetector) -> bool:
+    iterations = det.consumed * det.iterations_per_value
+    sec = det.seconds()
+    return sec >= det.min_seconds and (iterations >= det.min_iterations or sec >= det.floor_seconds)
+
+
 def test_online_stops_on_a_flat_trace_with_the_target_precision() -> None:
-    x = synthetic_trace("flat", n=3000, cv=0.02, phi=0.3, seed=1).values
+    x = synthetic_trace("flat", n=3000, level=1e-3, cv=0.02, phi=0.3, seed=1).values
     det = OnlineDetector(ci_target=0.01)
     _feed(det, x)
     assert det.done and det.stopped_by == "precision" and det.steady
-    assert det.min_values <= det.consumed < 1000
+    assert _floor_met(det) and det.consumed < 2500
     a = det.result()
     assert a.n == det.consumed and a.ci is not None and a.steady_mean is not None
     assert (a.ci[1] - a.ci[0]) / 2 <= 0.01 * a.steady_mean
     assert abs(a.steady_mean / x.mean() - 1) < 0.01
 
 
+@pytest.mark.parametrize(("call", "k"), [(1e-3, 1), (1e-3, 5), (20e-6, 250), (2e-3, 1)])
+def test_online_floor_is_in_iterations_and_seconds_not_values(call: float, k: int) -> None:
+    """The same flat series stops once the floor's wall time / iterations are covered, whatever
+    the block size: values of k iterations count k times, seconds are value * k."""
+    det = OnlineDetector(iterations_per_value=k)
+    _feed(det, _flat(20_000, call))
+    assert det.done and det.stopped_by == "precision"
+    assert _floor_met(det)
+    before = OnlineDetector(iterations_per_value=k)
+    _feed(before, _flat(det.consumed - 1, call))  # one value less: the floor is not met yet
+    assert not before.done and not _floor_met(before)
+    # a fast call reaches min_iterations long before floor_seconds; a slow one is capped in time
+    if call * 3000 < det.floor_seconds:
+        assert det.seconds() < det.floor_seconds
+    else:
+        assert det.consumed * k < det.min_iterations
+
+
 def test_online_waits_for_the_warmup_to_end() -> None:
     rng = np.random.default_rng(12)
-    x = np.concatenate([np.full(250, 2.0), np.full(2750, 1.0)]) * (1.0 + 0.01 * rng.standard_normal(3000))
+    x = 1e-3 * np.concatenate([np.full(250, 2.0), np.full(2750, 1.0)]) * (1.0 + 0.01 * rng.standard_normal(3000))
     det = OnlineDetector()
     _feed(det, x)
-    assert det.done and 250 < det.consumed < 1000
+    assert det.done and 250 < det.consumed
     a = det.result()
     assert a.classification == "warmup" and a.steady_start == 250
     assert a.steady_mean is not None and abs(a.steady_mean / x[250:].mean() - 1) < 0.005
 
 
+@pytest.mark.parametrize("before", [1.5, 0.7])
+def test_online_catches_a_change_inside_the_iteration_horizon(before: float) -> None:
+    """A fast call (50 us, blocks of 100): a step down or a slowdown at iteration 2,800 (value 28)
+    comes before min_iterations = 3,000 is reached, so the stop sees it."""
+    k, change_at = 100, 28
+    rng = np.random.default_rng(int(before * 10))
+    x = 50e-6 * np.where(np.arange(5000) < change_at, before, 1.0) * (1.0 + 0.01 * rng.standard_normal(5000))
+    det = OnlineDetector(iterations_per_value=k)
+    _feed(det, x)
+    a = det.result()
+    assert det.done and det.consumed * k >= 3000 and a.steady_start == change_at
+    assert a.steady_mean is not None and abs(a.steady_mean / float(x[change_at:].mean()) - 1) < 0.005
+
+
+def test_online_a_change_after_the_time_cap_of_a_slow_call_is_missed() -> None:
+    """The risk model's stated limit: a 10 ms call whose level changes at iteration 2,500 (25 s)
+    is stopped at about floor_seconds, blind to the change; with floor_seconds above the change
+    time the same detector catches it."""
+    change_at = 2500
+    rng = np.random.default_rng(3)
+    x = 10e-3 * np.where(np.arange(6000) < change_at, 1.3, 1.0) * (1.0 + 0.01 * rng.standard_normal(6000))
+    det = OnlineDetector()
+    _feed(det, x)
+    assert det.done and det.consumed < change_at
+    patient = OnlineDetector(floor_seconds=60.0)  # min_iterations (3,000) decides
+    _feed(patient, x)
+    assert patient.done and patient.result().steady_start == change_at
+
+
 def test_online_restarts_when_the_level_moves() -> None:
     rng = np.random.default_rng(9)
     n = 4000
-    level = np.concatenate([np.full(100, 2.0), np.full(500, 1.0), np.full(n - 600, 1.3)])
+    level = 1e-3 * np.concatenate([np.full(100, 2.0), np.full(500, 1.0), np.full(n - 600, 1.3)])
     noise = np.empty(n)
     noise[0] = rng.standard_normal()
     for i in range(1, n):  # strongly autocorrelated: the 1% CI takes long, so the move comes first
@@ -313,12 +487,13 @@ def test_online_restarts_when_the_level_moves() -> None:
     assert det.restarts >= 1
     a = det.result()
     assert a.steady_start is not None and a.steady_start >= 590
-    assert not det.done or det.consumed >= a.steady_start + det.min_after_restart
-    assert a.steady_mean is not None and abs(a.steady_mean / 1.3 - 1) < 0.03
+    # after a restart the new level meets the floor by itself
+    assert not det.done or det.seconds(a.steady_start) >= det.floor_seconds
+    assert a.steady_mean is not None and abs(a.steady_mean / 1.3e-3 - 1) < 0.03
 
 
 def test_online_drift_never_stops_and_max_values_does() -> None:
-    t = synthetic_trace("drift", n=2000, cv=0.01, phi=0.3, seed=2)
+    t = synthetic_trace("drift", n=2000, level=1e-3, cv=0.01, phi=0.3, seed=2)
     det = OnlineDetector()
     _feed(det, t.values)
     assert not det.done and det.consumed == 2000
@@ -328,114 +503,45 @@ def test_online_drift_never_stops_and_max_values_does() -> None:
     assert det.done and det.stopped_by == "max_values" and det.consumed == 500
 
 
-def test_online_stops_exactly_at_the_floor_on_a_flat_trace() -> None:
-    """No warmup seen: the floor is min_values_no_warmup (never below min_values)."""
-    x = 1e-3 * (1.0 + 0.01 * np.random.default_rng(8).standard_normal(3000))
-    for floor in (200, 390, 540):
-        det = OnlineDetector(min_values=200, min_values_no_warmup=floor)
-        _feed(det, x)
-        assert det.done and det.stopped_by == "precision" and det.consumed == floor
-        assert det.result().classification == "flat"
-    det = OnlineDetector(min_values=300, min_values_no_warmup=100)
-    _feed(det, x)
-    assert det.consumed == 300
-
-
-def test_online_a_seen_warmup_lowers_the_floor() -> None:
-    """Warmup over at 20: stop at min_values (390 here); the same values without the warmup wait longer."""
-    rng = np.random.default_rng(17)
-    noise = 1.0 + 0.01 * rng.standard_normal(3000)
-    warm = np.where(np.arange(3000) < 20, 1.5, 1.0) * noise
-    det = OnlineDetector(min_values=390, min_values_no_warmup=540)
-    _feed(det, warm)
-    assert det.done and det.consumed == 390 and det.result().steady_start == 20
-    det = OnlineDetector(min_values=390, min_values_no_warmup=540)
-    _feed(det, noise)
-    assert det.done and det.consumed == 540
-
-
-@pytest.mark.parametrize(("before", "change_at"), [(1.5, 400), (0.7, 500)])
-def test_online_catches_a_change_after_a_flat_prelude(before: float, change_at: int) -> None:
-    """A long flat warmup (step down at 400) or a slowdown at 500: nothing before the change
-    says it will come, so only the no-warmup floor catches it; a 390-value floor stops blind."""
-    rng = np.random.default_rng(change_at)
-    x = np.where(np.arange(3000) < change_at, before, 1.0) * (1.0 + 0.01 * rng.standard_normal(3000))
-    truth = float(x[change_at:].mean())
-    det = OnlineDetector()
-    _feed(det, x)
-    a = det.result()
-    assert det.done and det.consumed > change_at and a.steady_start == change_at
-    assert a.steady_mean is not None and abs(a.steady_mean / truth - 1) < 0.005
-    blind = OnlineDetector(min_values_no_warmup=390)
-    _feed(blind, x)
-    assert blind.done and blind.consumed == 390 and blind.result().steady_mean is not None
-    assert abs(blind.result().steady_mean / truth - 1) > 0.2
-
-
-def test_online_a_slowdown_seen_early_counts_as_the_end_of_the_first_phase() -> None:
-    """Fast until 150, then 30% slower: the no-change floor (540) no longer applies, the history
-    gate (the slow level outlasts 2 x 150) and min_after_restart decide."""
-    rng = np.random.default_rng(21)
-    x = np.where(np.arange(3000) < 150, 1.0, 1.3) * (1.0 + 0.01 * rng.standard_normal(3000))
-    det = OnlineDetector(min_values=370, min_values_no_warmup=540, min_after_restart=300)
-    _feed(det, x)
-    a = det.result()
-    assert det.done and a.classification == "slowdown" and a.steady_start == 150
-    assert 150 + 300 <= det.consumed < 540
-
-
-def test_online_min_after_counts_from_the_detected_steady_start() -> None:
-    rng = np.random.default_rng(7)
-    x = np.concatenate([np.full(20, 1.5), np.full(2980, 1.0)]) * (1.0 + 0.01 * rng.standard_normal(3000))
-    det = OnlineDetector(min_after=100)  # the floor decides
-    _feed(det, x)
-    assert det.done and det.consumed == det.min_values and det.result().steady_start == 20
-    det = OnlineDetector(min_after=500)  # the values after the steady start decide
-    _feed(det, x)
-    assert det.done and det.result().steady_start == 20 and 520 <= det.consumed <= 580
-
-
 def test_online_level_that_went_up_must_outlast_the_earlier_level() -> None:
-    """Fast for 250 values, then 30% slower: the slow level must last 2 x 250 before a stop."""
+    """Fast for 2,000 values (2 s), then 30% slower: the slow level must last 2 x as long before a stop."""
     rng = np.random.default_rng(5)
-    x = np.concatenate([np.full(250, 1.0), np.full(3000, 1.3)]) * (1.0 + 0.01 * rng.standard_normal(3250))
-    det = OnlineDetector(regime_factor=2.0)
+    x = 1e-3 * np.concatenate([np.full(2000, 1.0), np.full(8000, 1.3)]) * (1.0 + 0.01 * rng.standard_normal(10000))
+    det = OnlineDetector(regime_factor=2.0, floor_seconds=3.0)
     _feed(det, x)
     a = det.result()
-    assert det.done and a.classification == "slowdown" and a.steady_start == 250
-    assert det.consumed >= 250 + 2 * 250 and det.blocked.get("history", 0) > 0
-    loose = OnlineDetector(regime_factor=0.0)
+    assert det.done and a.classification == "slowdown" and a.steady_start == 2000
+    assert det.consumed >= 2000 + 2 * 2000 and det.blocked.get("history", 0) > 0
+    loose = OnlineDetector(regime_factor=0.0, floor_seconds=3.0)
     _feed(loose, x)
     assert loose.done and loose.consumed < det.consumed and "history" not in loose.blocked
 
 
-def test_online_restart_asks_for_min_after_restart_after_the_new_level() -> None:
-    rng = np.random.default_rng(11)
-    x = np.concatenate([np.full(150, 2.0), np.full(150, 1.0), np.full(3000, 1.2)])
-    x = x * (1.0 + 0.01 * rng.standard_normal(x.size))
-    # the new level (1.2) is above the one before it (1.0 for 150 values): the history gate also asks
-    # for 2 x 150 values, so the larger of the two requirements decides
-    for tail, need in ((200, 300 + 2 * 150), (400, 300 + 400)):
-        det = OnlineDetector(min_values=200, min_after_restart=tail)
-        _feed(det, x)
-        a = det.result()
-        assert det.done and det.restarts >= 1 and a.steady_start == 300
-        assert need <= det.consumed < need + 80
-
-
 def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> None:
-    """0.8% per 390 values: the changepoint analysis of the prefix says flat; the trend gate does not."""
+    """0.8% per 390 values (of 1 ms): the changepoint analysis of the prefix says flat; the trend gate does not."""
     n = 3000
     rng = np.random.default_rng(6)
-    x = (1.0 + 2e-5 * np.arange(n)) * (1.0 + 0.002 * rng.standard_normal(n))
+    x = 1e-3 * (1.0 + 2e-5 * np.arange(n)) * (1.0 + 0.002 * rng.standard_normal(n))
     assert analyze(x[:390]).classification == "flat"
     det = OnlineDetector()
     _feed(det, x)
-    assert not det.done and det.blocked.get("drift", 0) > 0
+    assert not det.done and det.blocked.get("drift", 0) + det.blocked.get("history", 0) > 0
     assert det.result().classification == "no_steady_state"
-    blind = OnlineDetector(drift_t=1e9)
+    blind = OnlineDetector(drift_t=1e9, regime_factor=0.0)  # both gates off: it stops blind
     _feed(blind, x)
-    assert blind.done and blind.consumed == blind.min_values_no_warmup
+    assert blind.done and _floor_met(blind)
+
+
+def test_online_margin_merges_a_level_shift_smaller_than_it() -> None:
+    """A 3% level shift halfway: one steady state at a 5% margin, a slowdown at the 1% default."""
+    rng = np.random.default_rng(4)
+    x = 1e-3 * np.where(np.arange(4000) < 2000, 1.0, 1.03) * (1.0 + 0.005 * rng.standard_normal(4000))
+    wide = OnlineDetector(margin=0.05, floor_seconds=10.0)
+    _feed(wide, x)
+    assert wide.result().steady_start == 0 and wide.rel_tolerance == 0.05
+    narrow = OnlineDetector(floor_seconds=10.0)
+    _feed(narrow, x)
+    assert narrow.result().steady_start == 2000
 
 
 @pytest.mark.parametrize("n", [30, 60, 100])
@@ -461,14 +567,13 @@ def test_online_result_any_time_and_bad_values() -> None:
     for v in (1e-3, 1.1e-3, 0.9e-3):
         det.push(v)
     assert det.consumed == 3 and det.result().n == 3
+    assert det.seconds() == pytest.approx(3e-3)
     with pytest.raises(InputError):
         det.push(float("nan"))
-    with pytest.raises(ValueError):
-        OnlineDetector(ci_target=0)
-    with pytest.raises(ValueError):
-        OnlineDetector(regime_factor=-1.0)
-    with pytest.raises(ValueError):
-        OnlineDetector(drift_t=0.0)
+    for bad in ({"ci_target": 0}, {"regime_factor": -1.0}, {"drift_t": 0.0}, {"iterations_per_value": 0},
+                {"margin": 0.0}, {"min_seconds": -1.0}):
+        with pytest.raises(ValueError):
+            OnlineDetector(**bad)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------------------------
