@@ -16,11 +16,18 @@ classified by how its final segment relates to the ones before it:
 Departures from the paper, and why:
 
 * Tolerances are *relative* (plus a noise-aware term): GPU iterations of 50 us and CPU
-  iterations of 2 s must be judged alike, which an absolute tolerance cannot do.
+  iterations of 2 s must be judged alike, which an absolute tolerance cannot do. The tolerance
+  is the final comparison's practical-equivalence margin (``margin=``): levels closer than the
+  margin are one steady state to a comparison that calls such candidates a tie, so a real
+  machine's few-percent level shifts do not make "no steady state"; a drift counts when it
+  exceeds the margin. When the changepoints leave too short a tail, the tail is also accepted
+  when the medians of its quarters stay within the margin (:func:`_practical_start`).
 * Isolated spikes (a recompile, a GC pause, a periodic slow iteration) are found first with a
   rolling median and replaced by the local level before segmentation, so they neither become
-  segments nor inflate a segment's variance. They stay in the steady mean: they are part of
-  what running the model costs.
+  segments nor inflate a segment's variance. Recurring ones stay in the steady mean: they are
+  part of what running the model costs. One-off extreme ones (>= 20x the local level, at most
+  3: a compile, a recompile) are counted in ``one_off`` and left out of it; at the head of the
+  steady tail (a first call) they are warmup.
 * The penalty of the changepoint search is scaled by the long-run variance factor of the noise
   ((1+phi)/(1-phi) for AR(1) noise), estimated from the data: timing noise is autocorrelated,
   and an i.i.d. likelihood would otherwise cut every slow wander into a segment.
@@ -718,7 +725,9 @@ def analyze(
 
     Pseudo-code::
 
+        tol    = margin if given, else rel_tolerance
         spikes = find_spikes(x) (none if more than 10% qualify: that is a bimodal distribution)
+        one_off = spikes >= 20x the local level, if there are at most 3 of them
         y      = x with spikes replaced by the rolling median
         z      = (y - median) / sigma                 # scale-free
         phi    = AR(1) coefficient from the differences of y;  tau = (1+phi)/(1-phi)
@@ -727,15 +736,22 @@ def analyze(
         walk back from the final segment, merging each earlier segment whose mean is within
             max(rel_tolerance * mean, 3 * long-run SE of the difference) of the merged tail;
             a short non-equivalent segment between equivalent ones is a transient, merged too
-        tail shorter than max(min_steady, end_fraction * n)       -> no_steady_state
-        tail still trending at its end (drift)                    -> no_steady_state
+        tail shorter than max(min_steady, end_fraction * n), or still trending at its end
+            (drift): the practical test (_practical_start): the earliest start whose tail's
+            quarter medians stay within tol of its median, without a trend beyond tol and
+            without a final segment that moved away -> steady from there; none -> no_steady_state
         trend confined to the tail's beginning (end of a decay)   -> start later
-        leading spikes far above everything after them (a compile) -> start after them
+        leading spikes far above everything after them (a compile) -> start after them;
+            one-off spikes at the head of the tail -> start after them
         classify: start 0 -> flat; an earlier (merged) segment faster than the steady mean
             beyond tolerance -> slowdown; otherwise warmup
-        steady mean / median / CI from the raw values from the start on, spikes included:
-            they are part of what an iteration costs (CI: circular block bootstrap, block
-            length from the autocorrelation of the spike-free values)
+        steady mean / median / CI from the raw values from the start on, recurring spikes
+            included (they are part of what an iteration costs), one-off spikes left out
+            (CI: circular block bootstrap, block length from the autocorrelation of the
+            spike-free values)
+
+    ``margin`` is the practical-equivalence margin of the final comparison (the showdown's
+    ``equivalence_margin``, e.g. 0.02): pass it and ``rel_tolerance`` is ignored.
 
     ``penalty`` overrides the automatic penalty (in units of the standardised cost); the
     reported ``changepoints`` are the boundaries after merging equivalent neighbours.
