@@ -1000,7 +1000,6 @@ class OnlineDetector:
         self._next_check = max(self.min_steady, self.min_check_gap)
         self._next_ci = 0
         self._steady_start: int | None = None
-        self._restart_at = 0  # the floor counts from here after a restart
         self._prev: WarmupAnalysis | None = None
         self._final: WarmupAnalysis | None = None
         self._done = False
@@ -1052,11 +1051,18 @@ class OnlineDetector:
         return abs(ma - mb) <= self.rel_tolerance * abs(mb)
 
     def _level_moved(self, a: WarmupAnalysis) -> bool:
-        """After steady was declared at ``self._steady_start``: does ``a`` say the level moved?"""
+        """After steady was declared at ``self._steady_start``: does ``a`` say the level moved?
+
+        Only a steady state found later at another level is a move. An analysis that finds no
+        steady state at all (a burst at the very end, a change not yet long enough to be a
+        segment) is not evidence of a new level: it blocks the stop (gate "unstable") and the
+        next check decides. Restarting on it would charge a stall of a few calls the whole
+        floor again.
+        """
         start = self._steady_start
         assert start is not None
         if a.steady_start is None:
-            return True
+            return False
         if a.steady_start <= start:
             return False
         before = float(np.median(self._values[start : a.steady_start]))
@@ -1067,7 +1073,6 @@ class OnlineDetector:
         """The declared steady level moved: forget it; sampling waits for the next steady state."""
         self._steady_start = None
         self.restarts += 1
-        self._restart_at = len(self._values)
 
     def _quick_half_width(self) -> tuple[float, float]:
         """AR(1)-corrected normal CI half-width of the steady mean, and the mean: a cheap pre-check."""
@@ -1148,7 +1153,7 @@ class OnlineDetector:
         if n - start < self.min_steady:
             return False
         if self.restarts:
-            return self._floor_met(max(start, self._restart_at), n)
+            return self._floor_met(start, n)
         return self.seconds(start, n) >= self.min_seconds
 
     def _gate(self, a: WarmupAnalysis, n: int) -> str | None:
