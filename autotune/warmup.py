@@ -643,6 +643,25 @@ def _one_off_spikes(x: np.ndarray, med: np.ndarray, spikes: np.ndarray) -> np.nd
     return extreme
 
 
+def _wanders(tail: np.ndarray, tol: float, sigma_lr: float) -> bool:
+    """Does the tail's level wander beyond the tolerance? Quarter medians against the tail's median.
+
+    ``|median(quarter_i) - median(tail)| > max(tol * median(tail), Z * 1.2533 * sigma_lr / sqrt(len_i))``
+    for some quarter: more than the margin, and more than the noise lets a median of that many
+    values move (1.2533: the median's standard error in units of the mean's). ``sigma`` is the
+    local noise (robust scale around the rolling median, times the AR(1) long-run factor), so
+    a tail cut by stalls (a neighbour holding a core for seconds) is not excused as noise.
+    """
+    if tail.size < 2 * _PRACTICAL_WINDOWS:
+        return False
+    big = float(np.median(tail))
+    z_med = _Equivalence.Z * 1.2533 * sigma_lr
+    return any(
+        abs(float(np.median(p)) - big) > max(tol * abs(big), z_med / math.sqrt(p.size))
+        for p in np.array_split(tail, _PRACTICAL_WINDOWS)
+    )
+
+
 def _practical_start(
     y: np.ndarray, cands: Sequence[int], min_len: int, tol: float, sigma_lr: float, tau: float,
     same: _Equivalence,
@@ -680,7 +699,7 @@ def _practical_start(
         tail = y[s:]
         big = float(np.median(tail))
         parts = np.array_split(tail, _PRACTICAL_WINDOWS)
-        if any(abs(float(np.median(p)) - big) > max(tol * abs(big), z_med / math.sqrt(p.size)) for p in parts):
+        if _wanders(tail, tol, sigma_lr):
             continue
         rel, tstat = _trend(tail, tau)
         if abs(rel) > tol and abs(tstat) > _TREND_T:
@@ -805,9 +824,12 @@ def analyze(
     min_len = max(min_steady, math.ceil(end_fraction * n))
     stairs = _staircase(earlier, float(y[tail_start:].mean()), max_transient)
     start = _start_after_drift(y, tail_start, min_len, tau, rel_tolerance, stairs)
+    sigma_local = sigma * math.sqrt(tau)  # local (rolling-median) noise: a stall of seconds is not noise
+    if start is not None and _wanders(y[start:], rel_tolerance, sigma_local):
+        start = None  # segments within noise of each other, but the tail's level wanders beyond the margin
     practical = False
     if start is None:
-        start = _practical_start(y, cps, min_len, rel_tolerance, sigma_lr, tau, same)
+        start = _practical_start(y, cps, min_len, rel_tolerance, sigma_local, tau, same)
         if start is None:
             return _no_steady(n, changepoints, spike_idx, one_off_idx)
         practical = True
