@@ -52,6 +52,7 @@ from autotune.stats import block_bootstrap_ci, choose_block_length, lag1_autocor
 
 __all__ = [
     "CLASSIFICATIONS",
+    "DEFAULT_MARGIN",
     "OnlineDetector",
     "WarmupAnalysis",
     "analyze",
@@ -67,6 +68,10 @@ _SPIKE_THRESHOLD = 6.0  # robust sigmas from the local level
 _SPIKE_MAX_RUN = 3  # longer runs are level changes, not spikes
 _SPIKE_MAX_SHARE = 0.1  # more "spikes" than this: a bimodal distribution, not outliers
 _PHI_MAX = 0.9  # cap of the AR(1) estimate (long-run factor <= 19)
+
+#: Default practical-equivalence margin: the showdown's default ``equivalence_margin`` (2%).
+#: Levels closer than this are one steady state; pass ``margin=`` to use another.
+DEFAULT_MARGIN = 0.02
 
 _EXTREME = 20.0  # a spike this many times the local level is an event (compile), not noise
 _ONE_OFF_MAX = 3  # more extreme spikes than this recur: they stay in the steady mean
@@ -729,7 +734,7 @@ def _residuals(z: np.ndarray, cps: Sequence[int]) -> np.ndarray:
 def analyze(
     values: Sequence[float] | np.ndarray,
     *,
-    rel_tolerance: float = 0.01,
+    rel_tolerance: float = DEFAULT_MARGIN,
     margin: float | None = None,
     penalty: float | None = None,
     min_steady: int = 30,
@@ -770,7 +775,8 @@ def analyze(
             spike-free values)
 
     ``margin`` is the practical-equivalence margin of the final comparison (the showdown's
-    ``equivalence_margin``, e.g. 0.02): pass it and ``rel_tolerance`` is ignored.
+    ``equivalence_margin``; default :data:`DEFAULT_MARGIN` = 0.02 through ``rel_tolerance``):
+    pass it and ``rel_tolerance`` is ignored.
 
     ``penalty`` overrides the automatic penalty (in units of the standardised cost); the
     reported ``changepoints`` are the boundaries after merging equivalent neighbours.
@@ -948,9 +954,10 @@ class OnlineDetector:
     The caller stops at its own time budget; :meth:`result` then analyses what was consumed.
 
     Tolerance: ``margin`` is the practical-equivalence margin of the final comparison
-    (``equivalence_margin``, default 2%): levels closer than it are one steady state, and a
-    drift is reported only when it exceeds it. ``rel_tolerance`` is the same thing under its
-    old name (``margin`` wins when both are given).
+    (``equivalence_margin``; default :data:`DEFAULT_MARGIN` = 2%, the showdown's default):
+    levels closer than it are one steady state, and a drift is reported only when it exceeds
+    it. ``rel_tolerance`` is the same thing under its old name (``margin`` wins when both are
+    given). Pass the recipe's margin: ``OnlineDetector(margin=equivalence_margin, ...)``.
 
     Why the gates: a causal detector cannot tell a flat start from a long flat warmup (or the
     fast phase before a slowdown) until the change happens, so the floor is the price of
@@ -967,7 +974,7 @@ class OnlineDetector:
         ci_target: float = 0.01,
         max_values: int | None = None,
         margin: float | None = None,
-        rel_tolerance: float = 0.01,
+        rel_tolerance: float = DEFAULT_MARGIN,
         iterations_per_value: int = 1,
         min_iterations: int = 3000,
         min_seconds: float = 0.25,

@@ -518,16 +518,17 @@ def test_online_level_that_went_up_must_outlast_the_earlier_level() -> None:
 
 
 def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> None:
-    """0.8% per 390 values (of 1 ms): the changepoint analysis of the prefix says flat; the trend gate does not."""
+    """0.8% per 390 values (of 1 ms), margin 1%: the changepoint analysis of the prefix says flat; the trend
+    gate does not."""
     n = 3000
     rng = np.random.default_rng(6)
     x = 1e-3 * (1.0 + 2e-5 * np.arange(n)) * (1.0 + 0.002 * rng.standard_normal(n))
-    assert analyze(x[:390]).classification == "flat"
-    det = OnlineDetector()
+    assert analyze(x[:390], margin=0.01).classification == "flat"
+    det = OnlineDetector(margin=0.01)
     _feed(det, x)
     assert not det.done and det.blocked.get("drift", 0) + det.blocked.get("history", 0) > 0
     assert det.result().classification == "no_steady_state"
-    blind = OnlineDetector(drift_t=1e9, regime_factor=0.0)  # both gates off: it stops blind
+    blind = OnlineDetector(margin=0.01, drift_t=1e9, regime_factor=0.0)  # both gates off: it stops blind
     _feed(blind, x)
     assert blind.done and _floor_met(blind)
 
