@@ -178,7 +178,8 @@ def summary(path: str | Path, analysis: WarmupAnalysis, *, consumed: int | None 
         lines.append(f"  steady mean {mean}, median {median}, 95% CI of the mean {ci_text}")
     cps = ", ".join(str(c) for c in analysis.changepoints[:12])
     more = f" (+{len(analysis.changepoints) - 12} more)" if len(analysis.changepoints) > 12 else ""
-    lines.append(f"  changepoints: {cps or 'none'}{more}; isolated spikes: {len(analysis.outliers)}")
+    one_off = f" ({len(analysis.one_off)} one-off, left out of the mean)" if analysis.one_off else ""
+    lines.append(f"  changepoints: {cps or 'none'}{more}; isolated spikes: {len(analysis.outliers)}{one_off}")
     if consumed is not None:
         lines.append(f"  online detector would have stopped after {consumed} values")
     return "\n".join(lines)

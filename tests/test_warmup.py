@@ -160,6 +160,7 @@ def test_one_off_recompile_spike_is_counted_and_left_out_of_the_mean() -> None:
     assert a.one_off == (1200,) and 1200 in a.outliers
     assert a.steady_mean == pytest.approx(float(np.delete(x, 1200).mean()))
     assert WarmupAnalysis.from_dict(a.to_dict()).one_off == (1200,)
+    assert "1 one-off, left out of the mean" in summary("t.csv", a)
 
 
 def test_recurring_extreme_spikes_stay_in_the_mean() -> None:
