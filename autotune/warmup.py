@@ -668,7 +668,7 @@ def _wanders(tail: np.ndarray, tol: float, sigma_lr: float) -> bool:
 
 
 def _practical_start(
-    y: np.ndarray, cands: Sequence[int], min_len: int, tol: float, sigma_lr: float, tau: float,
+    y: np.ndarray, cands: Sequence[int], min_len: int, tol: float, sigma: float, tau: float,
     same: _Equivalence,
 ) -> int | None:
     """Earliest start whose tail holds one level at the practical-equivalence tolerance, else None.
@@ -681,15 +681,15 @@ def _practical_start(
         for s in candidate starts (0, the changepoints, 1/16 steps of n), earliest first,
                 with n - s >= min_len:
             tail = y[s:]; M = median(tail); m_i = medians of 4 consecutive windows of tail
-            allow_i = max(tol * M, Z * 1.2533 * sigma_lr / sqrt(len_i))   # margin, or noise
-            steady if every |m_i - M| <= allow_i and the tail has no trend beyond tol
+            allow_i = max(tol * M, Z * 1.2533 * sigma / sqrt(len_i))   # margin, or local noise
+            steady if every |m_i - M| <= allow_i (not _wanders) and the tail has no trend beyond tol
                 (|relative change| > tol with |t| > _TREND_T), and the final segment (from
                 the last changepoint) is equivalent to M: a level that moved at the very end
                 has not been seen to last, and Barrett et al. call that no steady state
             then skip leading segments of the tail whose median is outside M +- allow
                 (a warmup too short to move the first window's median) -> start
 
-    Windows medians, not means: a short burst (a spike run, a 100 ms neighbour) must not move
+    Window medians, not means: a short burst (a spike run, a 100 ms neighbour) must not move
     a window; 4 windows: the two halves of the tail and their halves.
     """
     n = y.size
@@ -697,21 +697,20 @@ def _practical_start(
     final_mean = float(y[last:].mean())
     grid = [n * j // 16 for j in range(16)]
     starts = sorted({0, *cands, *grid})
-    z_med = _Equivalence.Z * 1.2533 * sigma_lr
+    z_med = _Equivalence.Z * 1.2533 * sigma
     for s in starts:
         if n - s < min_len:
             break
         tail = y[s:]
-        big = float(np.median(tail))
-        parts = np.array_split(tail, _PRACTICAL_WINDOWS)
-        if _wanders(tail, tol, sigma_lr):
+        if _wanders(tail, tol, sigma):
             continue
         rel, tstat = _trend(tail, tau)
         if abs(rel) > tol and abs(tstat) > _TREND_T:
             continue
         if last > s and not same(final_mean, n - last, float(tail.mean()), n - s):
             return None
-        allow = max(tol * abs(big), z_med / math.sqrt(max(parts[0].size, 1)))
+        big = float(np.median(tail))
+        allow = max(tol * abs(big), z_med / math.sqrt(max(-(-(n - s) // _PRACTICAL_WINDOWS), 1)))
         limit = s + (n - s) // _PRACTICAL_WINDOWS
         start = s
         for c in sorted(c for c in cands if s < c <= limit):
