@@ -32,7 +32,7 @@ import torch
 
 from autotune.devices import synchronize
 from autotune.stats import Measurement
-from autotune.warmup import OnlineDetector
+from autotune.warmup import DEFAULT_MARGIN, OnlineDetector
 
 #: Target wall time of one timed block in throughput mode: long enough that the timer's own
 #: resolution and the loop overhead vanish, short enough to give the detector many samples.
@@ -51,6 +51,9 @@ class MeasureSettings:
     #: Seconds of individually synchronised calls after the blocks, for per-call latency
     #: percentiles (0: none; the percentiles are then of block means, and labelled so).
     per_call_seconds: float = 0.0
+    #: Practical-equivalence margin: levels closer than this are one steady state (the recipe's
+    #: ``search.equivalence_margin``, so the detector and the showdown judge alike).
+    margin: float = DEFAULT_MARGIN
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
@@ -112,7 +115,7 @@ def measure_callable(
         probe = time_first_call(call, device=device)
         per_sample = max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
     detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples,
-                              iterations_per_value=per_sample)
+                              iterations_per_value=per_sample, margin=settings.margin)
     samples: list[float] = []
     stopped_by = "max_values"
     while len(samples) < settings.max_samples:

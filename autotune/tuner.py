@@ -221,7 +221,7 @@ def measure_settings(recipe: Recipe) -> dict[str, Any]:
     """
     latency_matters = recipe.search.objective != "throughput" or recipe.constraints.max_latency_ms is not None
     return {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
-            "max_seconds": recipe.measure.max_seconds,
+            "max_seconds": recipe.measure.max_seconds, "margin": recipe.search.equivalence_margin,
             "per_call_seconds": PER_CALL_SHARE * recipe.measure.max_seconds if latency_matters else 0.0}
 
 
