@@ -47,10 +47,8 @@ from typing import Any
 import numpy as np
 
 from autotune.candidate import pessimistic_score
+from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 
-#: Default practical-equivalence margin: finalists whose paired ratio to the leader is at least
-#: 1 - margin are a tie (recipe field ``search.equivalence_margin``).
-DEFAULT_MARGIN = 0.02
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
 MIN_FINALISTS = 3
 MAX_FINALISTS = 6
