@@ -63,6 +63,7 @@ def candidate_record(
         "correctness": result.get("correctness"),
         "notes": list(result.get("notes", [])),
         "trace_ms": None,
+        "foreign_cores": (result.get("load") or {}).get("foreign_cores"),
     }
     if row["compile_seconds"] is None and result.get("first_call_seconds") is not None:
         row["compile_seconds"] = (result.get("build_seconds") or 0.0) + result["first_call_seconds"]
@@ -179,7 +180,7 @@ def best_row(
 _MEASURED_FIELDS = (
     "throughput", "throughput_ci", "latency_ms", "latency_source", "peak_memory_bytes", "compile_seconds",
     "warmup_iterations", "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness",
-    "trace_ms",
+    "trace_ms", "foreign_cores",
 )
 
 

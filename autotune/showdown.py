@@ -15,17 +15,24 @@ Algorithm::
 
     finalists = feasible ok rows ranked by the search's pessimistic score;
                 the leader, every row whose throughput CI still reaches the leader's
-                (upper bound >= leader's lower bound), at least `min_finalists`,
-                at most `max_finalists`
+                (upper bound >= leader's lower bound), every row whose screening window
+                other processes disturbed (> 0.1 core: its number says little),
+                at least `min_finalists`, at most `max_finalists`
     stage:   one fresh measure worker per finalist: build the variant, first call, warm up
-    rounds:  for r in 1..R: for each finalist in a seeded random order: time one slice
-             (round_seconds of back-to-back calls) -> seconds per call in round r
+    rounds:  repeat until R undisturbed rounds (at most 3R rounds, or the deadline):
+                 for each finalist in a seeded random order: time one slice
+                 (round_seconds of back-to-back calls) -> seconds per call in round r,
+                 and the CPU others used meanwhile (autotune.contention)
+                 a round in which any slice saw > 0.1 core of foreign CPU is "disturbed"
+             compare on the undisturbed rounds (all rounds if fewer than 2 are)
     compare (pure, :func:`compare`):
         perf[c][r] = throughput (samples/s), or 1 / latency percentile for a latency objective
-        leader     = argmax over c of mean_r log perf[c][r]
-        ratio[c]   = exp(mean_r (log perf[c][r] - log perf[leader][r]))      # paired
-        ci[c]      = percentile bootstrap of that mean over resampled rounds (paired: the
+        leader     = argmax over c of median_r (log perf[c][r] - log perf[L0][r]), where L0 is
+                     the best by median log perf (paired against a common reference)
+        ratio[c]   = exp(median_r (log perf[c][r] - log perf[leader][r]))    # paired
+        ci[c]      = percentile bootstrap of that median over resampled rounds (paired: the
                      same rounds for c and the leader)
+        (medians, not means: a round a neighbour hit unevenly moves a mean, not a median)
         tie        = {c : ratio[c] >= 1 - margin}
         pick       = min over tie of (simplicity, p99 latency, peak memory)
         simplicity: eager < script/trace < frozen < compile/export, then fp32 before reduced
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from autotune.candidate import pessimistic_score
+from autotune.contention import DISTURBED_CORES
 from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
@@ -137,18 +146,22 @@ def select_finalists(rows: Sequence[Mapping[str, Any]], *, objective: str, laten
             return False
         return float(ci[1]) >= float(lead_ci[0])
 
-    out = [r for i, r in enumerate(ranked) if i < min_finalists or reaches(r)]
+    def disturbed(row: Mapping[str, Any]) -> bool:  # its one window was shared with a neighbour: unjudged
+        foreign = row.get("foreign_cores")
+        return foreign is not None and float(foreign) > DISTURBED_CORES
+
+    out = [r for i, r in enumerate(ranked) if i < min_finalists or reaches(r) or disturbed(r)]
     return out[:max_finalists]
 
 
-def _bootstrap_mean_ci(d: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> tuple[float, float]:
+def _bootstrap_median_ci(d: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> tuple[float, float]:
     if d.size < 2 or float(d.max()) == float(d.min()):
-        m = float(d.mean())
+        m = float(np.median(d))
         return (m, m)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, d.size, size=(n_boot, d.size))
-    means = d[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
+    medians = np.median(d[idx], axis=1)
+    lo, hi = np.quantile(medians, [0.025, 0.975])
     return (float(lo), float(hi))
 
 
@@ -174,12 +187,13 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
         else:
             perf[c.key] = c.batch_size / np.asarray(c.seconds_per_call, dtype=float)
     logs = {k: np.log(v) for k, v in perf.items()}
-    leader = max(contenders, key=lambda c: float(logs[c.key].mean())).key
+    leader = max(contenders, key=lambda c: float(np.median(logs[c.key]))).key
+    leader = max(contenders, key=lambda c: float(np.median(logs[c.key] - logs[leader]))).key
     standings = []
     for i, c in enumerate(contenders):
         d = logs[c.key] - logs[leader]
-        lo, hi = _bootstrap_mean_ci(d, seed=seed + i)
-        ratio = float(math.exp(d.mean()))
+        lo, hi = _bootstrap_median_ci(d, seed=seed + i)
+        ratio = float(math.exp(np.median(d)))
         p = perf[c.key]
         spread = float(p.std(ddof=1) / p.mean()) if p.size > 1 else 0.0
         standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=(math.exp(lo), math.exp(hi)),
@@ -218,6 +232,8 @@ def contender_from(row: Mapping[str, Any], seconds_per_call: Sequence[float],
 
 #: Seconds a slice request may take beyond its nominal length before the worker counts as hung.
 SLICE_GRACE_S = 60.0
+#: Rounds tried at most, as a multiple of the undisturbed rounds wanted.
+MAX_ROUNDS_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -229,6 +245,7 @@ class ShowdownSettings:
     latency_percentile: str
     timeout_s: float
     seed: int = 0
+    deadline: float | None = None  # time.monotonic() after which no new round starts
 
 
 def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: ShowdownSettings,
@@ -256,6 +273,8 @@ def run_showdown(
     dropped: dict[str, str] = {}
     per_round: dict[str, list[float]] = {}
     latency: dict[str, list[float]] = {}
+    foreign: dict[str, list[float | None]] = {}
+    disturbed: list[bool] = []
     per_call = settings.objective == "latency"
     try:
         for row in finalists:
@@ -275,37 +294,52 @@ def run_showdown(
                 del runners[key]
                 continue
             staged[key] = row
-            per_round[key], latency[key] = [], []
+            per_round[key], latency[key], foreign[key] = [], [], []
         rng = random.Random(settings.seed)
-        for r in range(settings.rounds):
-            order = list(staged)
+        r = 0
+        while (sum(not d for d in disturbed) < settings.rounds and r < MAX_ROUNDS_FACTOR * settings.rounds
+               and (settings.deadline is None or time.monotonic() < settings.deadline or r < 2)):
+            r += 1
+            order = [k for k in staged if k not in dropped]
+            if len(order) < 2:
+                break
             rng.shuffle(order)
             if on_progress:
-                on_progress(f"round {r + 1}/{settings.rounds}")
+                on_progress(f"round {r} ({sum(not d for d in disturbed)}/{settings.rounds} undisturbed so far)")
+            hit = False
             for key in order:
-                if key in dropped:
-                    continue
                 res = runners[key].call({"op": "slice", "seconds": settings.round_seconds, "per_call": per_call,
                                          "percentile": settings.latency_percentile},
                                         timeout=settings.round_seconds + SLICE_GRACE_S)
                 if res.get("status") != "ok":
-                    dropped[key] = f"round {r + 1}: {res.get('status')}: {res.get('reason')}"
+                    dropped[key] = f"round {r}: {res.get('status')}: {res.get('reason')}"
                     continue
                 per_round[key].append(float(res["seconds_per_call"]))
+                load = res.get("load") or {}
+                foreign[key].append(load.get("foreign_cores"))
+                hit = hit or bool(load.get("disturbed"))
                 if res.get("latency_seconds") is not None:
                     latency[key].append(float(res["latency_seconds"]))
+            disturbed.append(hit)
     finally:
         for runner in runners.values():
             runner.close()
     alive = [k for k in staged if k not in dropped]
+    used = [i for i, d in enumerate(disturbed) if not d]
+    if len(used) < 2:
+        used = list(range(len(disturbed)))
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
         "seed": settings.seed, "finalists": [candidate_key(r) for r in finalists],
         "seconds_per_call": {k: per_round[k] for k in staged},
+        "foreign_cores": {k: foreign[k] for k in staged},
+        "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
+        "rounds_compared": used,
         "dropped": dropped, "verdict": None,
     }
-    if len(alive) >= 2:
-        contenders = [contender_from(staged[k], per_round[k], latency[k]) for k in alive]
+    if len(alive) >= 2 and used:
+        contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
+                                     [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
         doc["verdict"] = compare(contenders, objective=settings.objective, margin=settings.margin,
                                  seed=settings.seed).to_dict()
     return doc

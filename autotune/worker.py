@@ -33,6 +33,7 @@ _T0 = time.perf_counter()
 import torch  # noqa: E402  (timed: the import is the dominant start-up cost)
 
 from autotune import devices  # noqa: E402
+from autotune.contention import CpuWindow  # noqa: E402
 from autotune.correctness import check_variant  # noqa: E402
 from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
 from autotune.measure import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
@@ -208,8 +209,10 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             _trim_heap()
             devices.reset_peak_memory(device)
             recompiles_before = recompile_count()
+            window = CpuWindow.start()
             m = measure_callable(call, batch_size=batch, device=device, settings=settings,
                                  first_call_seconds=first)
+            load = window.stop()
             recompiles = recompile_count() - recompiles_before
             loop_peak = devices.peak_memory_bytes(device)
         return _outcome(
@@ -221,6 +224,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             peak_memory_bytes=max(build_peak, loop_peak),
             peak_memory_scope="build, first call and steady loop of the candidate (correctness gate excluded)",
             recompiles=recompiles,
+            load=load.to_dict(),
             correctness=gate.to_dict(),
             notes=list(built.notes),
         )
@@ -287,15 +291,18 @@ def op_slice(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     _with_threads(st.spec, state)
     try:
         with torch.inference_mode():
+            window = CpuWindow.start()
             sl = time_slice(st.call, device=st.device, seconds=float(req["seconds"]),
                             per_call=bool(req.get("per_call")))
+            load = window.stop()
     finally:
         torch.set_num_threads(state.default_threads)
     latency = None
     if sl.latency_samples:
         q = float(str(req.get("percentile") or "p99").lstrip("p"))
         latency = percentiles(sl.latency_samples, (q,))[q]
-    return _outcome("ok", "", calls=sl.calls, seconds_per_call=sl.seconds_per_call, latency_seconds=latency)
+    return _outcome("ok", "", calls=sl.calls, seconds_per_call=sl.seconds_per_call, latency_seconds=latency,
+                    load=load.to_dict())
 
 
 def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:

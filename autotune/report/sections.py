@@ -319,8 +319,14 @@ def showdown_summary(doc: Mapping[str, Any]) -> str | None:
     if not verdict:
         return None
     n = len(verdict.get("standings") or [])
-    text = (f"Showdown: {n} finalists re-measured in {verdict['rounds']} randomized interleaved rounds of "
+    text = (f"Showdown: {n} finalists compared over {verdict['rounds']} randomized interleaved rounds of "
             f"{showdown.get('round_seconds', 0):g} s; winner by a paired ratio over rounds.")
+    bad = showdown.get("disturbed_rounds") or []
+    if bad:
+        run = int(showdown.get("rounds_run") or 0)
+        left_out = len(showdown.get("rounds_compared") or []) == run - len(bad)
+        text += (f" {len(bad)} of {run} rounds ran while other processes used more than 0.1 core; "
+                 + ("they were left out." if left_out else "too few quiet rounds, so all were compared."))
     tied = [s["key"] for s in verdict["standings"] if s["tied"]]
     if verdict.get("tie"):
         text += (f" Tie within {verdict['margin']:.0%}: {', '.join(tied)}; picked {verdict['pick']} "
