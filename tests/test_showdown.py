@@ -130,16 +130,15 @@ def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
 class _FakeRunner:
     """A worker double for the orchestration: scripted slices (the real run is tested above)."""
 
-    clock = [0]
-
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, slices: list[int]) -> None:
         self.seconds = seconds
+        self.slices = slices  # shared by the finalists: the machine's timeline
 
     def call(self, message: dict, *, timeout: float) -> dict:
         if message["op"] == "stage":
             return {"status": "ok"}
-        _FakeRunner.clock[0] += 1
-        busy = _FakeRunner.clock[0] in (2, 3, 4)  # a neighbour during the first rounds' slices
+        self.slices.append(len(self.slices) + 1)
+        busy = len(self.slices) in (2, 3, 4)  # a neighbour during the first rounds' slices
         return {"status": "ok", "seconds_per_call": self.seconds * (5.0 if busy else 1.0),
                 "load": {"foreign_cores": 1.0 if busy else 0.0, "disturbed": busy}}
 
@@ -152,8 +151,8 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
 
     rows = [_row(0, "eager", 100, 0.01), _row(1, "frozen", 110, 0.01)]
     speeds = iter([0.010, 0.0091])
-    _FakeRunner.clock[0] = 0
-    doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds)),
+    timeline: list[int] = []
+    doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds), timeline),
                        settings=ShowdownSettings(rounds=3, round_seconds=0.1, margin=0.02, objective="throughput",
                                                  latency_percentile="p99", timeout_s=10))
     assert doc["disturbed_rounds"] == [0, 1] and doc["rounds_run"] == 5
