@@ -34,6 +34,7 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
 )
+from autotune.contention import DISTURBED_CORES
 from autotune.report.schema import is_number
 from autotune.report.sections import showdown_summary, stop_summary
 
@@ -92,6 +93,8 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
             )
         elif no_steady_state(c):
             note = "no steady state"
+        if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
+            note = (note + "; " if note else "") + f"busy machine ({c['foreign_cores']:.1f} core)"
         half = relative_half_width(c)
         rate = ("~" if no_steady_state(c) else "") + fmt_rate(c.get("throughput"))
         rate += f" +-{100 * half:.1f}%" if half is not None else ""

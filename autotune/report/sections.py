@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.contention import DISTURBED_CORES
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
 from autotune.report.format import (
     DASH,
@@ -67,6 +68,8 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
         notes += [f"violates: {v}" for v in c.get("violations") or []]
         if is_int(c.get("recompiles")) and c["recompiles"] > 0:
             notes.append(f"{c['recompiles']} recompile(s)")
+        if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
+            notes.append(f"other processes used {c['foreign_cores']:.1f} core(s) while it was measured")
         correctness = c.get("correctness")
         if isinstance(correctness, Mapping):
             correct = "pass" if correctness.get("passed") else "FAIL"
