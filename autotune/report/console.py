@@ -12,6 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from autotune.contention import DISTURBED_CORES
 from autotune.report.analysis import (
     constraints_text,
     eager_comparison,
@@ -34,7 +35,6 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
 )
-from autotune.contention import DISTURBED_CORES
 from autotune.report.schema import is_number
 from autotune.report.sections import showdown_summary, stop_summary
 
