@@ -132,6 +132,8 @@ class MeasureSpec:
     #: Showdown: interleaved rounds over the finalists (0: no showdown) and seconds per slice.
     rounds: int = 6
     round_seconds: float = 0.5
+    #: Showdown: fresh worker processes per finalist (rounds alternate between them).
+    processes: int = 2
 
 
 @dataclass(frozen=True)
@@ -442,5 +444,6 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         max_seconds=r.positive("max_seconds", float, 10.0),
         timeout_s=r.positive("timeout_s", float, 600.0),
         rounds=rounds,
+        processes=r.positive("processes", int, MeasureSpec.processes),
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
     )

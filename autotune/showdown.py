@@ -18,7 +18,8 @@ Algorithm::
                 (upper bound >= leader's lower bound), every row whose screening window
                 other processes disturbed (> 0.1 core: its number says little),
                 at least `min_finalists`, at most `max_finalists`
-    stage:   one fresh measure worker per finalist: build the variant, first call, warm up
+    stage:   `processes` (2) fresh measure workers per finalist: build the variant, first call,
+             warm up; round r uses worker r mod processes
     rounds:  repeat until R undisturbed rounds (at most 3R rounds, or the deadline):
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
@@ -38,9 +39,13 @@ Algorithm::
         simplicity: eager < script/trace < frozen < compile/export, then fp32 before reduced
                     precision, then contiguous before channels_last
 
-One worker per finalist (not all finalists in one process) so no finalist runs beside another's
-compiler caches or allocator state, as in a deployment; a worker waiting for its next slice
-blocks on its pipe and costs no CPU.
+Workers of their own per finalist (not all finalists in one process) so no finalist runs beside
+another's compiler caches or allocator state, as in a deployment; a worker waiting for its next
+slice blocks on its pipe and costs no CPU. More than one per finalist because processes differ:
+glibc's dynamic mmap threshold follows each process's allocation history, and the same transformer
+variant measured 0.93-1.005x a plain process's speed from one process to the next (page faults
+per call 0-2,600, bench_agreement); one process per finalist let that luck decide near ties
+(three runs, three different picks), alternating rounds between two lets the comparison see it.
 """
 
 from __future__ import annotations
@@ -245,13 +250,15 @@ class ShowdownSettings:
     latency_percentile: str
     timeout_s: float
     seed: int = 0
+    processes: int = 2  # worker processes per finalist; rounds alternate between them
     deadline: float | None = None  # time.monotonic() after which no new round starts
 
 
 def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: ShowdownSettings,
                       *, startup_s: float = 5.0) -> float:
     """Rough cost of a showdown: worker start-up + rebuild + warmup per finalist, plus the rounds."""
-    per = sum(startup_s + float(r.get("compile_seconds") or 0.0) + 2.0 * settings.round_seconds for r in finalists)
+    per = settings.processes * sum(startup_s + float(r.get("compile_seconds") or 0.0)
+                                   + 2.0 * settings.round_seconds for r in finalists)
     return per + settings.rounds * settings.round_seconds * len(finalists)
 
 
@@ -268,7 +275,7 @@ def run_showdown(
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
     why it dropped out), and the :class:`Verdict` (absent when fewer than two finalists lasted).
     """
-    runners: dict[str, Any] = {}
+    runners: dict[str, list[Any]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
     dropped: dict[str, str] = {}
     per_round: dict[str, list[float]] = {}
@@ -281,17 +288,21 @@ def run_showdown(
             key = candidate_key(row)
             if on_progress:
                 on_progress(f"staging {key}")
-            runner = make_runner()
-            runners[key] = runner
-            res = runner.call({"op": "stage", "recipe": dict(recipe_data), "variant": row["variant"],
-                               "batch_size": row["batch_size"],
-                               "warmup_iterations": int(row.get("warmup_iterations") or 0),
-                               "warmup_seconds": 2.0 * settings.round_seconds},
-                              timeout=settings.timeout_s)
-            if res.get("status") != "ok":
-                dropped[key] = f"{res.get('status')}: {res.get('reason')}"
-                runner.close()
-                del runners[key]
+            runners[key] = []
+            for _ in range(settings.processes):
+                runner = make_runner()
+                runners[key].append(runner)
+                res = runner.call({"op": "stage", "recipe": dict(recipe_data), "variant": row["variant"],
+                                   "batch_size": row["batch_size"],
+                                   "warmup_iterations": int(row.get("warmup_iterations") or 0),
+                                   "warmup_seconds": 2.0 * settings.round_seconds},
+                                  timeout=settings.timeout_s)
+                if res.get("status") != "ok":
+                    dropped[key] = f"{res.get('status')}: {res.get('reason')}"
+                    break
+            if key in dropped:
+                for runner in runners.pop(key):
+                    runner.close()
                 continue
             staged[key] = row
             per_round[key], latency[key], foreign[key] = [], [], []
@@ -308,9 +319,10 @@ def run_showdown(
                 on_progress(f"round {r} ({sum(not d for d in disturbed)}/{settings.rounds} undisturbed so far)")
             hit = False
             for key in order:
-                res = runners[key].call({"op": "slice", "seconds": settings.round_seconds, "per_call": per_call,
-                                         "percentile": settings.latency_percentile},
-                                        timeout=settings.round_seconds + SLICE_GRACE_S)
+                worker = runners[key][(r - 1) % len(runners[key])]
+                res = worker.call({"op": "slice", "seconds": settings.round_seconds, "per_call": per_call,
+                                   "percentile": settings.latency_percentile},
+                                  timeout=settings.round_seconds + SLICE_GRACE_S)
                 if res.get("status") != "ok":
                     dropped[key] = f"round {r}: {res.get('status')}: {res.get('reason')}"
                     continue
@@ -322,15 +334,17 @@ def run_showdown(
                     latency[key].append(float(res["latency_seconds"]))
             disturbed.append(hit)
     finally:
-        for runner in runners.values():
-            runner.close()
+        for group in runners.values():
+            for runner in group:
+                runner.close()
     alive = [k for k in staged if k not in dropped]
     used = [i for i, d in enumerate(disturbed) if not d]
     if len(used) < 2:
         used = list(range(len(disturbed)))
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
-        "seed": settings.seed, "finalists": [candidate_key(r) for r in finalists],
+        "seed": settings.seed, "processes": settings.processes,
+        "finalists": [candidate_key(r) for r in finalists],
         "seconds_per_call": {k: per_round[k] for k in staged},
         "foreign_cores": {k: foreign[k] for k in staged},
         "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),

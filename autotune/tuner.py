@@ -198,7 +198,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, p
                                 margin=recipe.search.equivalence_margin, objective=objective,
                                 latency_percentile=recipe.constraints.latency_percentile,
                                 timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed,
-                                deadline=time.monotonic() + max(left, 0.0))
+                                processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0))
     while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
         finalists = finalists[:-1]
     if len(finalists) < 2:

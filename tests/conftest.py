@@ -42,7 +42,7 @@ def write_recipe(tmp_path: Path):
 
 def tiny_recipe(*, name: str = "tiny", kwargs: str = "", variants: str = '["eager", "frozen"]',
                 batch_sizes: str = "[1, 4]", time_budget_s: float = 120, max_seconds: float = 0.4,
-                ci_target: float = 0.05, rounds: int = 2, round_seconds: float = 0.1) -> str:
+                ci_target: float = 0.05, rounds: int = 2, round_seconds: float = 0.1, processes: int = 1) -> str:
     """TOML of a recipe for the tiny conv model in tests/models/broken.py (list fields as TOML text)."""
     return f"""
 name = "{name}"
@@ -62,6 +62,7 @@ max_seconds = {max_seconds}
 ci_target = {ci_target}
 rounds = {rounds}
 round_seconds = {round_seconds}
+processes = {processes}
 """
 
 

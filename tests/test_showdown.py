@@ -109,11 +109,12 @@ def test_recommendation_follows_the_verdict() -> None:
 def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""
     recipe = write_recipe(tiny_recipe(variants='["eager", "script"]', batch_sizes="[2]", rounds=3,
-                                      round_seconds=0.1))
+                                      round_seconds=0.1, processes=2))
     code, out, err = run_cli("run", str(recipe), "--out", str(tmp_path / "out"), "--no-progress")
     assert code == 0, err
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     sd = doc["showdown"]
+    assert sd["processes"] == 2
     assert sd["verdict"] is not None and sd["finalists"] == sorted(sd["finalists"], key=sd["finalists"].index)
     assert set(sd["seconds_per_call"]) == {"eager@2", "script@2"}
     # 3 undisturbed rounds wanted; rounds a neighbour disturbed are run again (at most 9 in all)
@@ -154,7 +155,7 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     timeline: list[int] = []
     doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds), timeline),
                        settings=ShowdownSettings(rounds=3, round_seconds=0.1, margin=0.02, objective="throughput",
-                                                 latency_percentile="p99", timeout_s=10))
+                                                 latency_percentile="p99", timeout_s=10, processes=1))
     assert doc["disturbed_rounds"] == [0, 1] and doc["rounds_run"] == 5
     assert doc["rounds_compared"] == [2, 3, 4]
     v = doc["verdict"]
