@@ -24,7 +24,9 @@ Algorithm::
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
                  and the CPU others used meanwhile (autotune.contention)
-                 a round in which any slice saw > 0.1 core of foreign CPU is "disturbed"
+                 a round in which any slice saw > 0.1 core of foreign CPU is "disturbed";
+                 the first `processes` rounds are burn-in (every process's first slice:
+                 a fresh process's allocator is still settling) and never compared
              compare on the undisturbed rounds (all rounds if fewer than 2 are)
     compare (pure, :func:`compare`):
         perf[c][r] = throughput (samples/s), or 1 / latency percentile for a latency objective
@@ -34,7 +36,9 @@ Algorithm::
         ci[c]      = percentile bootstrap of that median over resampled rounds (paired: the
                      same rounds for c and the leader)
         (medians, not means: a round a neighbour hit unevenly moves a mean, not a median)
-        tie        = {c : ratio[c] >= 1 - margin}
+        tie        = {c : upper end of ci[c] >= 1 - margin}: not shown to be slower than the
+                     leader by more than the margin (a finalist whose processes or rounds
+                     disagree gets a wide CI and stays in the tie rather than losing by luck)
         pick       = min over tie of (simplicity, p99 latency, peak memory)
         simplicity: eager < script/trace < frozen < compile/export, then fp32 before reduced
                     precision, then contiguous before channels_last
@@ -202,7 +206,7 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
         p = perf[c.key]
         spread = float(p.std(ddof=1) / p.mean()) if p.size > 1 else 0.0
         standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=(math.exp(lo), math.exp(hi)),
-                                  tied=ratio >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
+                                  tied=math.exp(hi) >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
                                   round_spread=spread))
     by_key = {c.key: c for c in contenders}
     tied = [s.key for s in standings if s.tied]
@@ -308,7 +312,8 @@ def run_showdown(
             per_round[key], latency[key], foreign[key] = [], [], []
         rng = random.Random(settings.seed)
         r = 0
-        while (sum(not d for d in disturbed) < settings.rounds and r < MAX_ROUNDS_FACTOR * settings.rounds
+        limit = MAX_ROUNDS_FACTOR * settings.rounds + settings.processes
+        while (sum(not d for d in disturbed[settings.processes:]) < settings.rounds and r < limit
                and (settings.deadline is None or time.monotonic() < settings.deadline or r < 2)):
             r += 1
             order = [k for k in staged if k not in dropped]
@@ -316,7 +321,8 @@ def run_showdown(
                 break
             rng.shuffle(order)
             if on_progress:
-                on_progress(f"round {r} ({sum(not d for d in disturbed)}/{settings.rounds} undisturbed so far)")
+                on_progress(f"round {r} ({sum(not d for d in disturbed[settings.processes:])}/{settings.rounds} "
+                            "undisturbed so far)")
             hit = False
             for key in order:
                 worker = runners[key][(r - 1) % len(runners[key])]
@@ -338,9 +344,10 @@ def run_showdown(
             for runner in group:
                 runner.close()
     alive = [k for k in staged if k not in dropped]
-    used = [i for i, d in enumerate(disturbed) if not d]
+    burn_in = min(settings.processes, max(0, len(disturbed) - 2))
+    used = [i for i, d in enumerate(disturbed) if not d and i >= burn_in]
     if len(used) < 2:
-        used = list(range(len(disturbed)))
+        used = list(range(burn_in, len(disturbed)))
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
         "seed": settings.seed, "processes": settings.processes,
@@ -348,6 +355,7 @@ def run_showdown(
         "seconds_per_call": {k: per_round[k] for k in staged},
         "foreign_cores": {k: foreign[k] for k in staged},
         "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
+        "burn_in_rounds": burn_in,
         "rounds_compared": used,
         "dropped": dropped, "verdict": None,
     }
