@@ -156,8 +156,10 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
             search.study.set_user_attr(STATE_ATTR, boundary.state())
         outcome = _run_search(search, recipe, progress=options.progress)
         worker_stats = runner.stats
-    showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
-                              progress=options.progress)
+    showdown = None
+    if outcome.stopped_by != "interrupted":  # Ctrl-C means stop now, with what was measured
+        showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
+                                  progress=options.progress)
     if showdown is not None:
         search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
     rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)

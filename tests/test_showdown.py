@@ -119,7 +119,8 @@ def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     assert set(sd["seconds_per_call"]) == {"eager@2", "script@2"}
     # 2 burn-in rounds (each process's first slice), then 3 undisturbed rounds wanted; rounds a neighbour
     # disturbed are run again (at most 3 x 3 + 2 in all)
-    assert sd["burn_in_rounds"] == 2 and 5 <= sd["rounds_run"] <= 11 and min(sd["rounds_compared"]) >= 2 and sd["verdict"]["rounds"] == len(sd["rounds_compared"])
+    assert sd["burn_in_rounds"] == 2 and 5 <= sd["rounds_run"] <= 11 and min(sd["rounds_compared"]) >= 2
+    assert sd["verdict"]["rounds"] == len(sd["rounds_compared"])
     assert all(len(v) == sd["rounds_run"] and all(math.isfinite(x) and x > 0 for x in v)
                for v in sd["seconds_per_call"].values())
     assert all(len(v) == sd["rounds_run"] for v in sd["foreign_cores"].values())
