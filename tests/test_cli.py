@@ -131,8 +131,11 @@ def test_interrupt_keeps_what_was_measured(write_recipe, tmp_path: Path) -> None
     text = TINY.format(kwargs="", variants='["eager", "frozen"]').replace("max_seconds = 0.4", "max_seconds = 3")
     text = re.sub(r"ci_target = [0-9.]+", "ci_target = 0.00001", text)
     path = write_recipe(text.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 2, 4, 8]"))
+    # a shell that started us in the background (`make test &`, nohup) leaves SIGINT ignored, and Python keeps
+    # an ignored SIGINT ignored: give the child the default disposition, as a terminal's Ctrl-C would find it
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(path), "--out", str(out),
-                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     db = out / "study.db"
     while time.monotonic() < deadline:  # wait until at least one candidate is stored
