@@ -196,8 +196,8 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
         else:
             perf[c.key] = c.batch_size / np.asarray(c.seconds_per_call, dtype=float)
     logs = {k: np.log(v) for k, v in perf.items()}
-    leader = max(contenders, key=lambda c: float(np.median(logs[c.key]))).key
-    leader = max(contenders, key=lambda c: float(np.median(logs[c.key] - logs[leader]))).key
+    reference = max(contenders, key=lambda c: float(np.median(logs[c.key]))).key
+    leader = max(contenders, key=lambda c: float(np.median(logs[c.key] - logs[reference]))).key
     standings = []
     for i, c in enumerate(contenders):
         d = logs[c.key] - logs[leader]
@@ -209,9 +209,10 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
                                   tied=math.exp(hi) >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
                                   round_spread=spread))
     by_key = {c.key: c for c in contenders}
+    ratio_of = {s.key: s.ratio for s in standings}
     tied = [s.key for s in standings if s.tied]
     pick = min(tied, key=lambda k: (by_key[k].simplicity, by_key[k].p99_ms, by_key[k].peak_memory_bytes,
-                                    -next(s.ratio for s in standings if s.key == k)))
+                                    -ratio_of[k]))
     reason = ""
     if len(tied) > 1:
         reason = (f"{len(tied)} finalists within {margin:.0%} of the leader: simplest execution first "

@@ -335,7 +335,8 @@ def showdown_summary(doc: Mapping[str, Any]) -> str | None:
         text += (f" Tie within {verdict['margin']:.0%}: {', '.join(tied)}; picked {verdict['pick']} "
                  f"({verdict.get('tie_break') or 'tie-break'}).")
     else:
-        text += f" {verdict['pick']} leads every other finalist by more than {verdict['margin']:.0%}."
+        text += (f" {verdict['pick']} wins: every other finalist's CI shows it more than {verdict['margin']:.0%} "
+                 "slower.")
     return text
 
 
