@@ -7,9 +7,9 @@ probing again for an answer it already has.
 
 Reuse rule: the stored answer is reused for a variant when everything that decided it is
 unchanged: device, granularity, upper bound, headroom and the memory limit. An explicit
-budget or a GPU's capacity must be equal; a limit derived from the memory available when the
-run started moves with other processes, so it may differ by at most the headroom fraction (the
-headroom is the margin the answer already keeps). Anything else is probed again. The study's
+budget must be equal; a limit read off the machine when the run started (host memory
+available, or accelerator memory free to a fresh process) moves with other processes, so it
+may differ by at most the headroom fraction (the headroom is the margin the answer already keeps). Anything else is probed again. The study's
 recipe fingerprint already guarantees the same model, inputs and device.
 """
 
@@ -26,6 +26,7 @@ from autotune.batch import (
     find_max_batch_size,
     refine_max_batch_size,
 )
+from autotune.device_names import is_accelerator
 from autotune.errors import BatchSearchError, VariantError
 from autotune.recipe import Recipe
 from autotune.runner import Runner
@@ -35,39 +36,81 @@ if TYPE_CHECKING:
 
 #: Default CPU memory budget: this fraction of the memory available when the run starts.
 DEFAULT_BUDGET_FRACTION = 0.5
+#: What a probe's peak includes, said in the report (see ``autotune.worker.op_probe``).
+FOOTPRINT_HOST = ("deployment footprint: resident memory of a process holding torch, one copy of the weights as "
+                  "the variant holds them, the inputs and the forward pass at the batch; the tool's master copy "
+                  "of the model, its correctness gate and its own modules beyond torch are not counted")
+FOOTPRINT_ACCELERATOR = ("deployment footprint: device memory allocated for one copy of the weights as the variant "
+                         "holds them, the inputs and the forward pass at the batch, under an allocator cap at the "
+                         "limit (the master copy stays on the host; the runtime context is outside the limit)")
 #: Study user attribute holding the boundary answers (see :meth:`BoundaryOutcome.state`).
 STATE_ATTR = "batch_boundary_state"
 #: Version of that attribute's layout; another version is ignored (probed again), never misread.
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: deployment footprint (1 counted the master copy of the model)
 
 
-def memory_limit(recipe: Recipe, workload: Workload) -> int | None:
-    """The boundary's limit: the recipe's CPU budget, else a fraction of available memory; GPU capacity."""
-    if workload.device.startswith("cuda"):
-        return workload.device_memory_capacity
-    if recipe.batch.memory_budget_bytes is not None:
-        return recipe.batch.memory_budget_bytes
+#: Precisions whose kernels run best at batch multiples of the device's tensor-core width.
+REDUCED_PRECISIONS = ("fp16", "bf16", "autocast-fp16", "autocast-bf16")
+#: The accelerator's batch multiple for reduced precision when the recipe sets no granularity
+#: (tensor cores take 8 fp16/bf16 rows at a time; 1 elsewhere).
+TENSOR_CORE_MULTIPLE = 8
+
+
+def granularity_for(recipe: Recipe, workload: Workload, variant: str) -> tuple[int, str]:
+    """The batch multiple for ``variant`` and why: the recipe's, else the device's default."""
+    if recipe.batch.granularity is not None:
+        return recipe.batch.granularity, "recipe (batch.granularity)"
+    precision = str(workload.specs.get(variant, {}).get("precision", "fp32"))
+    if is_accelerator(workload.device) and precision in REDUCED_PRECISIONS:
+        return TENSOR_CORE_MULTIPLE, f"default for {precision} on {workload.device} (tensor cores)"
+    return 1, "default (1)"
+
+
+def memory_limit(recipe: Recipe, workload: Workload, *, device_free: int | None = None) -> int | None:
+    """The boundary's limit.
+
+    Host memory (CPU): the recipe's budget, else a fraction of the memory available at the start.
+    Accelerator: the memory free to a fresh process at the start (``device_free``: after its
+    runtime context, other processes and our own idle workers are taken), lowered to the recipe's
+    budget when it sets one. The headroom is kept off the batch (``usable_max_batch_size``).
+    """
+    budget = recipe.batch.memory_budget_bytes
+    if is_accelerator(workload.device):
+        free = device_free if device_free is not None else workload.device_memory_capacity
+        if budget is not None:
+            return budget if free is None else min(budget, free)
+        return free
+    if budget is not None:
+        return budget
     if workload.host_memory_available is None:
         return None
     return int(workload.host_memory_available * DEFAULT_BUDGET_FRACTION)
 
 
 def limit_source(recipe: Recipe, workload: Workload) -> str:
-    """Where :func:`memory_limit` took the limit from: ``device``, ``budget`` or ``available``."""
-    if workload.device.startswith("cuda"):
-        return "device"
-    return "budget" if recipe.batch.memory_budget_bytes is not None else "available"
+    """Where :func:`memory_limit` took the limit from: ``budget``, ``available`` or ``device_free``."""
+    if recipe.batch.memory_budget_bytes is not None:
+        return "budget"
+    return "device_free" if is_accelerator(workload.device) else "available"
 
 
-def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, is_cpu: bool
+#: Limits read off the machine at the start, which move with other processes (see the reuse rule).
+MOVING_SOURCES = ("available", "device_free")
+
+
+def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, fresh: bool = False
                    ) -> Callable[[int], ProbeResult]:
-    """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit"."""
+    """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit".
+
+    ``fresh``: the worker drops the master model after building the variant, so the process holds
+    what a deployment holds (see ``autotune.worker.op_probe``); use it with a non-reusing runner.
+    """
     recipe_data = recipe.to_dict()
 
     def probe(batch_size: int) -> ProbeResult:
         res = runner.call(
             {"op": "probe", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
-             "memory_budget_bytes": budget if is_cpu else None},
+             "memory_budget_bytes": budget, "fresh": fresh},
             timeout=recipe.measure.timeout_s,
         )
         crash = res.get("crash")
@@ -101,14 +144,14 @@ class BoundaryOutcome:
         return {"version": STATE_VERSION, "key": dict(self.key or {}), "variants": variants}
 
 
-def boundary_key(recipe: Recipe, workload: Workload) -> dict[str, Any]:
+def boundary_key(recipe: Recipe, workload: Workload, *, device_free: int | None = None) -> dict[str, Any]:
     """Everything besides the model that decides a boundary answer."""
     return {
         "device": workload.device,
         "granularity": recipe.batch.granularity,
         "max_batch_size": recipe.batch.max_batch_size,
         "headroom": recipe.batch.headroom,
-        "memory_limit_bytes": memory_limit(recipe, workload),
+        "memory_limit_bytes": memory_limit(recipe, workload, device_free=device_free),
         "limit_source": limit_source(recipe, workload),
     }
 
@@ -120,7 +163,7 @@ def same_conditions(stored: Mapping[str, Any], current: Mapping[str, Any]) -> bo
     if any(stored[k] != current[k] for k in current if k != "memory_limit_bytes"):
         return False
     old, new = stored["memory_limit_bytes"], current["memory_limit_bytes"]
-    if current["limit_source"] != "available" or old is None or new is None:
+    if current["limit_source"] not in MOVING_SOURCES or old is None or new is None:
         return bool(old == new)
     return abs(new - old) <= float(current["headroom"]) * old
 
@@ -148,22 +191,31 @@ def reusable_outcome(state: Any, key: Mapping[str, Any], variants: tuple[str, ..
     return BoundaryOutcome(sizes, docs, failures, key)
 
 
-def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | None, is_cpu: bool) -> BatchBoundary:
-    """Search in the (reused) worker; on CPU, confirm the answer with fresh-process probes.
+def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | None, granularity: int,
+                 accelerator: bool) -> BatchBoundary:
+    """Search in the (reused) worker, then confirm the answer with fresh-process probes.
 
-    The reused worker carries state from earlier probes (baseline drift, allocator caches), a
-    deployment starts fresh: the fresh probes at b and b + granularity are the ground truth, and
-    the cheap search only has to land near it. The CUDA allocator's peaks are exact per process.
+    The reused worker carries state from earlier probes (baseline drift, allocator caches, the
+    master model it builds variants from), a deployment starts fresh: the probes at b and
+    b + granularity, each in a fresh process that builds the variant and drops the master, are
+    the ground truth, and the cheap search only has to land near it. On an accelerator the limit
+    is a real allocator cap, so "does not fit" is the allocator's own out-of-memory error.
     """
-    probe = probe_function(runner, recipe, variant, budget=limit, is_cpu=is_cpu)
+    probe = probe_function(runner, recipe, variant, budget=limit)
     boundary = find_max_batch_size(
-        probe, granularity=recipe.batch.granularity, max_batch_size=recipe.batch.max_batch_size,
-        memory_limit_bytes=limit, noise_bytes=None if is_cpu else 0,
+        probe, granularity=granularity, max_batch_size=recipe.batch.max_batch_size,
+        memory_limit_bytes=limit, noise_bytes=0 if accelerator else None,
     )
-    if not is_cpu:
-        return boundary
     with Runner(reuse=False) as fresh:
-        return refine_max_batch_size(probe_function(fresh, recipe, variant, budget=limit, is_cpu=True), boundary)
+        return refine_max_batch_size(probe_function(fresh, recipe, variant, budget=limit, fresh=True), boundary)
+
+
+def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
+    """Accelerator memory free to a fresh process now (our idle measure worker closed first)."""
+    runner.recycle("measure")  # its context and validated model are not a deployment's to share
+    res = runner.call({"op": "device_memory", "recipe": recipe.to_dict()}, timeout=recipe.measure.timeout_s)
+    free = res.get("free_bytes")
+    return int(free) if free is not None else None
 
 
 def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
@@ -174,18 +226,21 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
     ``stored_state`` is a study's :data:`STATE_ATTR`: variants it answers under the same
     conditions are taken from it (their documents say ``reused_from_study``), the rest probed.
     """
-    key = boundary_key(recipe, workload)
+    accelerator = is_accelerator(workload.device)
+    device_free = device_free_bytes(runner, recipe) if accelerator else None
+    key = boundary_key(recipe, workload, device_free=device_free)
     known = reusable_outcome(stored_state, key, workload.variants)
     limit = key["memory_limit_bytes"]
-    is_cpu = workload.device == "cpu"
     sizes, docs, failures = dict(known.batch_sizes), dict(known.documents), dict(known.failures)
     for variant in workload.variants:
         if variant in sizes or variant in failures:
             continue
         if on_variant is not None:
             on_variant(variant)
+        granularity, granularity_source = granularity_for(recipe, workload, variant)
         try:
-            boundary = boundary_for(runner, recipe, variant, limit=limit, is_cpu=is_cpu)
+            boundary = boundary_for(runner, recipe, variant, limit=limit, granularity=granularity,
+                                    accelerator=accelerator)
         except BatchSearchError as exc:  # batch 1 does not fit
             failures[variant] = ("oom", str(exc))
             continue
@@ -193,11 +248,13 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
             failures[variant] = ("failed", str(exc))
             continue
         usable = boundary.usable_max_batch_size(recipe.batch.headroom)
-        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=recipe.batch.granularity))
+        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
         doc = boundary.to_dict(headroom=recipe.batch.headroom)
         doc["memory_measured_by"] = workload.memory_method
-        if is_cpu:
-            doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
+        doc["granularity_source"] = granularity_source
+        doc["limit_source"] = key["limit_source"]
+        doc["footprint"] = FOOTPRINT_ACCELERATOR if accelerator else FOOTPRINT_HOST
+        doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
         docs[variant] = doc
     order = {v: i for i, v in enumerate(workload.variants)}
     return BoundaryOutcome(

@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the whole tuning and write the reports")
     run.add_argument("recipe", type=Path)
     run.add_argument("--out", type=Path, default=None, help="output directory (default: out/<recipe name>)")
-    run.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (overrides the recipe)")
+    run.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N | xpu | xpu:N (overrides the recipe)")
     run.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
     run.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///OUT/study.db)")
     run.add_argument("--study", default=None, metavar="NAME", help="study name (default: the recipe name)")
@@ -127,13 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | None = None,
           seed: int | None = None) -> Any:
+    from autotune.device_names import ALLOWED_TEXT, is_device_name
     from autotune.recipe import load_recipe
     from autotune.tuner import with_cli_overrides
 
     recipe = load_recipe(recipe_path)
-    if device is not None and not (device in ("auto", "cpu", "cuda") or
-                                   (device.startswith("cuda:") and device[5:].isdigit())):
-        raise InputError(f"--device: '{device}' is not allowed; allowed: auto, cpu, cuda, cuda:N")
+    if device is not None and not is_device_name(device):
+        raise InputError(f"--device: '{device}' is not allowed; allowed: {ALLOWED_TEXT}")
     return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
 
 

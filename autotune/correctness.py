@@ -62,7 +62,7 @@ _BF16 = Tolerance(rtol=5e-2, atol=5e-2, min_cosine=0.99)
 def tolerance_for(precision: str, *, device: str = "cpu", tf32: bool | None = None) -> Tolerance:
     """Tight for fp32 (with room for reassociation, or TF32 on CUDA), dtype-aware for bf16/fp16.
 
-    ``tf32=None`` reads torch's current TF32 switches when ``device`` is CUDA. Autocast variants get
+    ``tf32=None`` asks the device's backend whether fp32 matmuls may run in TF32 now. Autocast variants get
     the tolerance of their reduced dtype (some ops run in it, errors compound the same way).
     """
     if precision in ("bf16", "autocast-bf16"):
@@ -74,11 +74,13 @@ def tolerance_for(precision: str, *, device: str = "cpu", tf32: bool | None = No
         from autotune.variants import PRECISIONS
 
         raise InputError(f"unknown precision '{precision}'; allowed: {', '.join(PRECISIONS)}")
-    if str(device).startswith("cuda"):
-        if tf32 is None:
-            import torch
+    from autotune.device_names import is_accelerator
 
-            tf32 = bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+    if is_accelerator(str(device)):
+        if tf32 is None:
+            from autotune.devices import backend_for
+
+            tf32 = backend_for(str(device)).capabilities().tf32
         if tf32:
             return _TF32
     return _FP32

@@ -9,7 +9,8 @@ Algorithm (per candidate)::
     detector = OnlineDetector(ci_target)
     repeat:
         s = time a block of k calls (CPU: perf_counter_ns around the block;
-                                     CUDA: events around the block, one sync at its end;
+                                     accelerators: the backend's events around the block,
+                                     one sync at its end;
                                      latency mode: k = 1, so every call is synchronised)
         if detector.push(s / k): stop (precision reached: steady state + tight CI)
         if the time budget is spent: stop (budget) — the analysis says how far it got
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from autotune.devices import synchronize
+from autotune.devices import backend_for
 from autotune.stats import Measurement
 from autotune.warmup import DEFAULT_MARGIN, OnlineDetector
 
@@ -56,39 +57,13 @@ class MeasureSettings:
     margin: float = DEFAULT_MARGIN
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
-    """A function timing ``n`` back-to-back calls, in seconds, with the device's clock."""
-    if device.type == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-
-        def cuda_block(call: Callable[[], Any], n: int) -> float:
-            start.record()
-            for _ in range(n):
-                call()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-
-        return cuda_block
-
-    clock = time.perf_counter_ns
-
-    def cpu_block(call: Callable[[], Any], n: int) -> float:
-        t0 = clock()
-        for _ in range(n):
-            call()
-        return (clock() - t0) / 1e9
-
-    return cpu_block
-
-
 def time_first_call(call: Callable[[], Any], *, device: torch.device) -> float:
     """Wall seconds of one synchronised call (used for the compile-dominated first call)."""
-    synchronize(device)
+    sync = backend_for(device).synchronize
+    sync()
     t0 = time.perf_counter()
     call()
-    synchronize(device)
+    sync()
     return time.perf_counter() - t0
 
 
@@ -107,7 +82,7 @@ def measure_callable(
     """
     if first_call_seconds is None:
         first_call_seconds = time_first_call(call, device=device)
-    block = _timer(device)
+    block = backend_for(device).block_timer()
     budget_end = time.perf_counter() + settings.max_seconds
     if settings.mode == "latency":
         per_sample = 1
@@ -154,12 +129,13 @@ def per_call_timings(call: Callable[[], Any], *, device: torch.device, seconds: 
     the maximum) unless that would take more than 4x ``seconds``, and at most ``MAX_PER_CALL``.
     """
     out: list[float] = []
+    sync = backend_for(device).synchronize
     clock = time.perf_counter
     start = clock()
     while len(out) < MAX_PER_CALL:
         t0 = clock()
         call()
-        synchronize(device)
+        sync()
         t1 = clock()
         out.append(t1 - t0)
         spent = t1 - start
@@ -189,7 +165,7 @@ def time_slice(call: Callable[[], Any], *, device: torch.device, seconds: float,
         return Slice(calls=len(lat), seconds_per_call=float(sum(lat) / len(lat)), latency_samples=lat)
     probe = time_first_call(call, device=device)
     k = max(1, math.ceil(block_target_seconds / max(probe, 1e-9)))
-    block = _timer(device)
+    block = backend_for(device).block_timer()
     total, calls = 0.0, 0
     while total < seconds:
         total += block(call, k)

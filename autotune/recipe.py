@@ -9,7 +9,7 @@ The format (every field documented in README.md)::
 
     name = "quickstart"                    # optional, defaults to the file stem
     description = "..."                    # optional
-    device = "cpu"                         # auto | cpu | cuda | cuda:N
+    device = "cpu"                         # auto | cpu | cuda | cuda:N | xpu | xpu:N
 
     [model]
     factory = "torchvision.models:resnet18"   # pkg.mod:function, or path/to/file.py:function
@@ -38,8 +38,10 @@ The format (every field documented in README.md)::
 
     [batch]
     max_batch_size = 65536
-    granularity = 1                        # 1, or e.g. 8: batch sizes are multiples of it
-    memory_budget = "8GiB"                 # CPU only; default: a safe fraction of available memory
+    granularity = 1                        # batch sizes are multiples of it; default: 8 for fp16/bf16 on a
+                                           # GPU (tensor cores), else 1
+    memory_budget = "8GiB"                 # CPU: default a safe fraction of available memory; GPU: a cap
+                                           # below the memory free at the start (the default limit)
     headroom = 0.10                        # margin below the boundary for recommended batch sizes
 
     [measure]
@@ -59,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.device_names import ALLOWED_TEXT, is_device_name
 from autotune.errors import RecipeError
 from autotune.sizes import parse_size
 
@@ -118,7 +121,7 @@ class Constraints:
 @dataclass(frozen=True)
 class BatchSpec:
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
-    granularity: int = 1
+    granularity: int | None = None  # None: the device's default (see autotune.boundaries.granularity_for)
     memory_budget_bytes: int | None = None
     headroom: float = 0.10
 
@@ -300,8 +303,8 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
     name = top.get("name", str, path.stem)
     description = top.get("description", str, "")
     device = top.get("device", str, "auto")
-    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise top.error("device", f"'{device}' is not allowed; allowed: auto, cpu, cuda, cuda:N")
+    if not is_device_name(device):
+        raise top.error("device", f"'{device}' is not allowed; allowed: {ALLOWED_TEXT}")
 
     model_table = top.get("model", dict, None, required=True)
     mr = _Reader(path, model_table, "model.", ("factory", "kwargs"))
@@ -424,7 +427,7 @@ def _parse_batch(path: Path, table: dict[str, Any]) -> BatchSpec:
         raise r.error("headroom", f"must be in [0, 1), got {headroom!r}")
     return BatchSpec(
         max_batch_size=r.positive("max_batch_size", int, DEFAULT_MAX_BATCH_SIZE),
-        granularity=r.positive("granularity", int, 1),
+        granularity=r.positive("granularity", int, None),
         memory_budget_bytes=r.size("memory_budget"),
         headroom=headroom,
     )

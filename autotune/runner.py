@@ -33,7 +33,7 @@ STDERR_TAIL = 600
 #: process has, so the two never share a process.
 ROLES = ("measure", "probe")
 #: The role that serves each op; ops not listed go to a ``measure`` worker.
-ROLE_OF_OP = {"probe": "probe"}
+ROLE_OF_OP = {"probe": "probe", "device_memory": "probe"}
 
 
 @dataclass(frozen=True)

@@ -383,7 +383,16 @@ class Availability:
 
 
 def _device_type(device: str) -> str:
-    return str(device).split(":", 1)[0].strip().lower()
+    from autotune.device_names import device_type
+
+    return device_type(device)
+
+
+def _capabilities(device: str) -> Any:
+    """The device's :class:`autotune.devices.Capabilities` (the backend knows; nothing here asks the type)."""
+    from autotune.devices import backend_for
+
+    return backend_for(device).capabilities()
 
 
 def _torch_version() -> tuple[int, int]:
@@ -468,11 +477,16 @@ def available(
     """
     import torch
 
+    from autotune.device_names import ALLOWED_TEXT, DEVICE_TYPES, INDEXED_TYPES
+
     kind = _device_type(device)
-    if kind not in ("cpu", "cuda"):
-        return Availability(False, f"device '{device}' is not supported (cpu or cuda)")
-    if kind == "cuda" and not torch.cuda.is_available():
-        return Availability(False, "CUDA is not available on this machine")
+    if kind not in DEVICE_TYPES:
+        return Availability(False, f"device '{device}' is not supported ({ALLOWED_TEXT})")
+    accelerator = kind in INDEXED_TYPES
+    if accelerator:
+        module = getattr(torch, kind, None)
+        if module is None or not module.is_available():
+            return Availability(False, f"{kind.upper()} is not available on this machine")
 
     # compiler
     if spec.is_torchscript:
@@ -483,8 +497,8 @@ def available(
             return Availability(False, "torch.compile/export are not supported on Python 3.15+")
         if kind == "cpu" and _cpp_compiler() is None:
             return Availability(False, f"{spec.compiler} on CPU needs a C++ compiler (g++/clang++ or $CXX)")
-        if kind == "cuda" and not _has_triton():
-            return Availability(False, f"{spec.compiler} on CUDA needs triton, which is not installed")
+        if accelerator and not _has_triton():
+            return Availability(False, f"{spec.compiler} on {kind.upper()} needs triton, which is not installed")
     if spec.compiler == "compile" and kind == "cpu":
         if spec.compile_mode == "reduce-overhead":
             return Availability(
@@ -516,13 +530,9 @@ def available(
                     f"this CPU has no native {reduced} arithmetic ({need}); emulated {reduced} is several "
                     "times slower than fp32, so it is not tried",
                 )
-        elif reduced == "bf16":
-            try:
-                supported = torch.cuda.is_bf16_supported(including_emulation=False)
-            except TypeError:
-                supported = torch.cuda.is_bf16_supported()
-            if not supported:
-                return Availability(False, "this GPU has no native bf16 (needs compute capability >= 8.0)")
+        elif reduced == "bf16" and not _capabilities(device).bf16:
+            return Availability(False, f"this {kind.upper()} device has no native bf16 "
+                                       "(CUDA: needs compute capability >= 8.0)")
 
     # memory format
     if spec.memory_format == "channels_last" and input_ndims:
@@ -532,11 +542,11 @@ def available(
             return Availability(False, "channels_last needs a 4-D floating-point input (N, C, H, W)")
 
     # cuda graphs / threads
-    if spec.cuda_graphs and kind != "cuda":
+    if spec.cuda_graphs and not (accelerator and _capabilities(device).graphs):
         return Availability(False, "CUDA graphs need a CUDA device")
     if spec.threads is not None:
         if kind != "cpu":
-            return Availability(False, "threads=N is a CPU knob (torch.set_num_threads); not used on CUDA")
+            return Availability(False, f"threads=N is a CPU knob (torch.set_num_threads); not used on {kind}")
         cpus = _usable_cpus()
         if spec.threads > cpus:
             return Availability(False, f"threads={spec.threads} exceeds the {cpus} usable CPU cores")
@@ -659,51 +669,6 @@ def _autocast_module(model: Any, device_type: str, dtype: torch.dtype) -> Any:
                 return self.inner(*args)
 
     return AutocastWrapper(model).eval()
-
-
-class _CudaGraphCall:
-    """Explicit CUDA graph: capture once on static input buffers, then copy-in + replay.
-
-    The returned outputs are the graph's static buffers and are overwritten by the next call
-    (the usual serving pattern; callers that keep an output must clone it).
-    """
-
-    def __init__(self, inner: Callable[..., Any], example: tuple[Any, ...], *, warmup: int = 3) -> None:
-        import torch
-
-        self._static = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in example)
-        self._shapes = tuple(
-            (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else None for x in example
-        )
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(warmup):
-                inner(*self._static)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._out = inner(*self._static)
-        torch.cuda.synchronize()
-
-    def __call__(self, *args: Any) -> Any:
-        import torch
-
-        if len(args) != len(self._static):
-            raise VariantError(
-                f"cudagraphs variant captured with {len(self._static)} inputs, got {len(args)}"
-            )
-        for dst, src, sig in zip(self._static, args, self._shapes, strict=True):
-            if isinstance(dst, torch.Tensor):
-                if (tuple(src.shape), src.dtype) != sig:
-                    raise VariantError(
-                        f"cudagraphs variant captured for input {sig[0]} {sig[1]}, got {tuple(src.shape)} "
-                        f"{src.dtype}: build it again for this batch size"
-                    )
-                dst.copy_(src)
-        self._graph.replay()
-        return self._out
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -900,8 +865,9 @@ def build_variant(
             notes.append(_DEPRECATION_NOTE)
 
         if spec.cuda_graphs:
-            if kind != "cuda":
-                raise VariantError("cudagraphs needs a CUDA device")
+            from autotune.devices import backend_for
+
+            backend = backend_for(dev)
             graph_inner = inner
             if runtime_autocast is not None:
                 ac_kind, ac_dtype = runtime_autocast
@@ -913,7 +879,7 @@ def build_variant(
                 runtime_autocast = None
             with torch.inference_mode():
                 captured = _silenced_build(
-                    "CUDA graph capture", notes, lambda: _CudaGraphCall(graph_inner, example)
+                    "CUDA graph capture", notes, lambda: backend.graph_call(graph_inner, example)
                 )
             inner = captured
             notes.append("CUDA graph: outputs are static buffers, overwritten by the next call")

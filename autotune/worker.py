@@ -32,6 +32,20 @@ _T0 = time.perf_counter()
 
 import torch  # noqa: E402  (timed: the import is the dominant start-up cost)
 
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+_RSS_AFTER_TORCH = _rss_bytes()
+
 from autotune import devices  # noqa: E402
 from autotune.contention import CpuWindow  # noqa: E402
 from autotune.correctness import check_variant  # noqa: E402
@@ -50,15 +64,15 @@ from autotune.variants import (  # noqa: E402
 from autotune.workload import WorkloadInfo, build_model, check_forward, make_inputs, one_line  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _T0
+#: Resident memory the tool's own modules added beyond torch (measured once at start-up): a
+#: deployment process does not import them, so a host-memory probe takes it off its peak.
+TOOL_IMPORT_BYTES = max(0, _rss_bytes() - _RSS_AFTER_TORCH)
 #: Seeds: the variant is built on the example batch; the gate uses other, fresh batches.
 BUILD_SEED = 0
 GATE_SEED = 1000
 #: Fresh batches the gate compares: a trace that froze a 50/50 data-dependent branch slips past
 #: n batches with probability 2^-n (3 batches let it through at some batch sizes; 6: 1.6%).
 GATE_BATCHES = 6
-#: Forward passes per memory probe. On CUDA a later call may allocate workspaces (cuDNN autotuning) the
-#: first did not; on CPU the first call is the peak and each call at a large batch costs seconds.
-PROBE_CALLS = {"cuda": 2, "cpu": 1}
 
 
 @dataclass
@@ -67,6 +81,28 @@ class LoadedWorkload:
     device: torch.device
     model: torch.nn.Module
     info: WorkloadInfo
+    backend: devices.DeviceBackend
+
+
+@dataclass
+class ProbeMaster:
+    """The model a probe worker builds variants from, kept on the host (never on the accelerator:
+    the device then holds only the variant's own copy, as in a deployment)."""
+
+    recipe: Recipe
+    device: torch.device
+    backend: devices.DeviceBackend
+    model: torch.nn.Module | None
+
+    def weight_bytes(self) -> int:
+        """Bytes of the master's parameters and buffers (each storage once)."""
+        if self.model is None:
+            return 0
+        seen: dict[int, int] = {}
+        for t in [*self.model.parameters(), *self.model.buffers()]:
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        return sum(seen.values())
 
 
 class WorkerState:
@@ -80,16 +116,31 @@ class WorkerState:
         self.default_threads = torch.get_num_threads()
         #: Baseline memory at this worker's first probe of each workload: what a fresh process holds.
         self.first_baseline: dict[str, int] = {}
+        self._masters: dict[str, ProbeMaster] = {}
 
     def workload(self, recipe_data: dict[str, Any]) -> LoadedWorkload:
         key = json.dumps(recipe_data, sort_keys=True)
         if key not in self._cache:
             recipe = Recipe.from_dict(recipe_data)
             device = devices.resolve_device(recipe.device)
+            backend = devices.backend_for(device)
+            backend.activate()  # cuda:N / xpu:N: events, streams and capability queries act on N
             model = build_model(recipe, device=device)
             info = check_forward(recipe, model, device=device)
-            self._cache[key] = LoadedWorkload(recipe, device, model, info)
+            self._cache[key] = LoadedWorkload(recipe, device, model, info, backend)
         return self._cache[key]
+
+    def master(self, recipe_data: dict[str, Any]) -> ProbeMaster:
+        """The probes' model, on the host; validation (one forward) already ran in the measure worker."""
+        key = json.dumps(recipe_data, sort_keys=True)
+        if key not in self._masters or self._masters[key].model is None:
+            recipe = Recipe.from_dict(recipe_data)
+            device = devices.resolve_device(recipe.device)
+            backend = devices.backend_for(device)
+            backend.activate()
+            model = build_model(recipe, device=torch.device("cpu"))
+            self._masters[key] = ProbeMaster(recipe, device, backend, model)
+        return self._masters[key]
 
 
 def _trim_heap() -> None:
@@ -104,17 +155,23 @@ def _outcome(status: str, reason: str, **extra: Any) -> dict[str, Any]:
     return {"status": status, "reason": reason, **extra}
 
 
-def _guarded(device: torch.device, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run a candidate's work; map OOM and variant failures to statuses (one place, not many)."""
+def _guarded(backend: devices.DeviceBackend, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a candidate's work; map OOM and variant failures to statuses (one place, not many).
+
+    The cache is emptied only after the ``except`` block has ended: until then the exception's
+    traceback holds the failed call's frames, and with them its tensors.
+    """
     try:
         return body()
     except VariantError as exc:
         return _outcome("failed", str(exc))
     except Exception as exc:
-        if devices.is_oom(exc):
-            devices.release_memory(device)
-            return _outcome("oom", one_line(exc), dirty=True)
-        raise
+        kind = devices.oom_kind(exc)
+        if kind is None:
+            raise
+        reason = one_line(exc)
+    backend.release_memory()  # the traceback is gone: the failed call's tensors can be freed now
+    return _outcome("oom", reason, dirty=True, oom_kind=kind)
 
 
 def _with_threads(spec: VariantSpec, state: WorkerState) -> None:
@@ -152,7 +209,7 @@ def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             variants.append(spec.name)
         else:
             unavailable.append({"variant": spec.name, "reason": avail.reason})
-    method = devices.memory_method(lw.device)
+    method = lw.backend.memory_method()
     return {
         "device": str(lw.device),
         "workload": lw.info.to_dict(),
@@ -161,7 +218,8 @@ def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         "specs": spec_dicts,
         "memory_method": method.description,
         "host_memory_available": devices.available_host_memory_bytes(),
-        "device_memory_capacity": devices.device_memory_capacity(lw.device),
+        "device_memory_capacity": lw.backend.total_memory_bytes(),
+        "device_memory": lw.backend.device_memory,
         "seconds": time.perf_counter() - t0,
     }
 
@@ -172,14 +230,14 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     spec = VariantSpec.parse(req["variant"])
     batch = int(req["batch_size"])
     settings = MeasureSettings(**req.get("settings", {}))
-    device = lw.device
+    device, backend = lw.device, lw.backend
 
     def body() -> dict[str, Any]:
         _with_threads(spec, state)
         example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
-        devices.release_memory(device)
+        backend.release_memory()
         _trim_heap()
-        devices.reset_peak_memory(device)
+        backend.reset_peak_memory()
         with torch.inference_mode():
             built = build_variant(spec, lw.model, example, device=str(device))
             prepared = built.prepare_inputs(example)
@@ -193,7 +251,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                 if devices.is_oom(exc):
                     raise
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
-            build_peak = devices.peak_memory_bytes(device)  # the build and the first call
+            build_peak = backend.peak_memory_bytes()  # the build and the first call
             gate = check_variant(
                 lw.model, built,
                 lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=GATE_SEED + s),
@@ -205,16 +263,16 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                                 first_call_seconds=first, notes=list(built.notes))
             # the gate's eager reference runs and float64 copies are the tool's, not the candidate's:
             # its peak is the build and the steady loop, so a variant that fits is not rejected for them
-            devices.release_memory(device)
+            backend.release_memory()
             _trim_heap()
-            devices.reset_peak_memory(device)
+            backend.reset_peak_memory()
             recompiles_before = recompile_count()
             window = CpuWindow.start()
             m = measure_callable(call, batch_size=batch, device=device, settings=settings,
                                  first_call_seconds=first)
             load = window.stop()
             recompiles = recompile_count() - recompiles_before
-            loop_peak = devices.peak_memory_bytes(device)
+            loop_peak = backend.peak_memory_bytes()
         return _outcome(
             "ok", "",
             measurement=m.to_dict(),
@@ -230,7 +288,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         )
 
     try:
-        return _guarded(device, body)
+        return _guarded(backend, body)
     finally:
         torch.set_num_threads(state.default_threads)
         if spec.compiler in ("compile", "export"):
@@ -274,11 +332,11 @@ def op_stage(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             while done < need or time.perf_counter() < end:
                 call()
                 done += 1
-            devices.synchronize(device)
+            lw.backend.synchronize()
         state.staged = Staged(spec=spec, device=device, call=call)
         return _outcome("ok", "", first_call_seconds=first, warmup_calls=done)
 
-    result = _guarded(device, body)
+    result = _guarded(lw.backend, body)
     torch.set_num_threads(state.default_threads)
     return result
 
@@ -305,47 +363,99 @@ def op_slice(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                     load=load.to_dict())
 
 
+def op_device_memory(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Memory this process may use on the recipe's device, read before any model exists here.
+
+    On an accelerator this is the boundary's limit: what is free to a fresh process once its
+    runtime context exists (other processes, the context and the driver's reserve are taken).
+    """
+    recipe = Recipe.from_dict(req["recipe"])
+    device = devices.resolve_device(recipe.device)
+    backend = devices.backend_for(device)
+    backend.activate()
+    if backend.device_memory:
+        torch.empty(1, device=device)  # create the context first: it is not free to the model
+        backend.release_memory()
+    return {"device": str(device), "free_bytes": backend.free_memory_bytes(),
+            "total_bytes": backend.total_memory_bytes(), "device_memory": backend.device_memory}
+
+
 def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
-    """Does ``batch_size`` fit? Peak memory of building and running the variant at that batch."""
-    lw = state.workload(req["recipe"])
+    """Does ``batch_size`` fit? The peak a deployment process would hold at that batch.
+
+    The *deployment footprint*: torch, one copy of the weights as the variant holds them, the
+    inputs and the forward pass at b; not the tool's master copy, its correctness gate or its
+    own modules. Pseudo-code::
+
+        master = the recipe's model, built on the host (on an accelerator only the variant's
+                 copy goes to the device)
+        x      = inputs at b, on the device
+        built  = build_variant(spec, master, x)               # the variant's own copy of the weights
+        if req.fresh: drop the master (del, gc, malloc_trim): this process then holds what a
+                      deployment holds; else (a reused search worker) its bytes are taken off below
+        release cached blocks; reset the peak
+        accelerator: cap the allocator at the limit, so going over is the allocator's own OOM
+        run probe_calls forward passes at b
+        peak = backend peak
+        host memory: peak -= the tool's imports beyond torch, the master if still held, and
+                     the drift of this worker's baseline since its first probe
+        fits = no OOM and (host memory: peak <= budget)
+    """
     spec = VariantSpec.parse(req["variant"])
     batch = int(req["batch_size"])
     budget = req.get("memory_budget_bytes")
-    device = lw.device
+    fresh = bool(req.get("fresh"))
+    master = state.master(req["recipe"])
+    device, backend = master.device, master.backend
 
     def body() -> dict[str, Any]:
         _with_threads(spec, state)
-        devices.release_memory(device)
-        _trim_heap()
-        devices.reset_peak_memory(device)
-        baseline = devices.current_memory_bytes(device)  # model and runtime, before any batch exists
-        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        example = make_inputs(master.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        input_bytes = sum(int(x.untyped_storage().nbytes()) for x in example)
+        assert master.model is not None
         with torch.inference_mode():
-            built = build_variant(spec, lw.model, example, device=str(device))
+            built = build_variant(spec, master.model, example, device=str(device))
             prepared = built.prepare_inputs(example)
-            for _ in range(PROBE_CALLS[device.type]):
-                out = built.fn(*prepared)
-                devices.synchronize(device)
-                del out
-        raw_peak = devices.peak_memory_bytes(device)
+        held = 0 if backend.device_memory else master.weight_bytes()
+        if fresh:
+            master.model = None  # nothing else holds it: the process keeps only the variant's copy
+            held = 0
+        backend.release_memory()
+        _trim_heap()
+        backend.reset_peak_memory()
+        baseline = backend.current_memory_bytes() - input_bytes  # runtime and the variant, no batch
+        capped = backend.device_memory and backend.limit_memory(budget)
+        try:
+            with torch.inference_mode():
+                for _ in range(backend.probe_calls):
+                    out = built.fn(*prepared)
+                    backend.synchronize()
+                    del out
+            raw_peak = backend.peak_memory_bytes()
+        finally:
+            if capped:
+                backend.limit_memory(None)
         del built, prepared, example
+        correction = 0 if backend.device_memory else TOOL_IMPORT_BYTES + held
+        baseline -= correction
         # A reused worker's baseline creeps up (allocator caches, interned graphs: ~1 MB per probe
         # measured on resnet18); a deployment starts fresh, so the drift since this worker's first
         # probe is taken off. Without it the boundary came out 8-25% low against fresh processes.
         reference = state.first_baseline.setdefault(req["variant"] + json.dumps(req["recipe"], sort_keys=True),
                                                     baseline)
         drift = max(0, baseline - reference)
-        peak = raw_peak - drift
-        fits = budget is None or peak <= budget
+        peak = raw_peak - correction - drift
+        fits = budget is None or capped or peak <= budget  # capped: going over was the allocator's OOM
         reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
         return _outcome("ok" if fits else "oom", reason, fits=fits, peak_memory_bytes=peak,
-                        baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak, drift_bytes=drift)
+                        baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak, drift_bytes=drift,
+                        excluded_bytes=correction)
 
     try:
-        result = _guarded(device, body)
+        result = _guarded(backend, body)
     finally:
         torch.set_num_threads(state.default_threads)
-        devices.release_memory(device)
+        backend.release_memory()
         if spec.compiler in ("compile", "export"):
             reset_compiler_state()
     result.setdefault("fits", False)
@@ -369,6 +479,7 @@ OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
     "validate": op_validate,
     "measure": op_measure,
     "probe": op_probe,
+    "device_memory": op_device_memory,
     "parse_variant": op_parse_variant,
     "stage": op_stage,
     "slice": op_slice,
@@ -377,7 +488,7 @@ OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
 
 #: Ops each role serves: timing never happens in a process whose allocator was pinned for probes.
 ROLE_OPS = {
-    "measure": frozenset(OPS) - {"probe"},
+    "measure": frozenset(OPS) - {"probe", "device_memory"},
     "probe": frozenset(OPS) - {"measure", "stage", "slice"},
 }
 
