@@ -9,8 +9,9 @@ Reuse rule: the stored answer is reused for a variant when everything that decid
 unchanged: device, granularity, upper bound, headroom and the memory limit. An explicit
 budget must be equal; a limit read off the machine when the run started (host memory
 available, or accelerator memory free to a fresh process) moves with other processes, so it
-may differ by at most the headroom fraction (the headroom is the margin the answer already keeps). Anything else is probed again. The study's
-recipe fingerprint already guarantees the same model, inputs and device.
+may differ by at most the headroom fraction (the headroom is the margin the answer already
+keeps). Anything else is probed again. The study's recipe fingerprint already guarantees the
+same model, inputs and device.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def oom_kind(exc: BaseException) -> str | None:
 
         if type(exc) is torch.OutOfMemoryError (any device) -> "allocator_type"
         if type(exc) is MemoryError                          -> "python"
-        if exc is a RuntimeError (TorchScript, AOTInductor, cuBLAS re-raise as one):
+        if exc is a RuntimeError or torch.jit.Error (TorchScript, AOTInductor, cuBLAS re-raise so):
             for tag in OOM_WORDINGS: if tag's wording in str(exc) -> tag
         -> None
 
@@ -88,7 +88,7 @@ def oom_kind(exc: BaseException) -> str | None:
         return "allocator_type"
     if isinstance(exc, MemoryError):
         return "python"
-    if isinstance(exc, RuntimeError):
+    if isinstance(exc, (RuntimeError, torch.jit.Error)):
         text = str(exc)
         for tag, wording in OOM_WORDINGS.items():
             if wording in text:

@@ -1,5 +1,9 @@
 """Benchmark: probes used by the batch-boundary search vs two common methods; fake and real probes.
 
+``--deployment eager,frozen,compile``: the deployment-footprint check alone (the wide MLP of
+benchmarks/recipes/wide_mlp.toml against 1536 MiB; the product's boundary, then an independent
+torch-only process, benchmarks/plain_footprint.py, at b and b + g).
+
 Run: ``.venv/bin/python benchmarks/bench_batch.py`` (``--trials N``, ``--seed S``, ``--noise X``): fake
 probes only, about ten seconds, no torch. ``--real`` also runs the search on real CPU models in
 real worker processes (``--models mlp,resnet18`` picks; ``efficientnet_b0`` is the case that
@@ -357,7 +361,7 @@ def fresh_probe(case: RealCase, variant: str, env: dict[str, str] | None) -> Cal
 
     def probe(batch_size: int) -> ProbeResult:
         with Runner(env=env, reuse=False) as runner:
-            return probe_function(runner, case.recipe, variant, budget=case.budget, is_cpu=True)(batch_size)
+            return probe_function(runner, case.recipe, variant, budget=case.budget, fresh=True)(batch_size)
 
     return probe
 
@@ -477,6 +481,129 @@ def real_benchmark(names: list[str], *, modes: list[str], mmap_fix: bool) -> boo
     return confirmed
 
 
+# --- deployment footprint: the tool's boundary against an independent plain process ----------------
+
+PLAIN = Path(__file__).resolve().parent / "plain_footprint.py"
+WIDE_MLP = Path(__file__).resolve().parent / "recipes" / "wide_mlp.toml"
+#: Agreement required: at b the plain process stays within the budget, at b + g it exceeds it, each
+#: within this share of the budget.
+AGREEMENT = 0.03
+
+
+def plain_peak(recipe: Recipe, variant: str, batch: int, *, device: str = "cpu", limit: int | None = None
+               ) -> dict[str, object]:
+    """Run benchmarks/plain_footprint.py (imports torch only) at ``batch``; its JSON line."""
+    import json
+    import subprocess
+    import sys
+
+    factory = recipe.model.factory
+    target, _, attr = factory.rpartition(":")
+    if target.endswith(".py"):
+        factory = f"{(Path(recipe.model.base_dir) / target).resolve()}:{attr}"
+    shape = [str(d) for d in recipe.inputs[0].shape]
+    cmd = [sys.executable, str(PLAIN), factory, "--kwargs", json.dumps(dict(recipe.model.kwargs)),
+           "--shape", *shape, "--batch", str(batch), "--variant", variant, "--device", device]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def deployment_benchmark(variants: list[str], *, recipe_path: Path = WIDE_MLP) -> bool:
+    """The product's boundary (search in a reused worker, confirmation in fresh ones) for each variant,
+    then a plain torch-only process at b and b + g: its peak over the budget must be <= 1 + 3% at b
+    and >= 1 - 3% at b + g."""
+    base = load_recipe(recipe_path)
+    budget = base.batch.memory_budget_bytes
+    assert budget is not None
+    rows: list[list[object]] = []
+    ok = True
+    t0 = time.perf_counter()
+    for variant in variants:
+        recipe = replace(base, search=replace(base.search, variants=(variant,)))
+        t1 = time.perf_counter()
+        with Runner() as runner:
+            workload = validate(runner, recipe)
+            outcome = find_boundaries(runner, recipe, workload)
+        seconds = time.perf_counter() - t1
+        if variant not in outcome.documents:
+            rows.append([variant, "-", "-", f"{seconds:.0f}", "-", "-", f"failed: {outcome.failures.get(variant)}"])
+            ok = False
+            continue
+        doc = outcome.documents[variant]
+        b, g = int(doc["max_batch_size"]), int(doc["granularity"])
+        at_b = int(plain_peak(recipe, variant, b)["peak_bytes"]) / budget
+        above = int(plain_peak(recipe, variant, b + g)["peak_bytes"]) / budget
+        passed = at_b <= 1 + AGREEMENT and above >= 1 - AGREEMENT
+        ok = ok and passed
+        search = sum(1 for p in doc["probes"] if p["phase"] == "search")
+        confirm = len(doc["probes"]) - search
+        rows.append([variant, f"{b} (g={g})", f"{search} + {confirm}", f"{seconds:.0f}", f"{at_b:.4f}",
+                     f"{above:.4f}", "PASS" if passed else "FAIL"])
+    print(f"\ndeployment footprint: {base.description}; budget {budget / MIB:.0f} MiB "
+          f"({time.perf_counter() - t0:.0f} s in all)")
+    print(tabulate(rows, headers=["variant", "boundary b", "probes search + confirm", "seconds",
+                                  "plain peak at b / budget", "plain peak at b+g / budget", "agreement"],
+                   disable_numparse=True))
+    print(f"plain: benchmarks/plain_footprint.py, a process that imports only torch, builds the model and the "
+          f"variant, drops the original where the variant holds its own weights, runs one forward.\n"
+          f"Target: at b <= {1 + AGREEMENT:.2f} and at b+g >= {1 - AGREEMENT:.2f} of the budget for every variant: "
+          + ("PASS" if ok else "FAIL"))
+    return ok
+
+
+GPU_CASES = (  # (recipe, budget in MiB or None for the memory free to a fresh process)
+    ("recipes/mlp.toml", 256),
+    ("recipes/quickstart.toml", 512),
+    ("recipes/resnet50.toml", None),
+)
+
+
+def gpu_benchmark(variants: list[str]) -> bool:
+    """Real CUDA boundaries: the product's path under an allocator cap (a budget, or all the memory free
+    to a fresh process), confirmed in fresh processes; then a plain torch-only process under the same cap
+    must fit at b and run out of memory at b + g."""
+    rows: list[list[object]] = []
+    ok = True
+    root = Path(__file__).resolve().parents[1]
+    for path, budget_mib in GPU_CASES:
+        base = load_recipe(root / path)
+        for variant in (variants if budget_mib is not None else variants[:1]):
+            batch = replace(base.batch, memory_budget_bytes=budget_mib * MIB if budget_mib else None,
+                            granularity=None, max_batch_size=65536)
+            recipe = replace(base, device="cuda", batch=batch,
+                             search=replace(base.search, variants=(variant,), batch_sizes="auto"))
+            t1 = time.perf_counter()
+            with Runner() as runner:
+                workload = validate(runner, recipe)
+                outcome = find_boundaries(runner, recipe, workload)
+            seconds = time.perf_counter() - t1
+            if variant not in outcome.documents:
+                rows.append([base.name, variant, "-", "-", "-", f"{seconds:.0f}", "-", "-", "FAIL"])
+                ok = False
+                continue
+            doc = outcome.documents[variant]
+            b, g, limit = int(doc["max_batch_size"]), int(doc["granularity"]), int(doc["memory_limit_bytes"])
+            at_b = plain_peak(recipe, variant, b, device="cuda", limit=limit)
+            above = plain_peak(recipe, variant, b + g, device="cuda", limit=limit)
+            passed = bool(at_b["fits"]) and not above["fits"]
+            ok = ok and passed
+            search = sum(1 for p in doc["probes"] if p["phase"] == "search")
+            rows.append([base.name, variant, f"{limit / MIB:.0f} MiB ({doc['limit_source']})", f"{b} (g={g})",
+                         f"{search} + {len(doc['probes']) - search}", f"{seconds:.0f}",
+                         "fits" if at_b["fits"] else "OOM", "fits" if above["fits"] else "OOM",
+                         "PASS" if passed else "FAIL"])
+    import torch
+
+    print(f"\nreal CUDA boundaries on {torch.cuda.get_device_name(0)} (torch {torch.__version__}):")
+    print(tabulate(rows, headers=["model", "variant", "limit", "boundary b", "probes search + confirm", "seconds",
+                                  "plain at b", "plain at b+g", "agreement"], disable_numparse=True))
+    print("plain: benchmarks/plain_footprint.py under torch.cuda.set_per_process_memory_fraction(limit / total).\n"
+          "Target: the plain process fits at b and runs out of memory at b+g: " + ("PASS" if ok else "FAIL"))
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
@@ -492,7 +619,16 @@ def main() -> None:
     parser.add_argument(
         "--mmap-fix", action="store_true", help="real: fix glibc's mmap threshold in the workers"
     )
+    parser.add_argument("--deployment", default=None, metavar="VARIANTS",
+                        help="only the deployment-footprint check of the wide MLP for these variants, "
+                             "e.g. eager,frozen,compile (minutes each)")
+    parser.add_argument("--gpu", default=None, metavar="VARIANTS",
+                        help="only the real CUDA boundaries (needs a GPU), e.g. eager,frozen,compile")
     args = parser.parse_args()
+    if args.gpu:
+        raise SystemExit(0 if gpu_benchmark(args.gpu.split(",")) else 1)
+    if args.deployment:
+        raise SystemExit(0 if deployment_benchmark(args.deployment.split(",")) else 1)
     ok = fake_benchmark(args.trials, args.seed, args.noise)
     if args.real:
         ok = (
