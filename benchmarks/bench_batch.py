@@ -594,6 +594,7 @@ def gpu_benchmark(variants: list[str]) -> bool:
                          f"{search} + {len(doc['probes']) - search}", f"{seconds:.0f}",
                          "fits" if at_b["fits"] else "OOM", "fits" if above["fits"] else "OOM",
                          "PASS" if passed else "FAIL"])
+            print("  ".join(map(str, rows[-1])), flush=True)
     import torch
 
     print(f"\nreal CUDA boundaries on {torch.cuda.get_device_name(0)} (torch {torch.__version__}):")
