@@ -295,8 +295,11 @@ class AcceleratorBackend(DeviceBackend):
         if setter is None or not total:
             return False
         fraction = 1.0 if limit_bytes is None else min(1.0, max(0.0, limit_bytes / total))
-        setter(fraction, self.device)
+        setter(fraction, self._index())  # it wants an index: a bare "cuda" is refused
         return True
+
+    def _index(self) -> int:
+        return self.device.index if self.device.index is not None else int(self.module.current_device())
 
     def release_memory(self) -> None:
         gc.collect()

@@ -14,6 +14,8 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 CASES = {
     "caching allocator, plain tensor": """
@@ -62,8 +64,6 @@ except BaseException as exc:
 
 
 def main() -> None:
-    from pathlib import Path
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -71,7 +71,10 @@ def main() -> None:
     captured = []
     for what, body in CASES.items():
         code = RUNNER.format(root=root, body="\n".join("    " + ln for ln in body.strip().splitlines()))
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        with tempfile.TemporaryDirectory() as tmp:  # a file: TorchScript needs the source of what it scripts
+            script = Path(tmp) / "case.py"
+            script.write_text(code)
+            proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
         lines = proc.stdout.strip().splitlines()
         res = json.loads(lines[-1]) if lines else {"raised": None, "stderr": proc.stderr[-800:]}
         res["what"] = what

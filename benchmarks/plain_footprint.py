@@ -100,7 +100,7 @@ def main() -> None:
         torch.cuda.empty_cache()
         total = torch.cuda.mem_get_info(device)[1]
         if args.limit:
-            torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit / total), device)
+            torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit / total), device.index or 0)
         torch.cuda.reset_peak_memory_stats(device)
         try:
             with torch.inference_mode():

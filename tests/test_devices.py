@@ -134,7 +134,7 @@ class RecordingModule:
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.log.append((name, *args))
-            return {"memory_allocated": 3, "max_memory_allocated": 7,
+            return {"memory_allocated": 3, "max_memory_allocated": 7, "current_device": 0,
                     "mem_get_info": (6 * self.GIB, 8 * self.GIB)}.get(name)
 
         return call
@@ -163,7 +163,7 @@ def test_accelerator_protocol_calls_the_device_module_for_device_n(kind: str) ->
     assert ("synchronize", dev) in module.log
     assert ("memory_allocated", dev) in module.log and ("max_memory_allocated", dev) in module.log
     assert ("reset_peak_memory_stats", dev) in module.log
-    assert ("set_per_process_memory_fraction", 0.25, dev) in module.log
+    assert ("set_per_process_memory_fraction", 0.25, 1) in module.log
     assert names[-2:] == ["synchronize", "empty_cache"]
     assert backend.memory_method().name == f"{kind}_max_allocated"
     assert backend.probe_calls == 2 and backend.device_memory
@@ -186,7 +186,7 @@ def test_limit_none_lifts_the_cap() -> None:
     module = RecordingModule()
     backend = backend_for("xpu", module=module)
     backend.limit_memory(None)
-    assert ("set_per_process_memory_fraction", 1.0, torch.device("xpu")) in module.log
+    assert ("set_per_process_memory_fraction", 1.0, 0) in module.log  # the current device's index
 
 
 def test_cpu_backend_reads_the_resident_set() -> None:
