@@ -560,7 +560,7 @@ GPU_CASES = (  # (recipe, budget in MiB or None for the memory free to a fresh p
 )
 
 
-def gpu_benchmark(variants: list[str]) -> bool:
+def gpu_benchmark(variants: list[str], models: list[str] | None = None) -> bool:
     """Real CUDA boundaries: the product's path under an allocator cap (a budget, or all the memory free
     to a fresh process), confirmed in fresh processes; then a plain torch-only process under the same cap
     must fit at b and run out of memory at b + g."""
@@ -569,6 +569,8 @@ def gpu_benchmark(variants: list[str]) -> bool:
     root = Path(__file__).resolve().parents[1]
     for path, budget_mib in GPU_CASES:
         base = load_recipe(root / path)
+        if models and base.name not in models:
+            continue
         for variant in (variants if budget_mib is not None else variants[:1]):
             batch = replace(base.batch, memory_budget_bytes=budget_mib * MIB if budget_mib else None,
                             granularity=None, max_batch_size=65536)
@@ -625,9 +627,11 @@ def main() -> None:
                              "e.g. eager,frozen,compile (minutes each)")
     parser.add_argument("--gpu", default=None, metavar="VARIANTS",
                         help="only the real CUDA boundaries (needs a GPU), e.g. eager,frozen,compile")
+    parser.add_argument("--gpu-models", default=None, help="--gpu: only these recipes (mlp, quickstart, resnet50)")
     args = parser.parse_args()
     if args.gpu:
-        raise SystemExit(0 if gpu_benchmark(args.gpu.split(",")) else 1)
+        models = args.gpu_models.split(",") if args.gpu_models else None
+        raise SystemExit(0 if gpu_benchmark(args.gpu.split(","), models) else 1)
     if args.deployment:
         raise SystemExit(0 if deployment_benchmark(args.deployment.split(",")) else 1)
     ok = fake_benchmark(args.trials, args.seed, args.noise)

@@ -109,9 +109,11 @@ def main() -> None:
                     torch.cuda.synchronize(device)
                     del out
             result["fits"] = True
-        except torch.OutOfMemoryError as exc:
+        except RuntimeError as exc:  # torch.OutOfMemoryError, or TorchScript's re-raise of it (a RuntimeError)
+            if "CUDA out of memory" not in str(exc):
+                raise
             result["fits"] = False
-            result["error"] = str(exc).splitlines()[0][:200]
+            result["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         result["peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
     else:
         with open("/proc/self/clear_refs", "w") as fh:
