@@ -430,6 +430,10 @@ class _CudaGraphCall:
     """
 
     def __init__(self, inner: Callable[..., Any], example: tuple[Any, ...], *, module: Any, warmup: int = 3) -> None:
+        # The graph replays raw pointers to the weights: whatever holds them must live as long as it does.
+        # (Without this reference an eager module was freed once the build returned, and replays read
+        # freed memory: NaN and wrong outputs on an H100.)
+        self._inner = inner
         self._static = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in example)
         self._shapes = tuple(
             (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else None for x in example
