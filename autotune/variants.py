@@ -873,7 +873,9 @@ def build_variant(
                 ac_kind, ac_dtype = runtime_autocast
 
                 def graph_inner(*args: Any) -> Any:
-                    with torch.autocast(ac_kind, dtype=ac_dtype):
+                    # no cast cache: the cached low-precision weight copies are freed when the autocast
+                    # context exits, and a graph captured reading them replays freed memory
+                    with torch.autocast(ac_kind, dtype=ac_dtype, cache_enabled=False):
                         return inner(*args)
 
                 runtime_autocast = None
