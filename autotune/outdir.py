@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def _holder(fd: int) -> str:
 def hold_out_dir(out: Path) -> Iterator[None]:
     """Hold ``out``'s lock for the block; :class:`InputError` if another process holds it.
 
-    ``out`` must exist. An OSError creating or writing the lock file (a read-only or full ``--out``) goes
-    on up: :func:`autotune.search.storage_errors` turns it into a message.
+    ``out`` must exist. An OSError creating or writing the lock file, or a file beside it (a read-only, immutable
+    or full ``--out``), goes on up: :func:`autotune.search.storage_errors` turns it into a message.
     """
     path = out / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -53,6 +54,10 @@ def hold_out_dir(out: Path) -> Iterator[None]:
                              "wait for it to finish, or use another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        # The lock file may be left from an earlier run, so writing it proves nothing about the directory: a
+        # read-only or immutable --out must fail now, not after the measurements when the reports are written.
+        with tempfile.TemporaryFile(dir=out, prefix=".autotune-write-test-"):
+            pass
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -37,6 +37,7 @@ import contextlib
 import errno
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import random
 import re
@@ -152,7 +153,15 @@ def recipe_fingerprint(recipe_data: Mapping[str, Any]) -> str:
 
 
 def _torch_version() -> str | None:
-    """torch's version from its metadata: the parent process does not import torch for it."""
+    """``torch.__version__`` (with its build tag, e.g. ``2.14.1+cu130``) without importing torch in this process:
+    read from ``torch/version.py`` where the package is found, else from its metadata (no build tag)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        spec = importlib.util.find_spec("torch")  # a top-level package: found, not imported
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (Path(location) / "version.py").read_text(),
+                          re.M)
+            if m:
+                return m[1]
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -75,7 +75,7 @@ def test_worker_cli_on_a_study_not_made_by_autotune_run(write_recipe, tmp_path: 
     assert "Traceback" not in err
     code, _, err = run_cli("worker", str(recipe), "--storage", storage, "--study", "missing", "--time-budget", "1")
     assert code == 2 and "no study named 'missing'" in err
-    code, _, err = run_cli("worker", str(recipe), "--storage", storage, "--time-budget", "1")  # default: the recipe name
+    code, _, err = run_cli("worker", str(recipe), "--storage", storage, "--time-budget", "1")  # study: the recipe name
     assert code == 2 and "no study named 'tiny'" in err
     code, _, err = run_cli("worker", "--storage", storage, "--study", "foreign")  # the recipe is required
     assert code == 2 and "recipe" in err
