@@ -8,8 +8,8 @@ resumable and lets identical machines share the work.
 
 Algorithm::
 
-    study = create or load (storage, name); refuse a study made for another recipe
-    fail stale trials (a process that died while measuring: its heartbeat stopped)
+    study = create or load (storage, name); refuse one whose fingerprint differs (saying which parts)
+    fail stale trials (a process that died while measuring: its heartbeat stopped, or it never beat)
     enqueue priors: every variant at its largest allowed batch (throughput) or its smallest
                     (latency), eager first; both for pareto
     loop until time budget spent | max_trials measured | every combination measured:
