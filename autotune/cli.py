@@ -98,9 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--storage", default=None, metavar="URL",
                      help="the study's storage, if report.json's (password masked) no longer reaches it")
 
-    wk = sub.add_parser("worker", help="join a study from another machine")
-    wk.add_argument("--storage", required=True)
-    wk.add_argument("--study", required=True, metavar="NAME")
+    wk = sub.add_parser("worker", help="join a study from another machine, with the local recipe")
+    wk.add_argument("recipe", type=Path, help="the local recipe; its fingerprint must match the study's")
+    wk.add_argument("--storage", required=True, metavar="URL")
+    wk.add_argument("--study", default=None, metavar="NAME", help="study name (default: the recipe name)")
+    wk.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (overrides the recipe)")
     wk.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
     wk.add_argument("--no-progress", action="store_true")
     return p
@@ -320,8 +322,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.tuner import join_study
 
-    summary = join_study(args.storage, args.study, time_budget=args.time_budget, progress=not args.no_progress)
-    print(f"measured {summary.measured_this_run} candidates for study {args.study}; stopped by {summary.stopped_by}")
+    recipe = _load(args.recipe, device=args.device)
+    study = args.study or recipe.name
+    summary = join_study(recipe, args.storage, study, time_budget=args.time_budget, progress=not args.no_progress)
+    print(f"measured {summary.measured_this_run} candidates for study {study}; stopped by {summary.stopped_by}")
     return EXIT_INTERRUPTED if summary.stopped_by == "interrupted" else EXIT_OK
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ENV_VARS", "PACKAGES", "fingerprint", "summary_line"]
+__all__ = ["ENV_VARS", "PACKAGES", "fingerprint", "hardware_fingerprint", "summary_line"]
 
 T = TypeVar("T")
 
@@ -386,6 +386,25 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     env["packages"] = {name: _safe(lambda name=name: _package_version(name)) for name in PACKAGES}
     env["env"] = {name: os.environ.get(name) for name in ENV_VARS}
     return env
+
+
+def hardware_fingerprint() -> dict[str, Any]:
+    """The stable hardware facts a study's measurements depend on: ``machine`` (architecture), ``cpu_model``,
+    ``cpu_cores`` (logical CPUs of the machine) and ``gpus`` (the names of its GPUs, as nvidia-smi lists
+    them; empty without one). Never raises; an unknown fact is None.
+
+    Left out on purpose: what changes while a machine runs or between two runs on it (free memory, the CPU
+    affinity or quota of one process, clocks, the driver version, the hostname). No torch import and no CUDA
+    context: the caller is the parent process that spawns the measuring workers.
+    """
+    cpuinfo = _safe(_read_cpuinfo)
+    gpus = _safe(_nvidia_smi_gpus) or []
+    return {
+        "machine": _safe(platform.machine),
+        "cpu_model": _safe(lambda: _cpu_model(cpuinfo)),
+        "cpu_cores": _safe(os.cpu_count),
+        "gpus": [gpu.get("name") for gpu in sorted(gpus, key=lambda g: g.get("index") or 0)],
+    }
 
 
 def _gib(value: Any) -> str | None:

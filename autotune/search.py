@@ -8,8 +8,8 @@ resumable and lets identical machines share the work.
 
 Algorithm::
 
-    study = create or load (storage, name); refuse a study made for another recipe
-    fail stale trials (a process that died while measuring: its heartbeat stopped)
+    study = create or load (storage, name); refuse one whose fingerprint differs (saying which parts)
+    fail stale trials (a process that died while measuring: its heartbeat stopped, or it never beat)
     enqueue priors: every variant at its largest allowed batch (throughput) or its smallest
                     (latency), eager first; both for pareto
     loop until time budget spent | max_trials measured | every combination measured:
@@ -34,17 +34,23 @@ heartbeat every later run or worker would skip that combination and wait for it 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import random
 import re
+import sqlite3
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
 
 import optuna
 import sqlalchemy.exc
@@ -57,6 +63,9 @@ from autotune.candidate import constraint_values, directions, objective_values, 
 from autotune.errors import InputError
 from autotune.recipe import Constraints
 
+if TYPE_CHECKING:
+    from autotune.recipe import Recipe
+
 ROW_ATTR = "row"
 #: Repeated suggestions tolerated before an unmeasured combination is enqueued by hand.
 MAX_REPEATS = 3
@@ -68,6 +77,10 @@ IN_FLIGHT_POLL_S = 1.0
 HEARTBEAT_INTERVAL_S = 10
 #: Seconds without a heartbeat after which another process fails a RUNNING trial as stale (integer).
 HEARTBEAT_GRACE_S = 60
+#: Seconds an SQLite connection waits for another process's lock before giving up (read at call time).
+SQLITE_BUSY_TIMEOUT_S = 10.0
+#: Study attribute holding the fingerprint's parts (what a study measures, on what, with which torch).
+FINGERPRINT_ATTR = "fingerprint"
 #: What the heartbeat adds to Optuna's messages: noise for a user of ask/tell (see :func:`_quiet_heartbeat`).
 _HEARTBEAT_WARNING = "Heartbeat of storage is supposed to be used with Study.optimize"
 
@@ -104,10 +117,14 @@ class SearchSettings:
     constraints: Constraints
     storage: str
     study_name: str
+    #: Digest of ``fingerprint`` (what a study is matched on); any string where there are no parts.
     recipe_fingerprint: str
     time_budget_s: float
     max_trials: int = 0
     seed: int = 0
+    #: The parts the digest was made of (:func:`study_fingerprint`): stored with a new study, and compared
+    #: part by part with a stored one so that a mismatch says what differs.
+    fingerprint: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -125,10 +142,62 @@ Evaluate = Callable[[int, str, int], dict[str, Any]]
 
 
 def recipe_fingerprint(recipe_data: Mapping[str, Any]) -> str:
-    """Identity of what a study measures: model, inputs, device (not budgets or search knobs)."""
+    """The fingerprint of studies made before :func:`study_fingerprint`: model, inputs, device as written.
+
+    It did not cover the factory file's contents, the resolved device, torch or the hardware. A study that
+    carries only this one is accepted on resume when it matches, and then gets the full fingerprint.
+    """
     key = {k: recipe_data[k] for k in ("model", "inputs", "device") if k in recipe_data}
     key["model"] = {k: v for k, v in dict(key.get("model", {})).items() if k != "base_dir"}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _torch_version() -> str | None:
+    """``torch.__version__`` (with its build tag, e.g. ``2.14.1+cu130``) without importing torch in this process:
+    read from ``torch/version.py`` where the package is found, else from its metadata (no build tag)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        spec = importlib.util.find_spec("torch")  # a top-level package: found, not imported
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (Path(location) / "version.py").read_text(),
+                          re.M)
+            if m:
+                return m[1]
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def study_fingerprint(recipe: Recipe, device: str) -> dict[str, Any]:
+    """What a study's measurements depend on, part by part (JSON values, so a stored copy compares equal).
+
+    The model (the factory reference, the factory file's contents or the factory package's version, the
+    kwargs), the inputs, the resolved device (``cpu``, ``cuda:0``; never ``auto``), torch's version and the
+    stable hardware facts (architecture, CPU model, core count, GPU names: nothing that changes while the
+    machine runs, such as free memory, clocks or the driver). Budgets and search knobs are not in it: a
+    resume may change them.
+    """
+    from autotune.environment import hardware_fingerprint
+    from autotune.recipe import fingerprint_parts
+
+    parts = {**fingerprint_parts(recipe), "device": device, "torch": _torch_version(), **hardware_fingerprint()}
+    return dict(json.loads(json.dumps(parts)))
+
+
+def fingerprint_digest(parts: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _shown(value: Any) -> str:
+    text = "none" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def fingerprint_differences(stored: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    """One ``part: study X, here Y`` per part that differs, in the order of ``here``'s parts."""
+    keys = list(here) + [k for k in stored if k not in here]
+    return [f"{k}: study {_shown(stored.get(k))}, here {_shown(here.get(k))}"
+            for k in keys if stored.get(k) != here.get(k)]
 
 
 def make_sampler(objective: str, *, seed: int) -> optuna.samplers.BaseSampler:
@@ -138,32 +207,57 @@ def make_sampler(objective: str, *, seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
 
 
-def display_url(url: str) -> str:
-    """``url`` with its password masked, for messages and reports (a storage URL may carry credentials).
+#: ``scheme://user:password@host...``: the password runs to the last ``@`` that is followed by a host (a
+#: password may contain ``@``, ``/`` or ``:``; SQLAlchemy's parser stops at its first ``@`` and would show
+#: the rest as the host).
+_USERINFO = re.compile(r"(?P<head>[^:/?#]+://[^:/?#@]*:)(?P<password>.*)(?P<tail>@[^@/?#]*(?:[/?#].*)?)\Z", re.S)
+#: Query-string keys whose values are secrets (``?password=``, ``sslpassword``, ``passwd``, ``pwd``, tokens).
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.I)
+_QUERY_SECRET = re.compile(r"(?P<key>[?&][^=&#]*)=(?P<value>[^&#]*)")
 
-    A string SQLAlchemy cannot parse is still shown, with anything that looks like ``user:password@``
-    masked: the message about a bad URL must name it, and must not leak what it contains.
+
+def display_url(url: str) -> str:
+    """``url`` with its passwords masked, for messages and reports (a storage URL may carry credentials).
+
+    Masked: the password after ``user:`` (also one containing ``@``) and the value of every query-string
+    key that names a secret (``?password=...``). Done on the text as written, so a URL SQLAlchemy cannot
+    parse is still shown (the message about a bad URL must name it) without what it contains.
     """
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (sqlalchemy.exc.ArgumentError, ValueError, TypeError):
-        return re.sub(r"(://[^/@:]*:)[^@/]*@", r"\1***@", str(url))
+    text = str(url)
+    m = _USERINFO.match(text)
+    if m and m["password"]:
+        text = f"{m['head']}***{m['tail']}"
+
+    def mask(q: re.Match[str]) -> str:
+        return f"{q['key']}=***" if _SECRET_KEY.search(q["key"]) and q["value"] else q[0]
+
+    return _QUERY_SECRET.sub(mask, text)
+
+
+def _secrets(url: str) -> set[str]:
+    """Every password in ``url``, as written and %-decoded, and as SQLAlchemy parses it (a driver quotes that)."""
+    found: set[str] = set()
+    m = _USERINFO.match(url)
+    if m:
+        found |= {m["password"], unquote_plus(m["password"]), *m["password"].split("@")}
+    for q in _QUERY_SECRET.finditer(url):
+        if _SECRET_KEY.search(q["key"]):
+            found |= {q["value"], unquote_plus(q["value"])}
+    with contextlib.suppress(sqlalchemy.exc.ArgumentError, ValueError, TypeError):
+        parsed = make_url(url)
+        found.add(str(parsed.password or ""))
+        if parsed.host and "@" in parsed.host:  # "user:p@ss@host": SQLAlchemy's host is "ss@host"
+            found.add(parsed.host.rpartition("@")[0])
+    return {s for s in found if s}
 
 
 def _scrub(text: str, url: str) -> str:
-    """``text`` (a driver's error message) without the password of ``url``, should the driver quote it.
+    """``text`` (a driver's error message) without the passwords of ``url``, should the driver quote them.
 
     Only whole occurrences are masked (not inside a longer word): a short password must not mangle the
-    rest of the message, e.g. "p" in "pg8000".
+    rest of the message, e.g. "p" in "pg8000". Longer secrets first, so a part does not leave the rest.
     """
-    try:
-        password = make_url(url).password
-    except (sqlalchemy.exc.ArgumentError, ValueError, TypeError):
-        return text
-    if not password:
-        return text
-    raw = re.match(r"[^:]*://[^/@:]*:([^@/]*)@", url)  # as written in the URL, maybe %-encoded
-    for secret in {str(password), raw[1] if raw else ""} - {""}:
+    for secret in sorted(_secrets(url), key=len, reverse=True):
         text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
     return text
 
@@ -171,8 +265,43 @@ def _scrub(text: str, url: str) -> str:
 URL_EXAMPLES = "sqlite:///path/study.db or postgresql+psycopg2://user:password@host:5432/db"
 
 
-def _storage_problem(exc: BaseException) -> str:
-    """One line on why a storage could not be opened, from the driver's own message where there is one."""
+def _driver_error(exc: BaseException) -> BaseException | None:
+    """The database driver's own exception behind ``exc`` (Optuna and SQLAlchemy wrap it), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error) or type(current).__module__.startswith(("psycopg", "pg8000", "pymysql")):
+            return current
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return None
+
+
+#: PostgreSQL error classes (SQLSTATE) that are a storage problem rather than a bug, and what they mean.
+_PG_STATES = {"53100": "full", "53": "resources", "25006": "readonly", "55P03": "locked", "40P01": "locked",
+              "XX001": "corrupt", "XX002": "corrupt"}
+
+
+def _storage_kind(exc: BaseException) -> str | None:
+    """``locked | full | corrupt | readonly | cantopen | io | resources`` for a known storage failure, else None."""
+    driver = _driver_error(exc)
+    if isinstance(driver, sqlite3.Error):
+        name = str(getattr(driver, "sqlite_errorname", "") or "")
+        for prefix, kind in (("SQLITE_BUSY", "locked"), ("SQLITE_LOCKED", "locked"), ("SQLITE_FULL", "full"),
+                             ("SQLITE_CORRUPT", "corrupt"), ("SQLITE_NOTADB", "corrupt"),
+                             ("SQLITE_READONLY", "readonly"), ("SQLITE_PERM", "readonly"),
+                             ("SQLITE_CANTOPEN", "cantopen"), ("SQLITE_IOERR", "io")):
+            if name.startswith(prefix):
+                return kind
+    code = str(getattr(driver, "pgcode", "") or "")
+    if code:
+        return _PG_STATES.get(code) or _PG_STATES.get(code[:2])
+    return None
+
+
+def _storage_problem(exc: BaseException, kind: str | None = None) -> str:
+    """One line on what went wrong with a storage, from the driver's own message where there is one."""
     if isinstance(exc, sqlalchemy.exc.NoSuchModuleError):
         reason = f"unknown database kind ({exc}); expected e.g. {URL_EXAMPLES}"
     elif isinstance(exc, sqlalchemy.exc.ArgumentError | ValueError):
@@ -182,20 +311,36 @@ def _storage_problem(exc: BaseException) -> str:
         cause = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
         reason = f"the database driver is not installed ({cause}); install it or name an installed driver in the URL"
     else:
-        orig = getattr(exc, "orig", None) or getattr(exc.__cause__, "orig", None) or exc.__cause__ or exc
+        orig = _driver_error(exc) or getattr(exc, "orig", None) or exc.__cause__ or exc
         reason = str(orig)
-    return " ".join(line.strip() for line in reason.splitlines() if line.strip() and "sqlalche.me" not in line)
+    reason = " ".join(line.strip() for line in reason.splitlines() if line.strip() and "sqlalche.me" not in line)
+    waited = f"waited {SQLITE_BUSY_TIMEOUT_S:g} s; " if isinstance(_driver_error(exc), sqlite3.Error) else ""
+    advice = {
+        "locked": f"the database is locked by another process ({waited}{reason}): another program holds a "
+                  "transaction on it; close that program or wait for it, then run again",
+        "full": f"the disk is full ({reason}): free some space and run again; what was measured so far is kept",
+        "corrupt": f"the database is damaged or not a database ({reason}); autotune left it as it is: move it "
+                   "away (or use another --out or --storage) to start a new study",
+        "readonly": f"cannot write to it ({reason}): the file or its directory is read-only; make it writable "
+                    "or use another --out or --storage",
+        "io": f"an I/O error ({reason}): the disk may be full or failing; what was measured so far is kept",
+        "resources": f"the database server is out of resources ({reason}); what was measured so far is kept",
+    }
+    return advice.get(kind or "", reason)
 
 
-def _storage_error(url: str, exc: BaseException) -> InputError:
-    return InputError(f"--storage {display_url(url)}: cannot open the storage: {_scrub(_storage_problem(exc), url)}")
+def _storage_error(url: str, exc: BaseException, *, kind: str | None = None) -> InputError:
+    return InputError(f"--storage {display_url(url)}: cannot open the storage: "
+                      f"{_scrub(_storage_problem(exc, kind or _storage_kind(exc)), url)}")
 
 
 #: What "cannot open the storage" looks like: a URL SQLAlchemy cannot parse or whose dialect it does not know
 #: (ArgumentError, ValueError for e.g. a non-numeric port), a missing driver module (ImportError), a server
-#: that is unreachable or refuses the login, a file that cannot be opened (OperationalError), a schema made by
-#: an incompatible Optuna (RuntimeError from its version check).
-_OPEN_ERRORS = (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError, ImportError, ValueError, RuntimeError)
+#: that is unreachable or refuses the login, a file that cannot be opened or is locked (OperationalError), a
+#: file that is not a database (DatabaseError), a schema made by an incompatible Optuna (RuntimeError from its
+#: version check; StorageInternalError when reading it failed).
+_OPEN_ERRORS = (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.DatabaseError, ImportError, ValueError, RuntimeError,
+                StorageInternalError)
 
 
 def make_storage(url: str) -> optuna.storages.RDBStorage:
@@ -217,11 +362,17 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     back for about a minute, not for the rest of everyone's time budget. Both are read at call time so a test
     can shorten them in its own process.
 
+    SQLite: a connection waits :data:`SQLITE_BUSY_TIMEOUT_S` for another process's lock, then the operation
+    fails with "database is locked" (:func:`storage_errors` makes that exit 2).
+
     Raises :class:`InputError` naming ``--storage`` (password masked) when the storage cannot be opened.
     """
     if url.startswith("redis"):
         raise InputError(f"--storage {display_url(url)}: Redis storage was removed from Optuna; use an RDB URL "
                          f"such as {URL_EXAMPLES}")
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": float(SQLITE_BUSY_TIMEOUT_S)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeat_interval is "experimental" since 2.9
@@ -229,7 +380,7 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
                 url,
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=HEARTBEAT_GRACE_S,
-                engine_kwargs={"pool_pre_ping": True},
+                engine_kwargs=engine_kwargs,
             )
     except _OPEN_ERRORS as exc:
         raise _storage_error(url, exc) from None
@@ -260,18 +411,60 @@ def open_study(
         raise InputError(f"--study {settings.study_name}: cannot use the stored study: {exc}") from None
     except StorageInternalError as exc:  # the server went away between connecting and reading the study
         raise _storage_error(settings.storage, exc) from None
-    stored = study.user_attrs.get("recipe_fingerprint")
+    _verify_fingerprint(study, settings, recipe_data=recipe_data)
+    return study
+
+
+def _verify_fingerprint(study: optuna.Study, settings: SearchSettings, *,
+                        recipe_data: Mapping[str, Any] | None = None, joining: bool = False) -> None:
+    """Store the fingerprint in a new study; refuse (:class:`InputError`, saying what differs) a study whose
+    fingerprint is not this one.
+
+    A study made before the fingerprint had parts (only ``recipe_fingerprint``, of model, inputs and device as
+    written) is resumed when that old fingerprint matches ``recipe_data``, and then gets the new one; a worker
+    cannot join it (there is nothing to compare the factory file, torch or hardware with).
+    """
+    attrs = study.user_attrs
+    stored = attrs.get("recipe_fingerprint")
+    here = settings.fingerprint
+    where = f"--study {settings.study_name}: the study in {display_url(settings.storage)}"
     if stored is None:
+        if joining:
+            raise InputError(f"{where} was not created by `autotune run` (it has no fingerprint); "
+                             "refusing to join it")
         study.set_user_attr("recipe_fingerprint", settings.recipe_fingerprint)
+        if here is not None:
+            study.set_user_attr(FINGERPRINT_ATTR, dict(here))
         study.set_user_attr("objective", settings.objective)
         if recipe_data is not None:
             study.set_user_attr("recipe", dict(recipe_data))
-    elif stored != settings.recipe_fingerprint:
-        raise InputError(
-            f"--study {settings.study_name}: the study in {display_url(settings.storage)} was made for another "
-            "model, inputs or device; pick another --study NAME or --out directory"
-        )
-    return study
+        return
+    stored_parts = attrs.get(FINGERPRINT_ATTR)
+    if joining and here is not None and stored_parts is None:
+        raise InputError(f"{where} was made by an older autotune whose fingerprint has no parts to compare (factory "
+                         "file contents, torch, hardware); refusing to join it: resume it once with `autotune run` "
+                         "where it was made, then join")
+    if stored == settings.recipe_fingerprint:
+        return
+    if (stored_parts is None and here is not None and recipe_data is not None and not joining
+            and stored == recipe_fingerprint(recipe_data)):
+        study.set_user_attr("recipe_fingerprint", settings.recipe_fingerprint)  # an older study: adopt it
+        study.set_user_attr(FINGERPRINT_ATTR, dict(here))
+        return
+    if stored_parts is not None and here is not None:
+        what = "; ".join(fingerprint_differences(stored_parts, here)) or "the fingerprint"
+    else:
+        what = "model, inputs or device"
+    if joining:
+        raise InputError(f"{where} was made for another setup; refusing to join it: what differs: {what}. "
+                         "Join with the same recipe and model file, device, torch and hardware as the study")
+    raise InputError(f"{where} was made for another setup; what differs: {what}. "
+                     "Pick another --study NAME or --out directory, or run where the study was made")
+
+
+def verify_join(study: optuna.Study, settings: SearchSettings) -> None:
+    """``autotune worker``: refuse (:class:`InputError`) to join a study whose fingerprint is not ``settings``'s."""
+    _verify_fingerprint(study, settings, joining=True)
 
 
 def load_existing_study(url: str, study_name: str) -> optuna.Study:
@@ -288,6 +481,50 @@ def load_existing_study(url: str, study_name: str) -> optuna.Study:
         raise _storage_error(url, exc) from None
 
 
+#: OS errors that mean "this directory or disk cannot take the write", and what to do about each.
+_OS_ADVICE = {
+    errno.ENOSPC: "the disk is full: free some space and run again; what was measured so far is kept",
+    errno.EDQUOT: "the disk quota is used up: free some space and run again; what was measured so far is kept",
+    errno.EROFS: "the file system is read-only: use another --out",
+    errno.EACCES: "no permission to write there: make it writable or use another --out",
+    errno.EPERM: "the directory does not allow writing (permissions, or an immutable attribute): make it writable "
+                 "or use another --out",
+    errno.EIO: "an I/O error: the disk may be failing",
+}
+
+
+@contextlib.contextmanager
+def storage_errors(url: str | None, *, out_dir: Path | None = None, out_label: str = "--out") -> Iterator[None]:
+    """Make a storage or ``--out`` failure anywhere in the block an :class:`InputError` (exit 2, no traceback).
+
+    Covered: the study database is locked by another process, full, damaged or read-only, its server ran out
+    of resources or went away (SQLAlchemy/Optuna errors, by the driver's error code), and writing in
+    ``out_dir`` failed with a full disk, a read-only file system or no permission (OSError). What was committed
+    before stays as it was: each write is its own transaction, and the reports are replaced atomically.
+    Anything else (a programming error such as an IntegrityError) goes on up unchanged.
+    """
+    try:
+        yield
+    except (StorageInternalError, sqlalchemy.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        kind = _storage_kind(exc)
+        driver = _driver_error(exc)
+        operational = (isinstance(driver, sqlite3.OperationalError) or
+                       type(driver).__name__ in ("OperationalError", "InterfaceError") or
+                       isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError))
+        if kind is None and not operational:
+            raise
+        shown = f"--storage {display_url(url)}" if url else "the study's storage"
+        reason = _storage_problem(exc, kind)
+        raise InputError(f"{shown}: {_scrub(reason, url) if url else reason}") from None
+    except OSError as exc:
+        advice = _OS_ADVICE.get(exc.errno or 0)
+        if advice is None:
+            raise
+        where = f"{out_label} {out_dir}: " if out_dir is not None else ""
+        target = f"cannot write {exc.filename}" if exc.filename else "cannot write"
+        raise InputError(f"{where}{target}: {exc.strerror or exc} ({advice})") from None
+
+
 def fail_stale_trials(study: optuna.Study) -> None:
     """Fail the RUNNING trials whose heartbeat stopped: their process is dead (see :func:`make_storage`).
 
@@ -297,6 +534,29 @@ def fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+
+
+#: RUNNING trials of a study that have no heartbeat row at all (Optuna never considers those stale).
+_BEATLESS = sqlalchemy.text(
+    "SELECT t.trial_id FROM trials t WHERE t.study_id = :study AND t.state = 'RUNNING' "
+    "AND NOT EXISTS (SELECT 1 FROM trial_heartbeats h WHERE h.trial_id = t.trial_id)")
+
+
+def start_heartbeats_of_beatless_trials(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
+    """Record one heartbeat for every RUNNING trial that has none; returns their ids.
+
+    Optuna fails a RUNNING trial as stale only by its last heartbeat, and a trial without any is never stale:
+    one whose process was killed between ask and its first beat, or one left by an older autotune that did
+    not beat, would count as "being measured elsewhere" forever. One beat recorded on its behalf starts the
+    grace period on the database's clock: a live owner (about to write its first beat) simply goes on beating,
+    a dead one is failed by :func:`fail_stale_trials` after :data:`HEARTBEAT_GRACE_S`, like any other stale
+    trial. Two processes doing this at once is harmless (Optuna ignores the duplicate heartbeat row).
+    """
+    with storage.engine.connect() as con:
+        ids = [int(row[0]) for row in con.execute(_BEATLESS, {"study": study_id})]
+    for trial_id in ids:
+        storage.record_heartbeat(trial_id)
+    return ids
 
 
 class _Heartbeat:
@@ -475,6 +735,11 @@ class Search:
         with _quiet_heartbeat():
             return self.study.ask(dict(distributions))
 
+    def _fail_stale(self) -> None:
+        """Fail the stale RUNNING trials, then start the grace period of those that never had a heartbeat."""
+        fail_stale_trials(self.study)
+        start_heartbeats_of_beatless_trials(self._storage, self._study_id)
+
     def _heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         trial_id = self._storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
         return _Heartbeat(self._storage, trial_id)
@@ -504,7 +769,7 @@ class Search:
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> SearchOutcome:
         t0 = self.clock()
-        fail_stale_trials(self.study)
+        self._fail_stale()
         measured = self._measured()
         self._enqueue_priors(measured)
         measured_now = 0
@@ -513,7 +778,7 @@ class Search:
         distributions = self.space.distributions()
         try:
             while True:
-                fail_stale_trials(self.study)
+                self._fail_stale()
                 measured = self._measured()
                 remaining = [c for c in self.space.combos() if c not in measured]
                 if not remaining:

@@ -8,6 +8,7 @@ that touches torch happens in the worker.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import sys
 import time
@@ -20,6 +21,7 @@ from autotune import __version__
 from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record, pareto_front
 from autotune.errors import AutotuneError, InputError, WorkloadError
+from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
 from autotune.runner import Runner
 from autotune.search import (
@@ -28,9 +30,12 @@ from autotune.search import (
     SearchSettings,
     SearchSpace,
     display_url,
+    fingerprint_digest,
     load_existing_study,
     open_study,
-    recipe_fingerprint,
+    storage_errors,
+    study_fingerprint,
+    verify_join,
 )
 
 #: Seconds allowed for validating the workload (build + one forward) in a fresh worker.
@@ -120,21 +125,33 @@ class Progress:
 
 
 def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
-    """Run the whole tuning and write the reports; returns the report document."""
+    """Run the whole tuning and write the reports; returns the report document.
+
+    ``--out`` is locked from when it exists to the end (one run per directory: :mod:`autotune.outdir`), and
+    a storage or ``--out`` failure anywhere (locked, full, damaged, read-only) is an :class:`InputError`
+    that leaves what was measured so far in the study (:func:`autotune.search.storage_errors`).
+    """
+    storage = options.storage or f"sqlite:///{(options.out_dir / 'study.db').resolve()}"
+    with contextlib.ExitStack() as held, storage_errors(storage, out_dir=options.out_dir):
+        return _run_tuning(recipe, options, storage, held)
+
+
+def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: contextlib.ExitStack) -> dict[str, Any]:
     from autotune.report import write_reports
 
     t0 = time.monotonic()
     out = options.out_dir
-    storage = options.storage or f"sqlite:///{(out / 'study.db').resolve()}"
     study_name = options.study_name or recipe.name
     with Runner() as runner:
         workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
         out.mkdir(parents=True, exist_ok=True)
+        held.enter_context(hold_out_dir(out))  # a second run on this --out is refused from here on
+        fingerprint = study_fingerprint(recipe, workload.device)
         # then the study, before any probing: a bad --storage or a --study made for another model
         # fails in seconds, and a resumed run takes the boundaries it already found
         # (autotune.boundaries: reuse rule)
-        study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0),
-                           recipe_data=recipe.to_dict())
+        study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0,
+                                     fingerprint=fingerprint), recipe_data=recipe.to_dict())
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
@@ -148,7 +165,8 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
         left = recipe.search.time_budget_s - (time.monotonic() - t0)
         settings = _settings(recipe, storage=storage, study_name=study_name,
-                             time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0))
+                             time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
+                             fingerprint=fingerprint)
         search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict())
         search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
@@ -275,43 +293,64 @@ def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutc
 SPACE_POLL_S = 2.0
 
 
-def join_study(storage: str, study_name: str, *, time_budget: float | None, progress: bool,
-               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-               ) -> SearchOutcome:
-    """``autotune worker``: measure candidates of a study another machine created (same space).
+def join_study(recipe: Recipe, storage: str, study_name: str | None = None, *, time_budget: float | None,
+               progress: bool, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> SearchOutcome:
+    """``autotune worker``: measure candidates of a study another machine created, with the local ``recipe``.
 
-    The creating ``autotune run`` stores its recipe when it opens the study but the search space
-    only after its batch-boundary search, which can take minutes: a worker started in between
-    waits for the space (within its time budget) instead of failing.
+    Trust: the storage is data. Nothing read from it is executed: the model is built from the local recipe
+    (its factory is imported here, as by ``autotune run``), and the worker refuses to join unless the study's
+    fingerprint (:func:`autotune.search.study_fingerprint`: model file contents, inputs, resolved device,
+    torch, hardware) is this recipe's on this machine. From the study it takes only the search space (variant
+    names and batch sizes), and only variants the local recipe has.
+
+    The creating ``autotune run`` stores its fingerprint when it opens the study but the search space only
+    after its batch-boundary search, which can take minutes: a worker started in between waits for the space
+    (within its time budget) instead of failing. Storage failures are :class:`InputError`.
     """
+    with storage_errors(storage):
+        return _join_study(recipe, storage, study_name or recipe.name, time_budget=time_budget, progress=progress,
+                           clock=clock, sleep=sleep)
+
+
+def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: float | None, progress: bool,
+                clock: Callable[[], float], sleep: Callable[[float], None]) -> SearchOutcome:
+    t0 = clock()
     study = load_existing_study(storage, study_name)
     shown = display_url(storage)
-    attrs = study.user_attrs
-    if "recipe" not in attrs:
-        raise InputError(f"--study: '{study_name}' in {shown} was not created by `autotune run` (no recipe stored)")
-    recipe = Recipe.from_dict(attrs["recipe"])
     budget = recipe.search.time_budget_s if time_budget is None else time_budget
-    t0 = clock()
-    while "space" not in attrs or "specs" not in attrs:
-        if clock() - t0 >= budget:
-            raise InputError(f"--study: '{study_name}' in {shown} has no search space yet after {budget:g} s: "
-                             "the `autotune run` that created it is still finding batch boundaries, or it died "
-                             "before storing them; start the worker later or with a larger --time-budget")
-        sleep(min(SPACE_POLL_S, max(0.0, budget - (clock() - t0))))
-        attrs = study.user_attrs
-    budget -= clock() - t0
-    recipe = replace(recipe, search=replace(recipe.search, time_budget_s=budget))
-    space = SearchSpace(variants=tuple(attrs["space"]), batch_sizes={v: tuple(b) for v, b in attrs["space"].items()})
-    settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=budget)
     with Runner() as runner:
-        search = Search(space, settings, _evaluator(runner, recipe, attrs["specs"]))
+        workload = validate(runner, recipe)
+        fingerprint = study_fingerprint(recipe, workload.device)
+        verify_join(study, _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,
+                                     fingerprint=fingerprint))
+        attrs = study.user_attrs
+        while "space" not in attrs:
+            if clock() - t0 >= budget:
+                raise InputError(f"--study: '{study_name}' in {shown} has no search space yet after {budget:g} s: "
+                                 "the `autotune run` that created it is still finding batch boundaries, or it died "
+                                 "before storing them; start the worker later or with a larger --time-budget")
+            sleep(min(SPACE_POLL_S, max(0.0, budget - (clock() - t0))))
+            attrs = study.user_attrs
+        space = SearchSpace(variants=tuple(attrs["space"]),
+                            batch_sizes={v: tuple(b) for v, b in attrs["space"].items()})
+        unknown = [v for v in space.variants if v not in workload.specs]
+        if unknown:
+            raise InputError(f"{recipe.path}: the study '{study_name}' searches variants this recipe does not have "
+                             f"here ({', '.join(unknown)}); join with the recipe the study was made with")
+        budget -= clock() - t0
+        recipe = replace(recipe, search=replace(recipe.search, time_budget_s=budget))
+        settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,
+                             fingerprint=fingerprint)
+        search = Search(space, settings, _evaluator(runner, recipe, workload.specs))
         return _run_search(search, recipe, progress=progress)
 
 
-def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: float) -> SearchSettings:
+def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: float,
+              fingerprint: Mapping[str, Any]) -> SearchSettings:
     return SearchSettings(
         objective=recipe.search.objective, constraints=recipe.constraints, storage=storage,
-        study_name=study_name, recipe_fingerprint=recipe_fingerprint(recipe.to_dict()),
+        study_name=study_name, recipe_fingerprint=fingerprint_digest(fingerprint), fingerprint=fingerprint,
         time_budget_s=max(0.0, time_budget), max_trials=recipe.search.max_trials, seed=recipe.search.seed,
     )
 
@@ -320,8 +359,14 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     """``autotune report DIR``: rebuild the document from the stored study (all workers' trials).
 
     report.json keeps the storage URL with its password masked, so a password-protected study is
-    reached again through ``storage`` (``--storage``); without it, the stored URL is tried.
+    reached again through ``storage`` (``--storage``); without it, the stored URL is tried. A storage that
+    fails while it is read, or a DIR that cannot be written, is an :class:`InputError`.
     """
+    with storage_errors(storage, out_dir=out_dir, out_label="DIR"):
+        return _rerender(out_dir, storage=storage)
+
+
+def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     from autotune.report import load_report, write_reports
     from autotune.search import measured_rows
     from autotune.showdown import recommendation

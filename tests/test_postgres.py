@@ -311,8 +311,9 @@ def test_run_and_worker_share_a_study(pg_url: str, write_recipe, tmp_path: Path)
             assert run.poll() is None, run.communicate()[1]
             assert time.monotonic() < deadline, "the run never stored its search space"
             time.sleep(0.3)
-        worker = subprocess.Popen([*cmd, "worker", "--storage", pg_url, "--study", "s2", "--no-progress"], cwd=ROOT,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the worker's own copy of the recipe (it never runs the one stored in the study)
+        worker = subprocess.Popen([*cmd, "worker", str(path), "--storage", pg_url, "--study", "s2", "--no-progress"],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         w_out, w_err = worker.communicate(timeout=240)
         _, r_err = run.communicate(timeout=240)
     finally:
@@ -521,3 +522,70 @@ def test_a_database_that_does_not_exist_is_an_input_error(pg_url: str) -> None:
     with pytest.raises(InputError, match=r'^--storage postgresql\+psycopg2://postgres@127\.0\.0\.1:\d+/no_such_db: '
                                          r'cannot open the storage: .*"no_such_db" does not exist'):
         open_study(search_settings(url, "x"))
+
+
+# ----------------------------------------------------------------------------- passwords outside the URL
+
+
+def test_pgpassword_pgpass_and_a_query_string_password(pg_url: str, write_recipe, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role that must log in with a password (scram over TCP): libpq finds it in PGPASSWORD or a .pgpass
+    file, so the URL (and `ps`) need not carry it; one in the URL's query string works and is masked."""
+    from urllib.parse import quote
+
+    from autotune.errors import InputError
+    from autotune.search import make_storage
+
+    password = "p@ss:w?rd"
+    con = connect(pg_url)
+    try:
+        with con.cursor() as cur:
+            cur.execute("CREATE ROLE pwuser LOGIN PASSWORD %s", (password,))
+            cur.execute("CREATE DATABASE pwdb OWNER pwuser")
+            cur.execute("SHOW hba_file")
+            row = cur.fetchone()
+            assert row is not None
+            hba = Path(row[0])
+            hba.write_text("host all pwuser 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+            cur.execute("SELECT pg_reload_conf()")
+    finally:
+        con.close()
+    port = re.search(r":(\d+)/", pg_url)[1]  # type: ignore[index]
+    url = f"postgresql+psycopg2://pwuser@127.0.0.1:{port}/pwdb"
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+
+    def opens(storage_url: str) -> bool:
+        try:
+            make_storage(storage_url).engine.dispose()
+        except InputError as exc:
+            assert password not in str(exc) and "w?rd" not in str(exc), exc
+            return False
+        return True
+
+    time.sleep(0.5)  # the reload is asynchronous
+    assert not opens(url)  # no password anywhere: refused, so the next three really use theirs
+    monkeypatch.setenv("PGPASSWORD", password)
+    assert opens(url)
+    monkeypatch.delenv("PGPASSWORD")
+    pgpass = tmp_path / ".pgpass"
+    pgpass.write_text(f"127.0.0.1:{port}:pwdb:pwuser:{password.replace(':', chr(92) + ':')}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    assert opens(url)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    assert opens(f"{url}?password={quote(password, safe='')}")
+    assert not opens(f"{url}?password=wrong")
+
+    # the whole CLI, the password in the environment only
+    path = write_recipe(recipe_text(variants=["eager"], batch_sizes=[1]))
+    env = {**os.environ, "PGPASSWORD": password}
+    proc = subprocess.run([sys.executable, "-m", "autotune", *run_args(path, tmp_path / "out", url, "pw")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["search"]["storage"] == url and doc["search"]["measured_this_run"] == 1
+    shown = f"{url}?password={quote(password, safe='')}"
+    code, _, err = run_cli("report", str(tmp_path / "out"), "--storage", shown)
+    assert code == 0, err
+    assert "w%3Frd" not in (tmp_path / "out" / "report.json").read_text()

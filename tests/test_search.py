@@ -108,9 +108,25 @@ def test_resume_measures_nothing_twice(tmp_path: Path) -> None:
 
 
 def test_study_made_for_another_workload_is_refused(tmp_path: Path) -> None:
-    Search(SPACE, settings(tmp_path, max_trials=1), lambda t, v, b: fake_row(t, v, b)).run()
-    with pytest.raises(InputError, match="made for another model"):
-        Search(SPACE, settings(tmp_path, recipe_fingerprint="other"), lambda t, v, b: fake_row(t, v, b))
+    from autotune.search import fingerprint_digest
+
+    parts = {"model.factory_file_sha256": "aaaa", "device": "cpu", "torch": "2.5.1"}
+    made = settings(tmp_path, max_trials=1, recipe_fingerprint=fingerprint_digest(parts), fingerprint=parts)
+    Search(SPACE, made, lambda t, v, b: fake_row(t, v, b)).run()
+    Search(SPACE, made, lambda t, v, b: fake_row(t, v, b))  # the same fingerprint resumes
+    other = {**parts, "model.factory_file_sha256": "bbbb", "torch": "2.6.0"}
+    with pytest.raises(InputError) as info:
+        Search(SPACE, settings(tmp_path, recipe_fingerprint=fingerprint_digest(other), fingerprint=other),
+               lambda t, v, b: fake_row(t, v, b))
+    message = str(info.value)
+    assert message.startswith("--study t: the study in sqlite:///") and "made for another setup" in message
+    assert "what differs: model.factory_file_sha256: study aaaa, here bbbb; torch: study 2.5.1, here 2.6.0." in message
+    assert "device" not in message
+    # no parts to compare (a caller that passes only a digest): the old, general message
+    Search(SPACE, settings(tmp_path, study_name="bare", max_trials=1), lambda t, v, b: fake_row(t, v, b)).run()
+    with pytest.raises(InputError, match="made for another setup; what differs: model, inputs or device"):
+        Search(SPACE, settings(tmp_path, study_name="bare", recipe_fingerprint="other"),
+               lambda t, v, b: fake_row(t, v, b))
 
 
 def test_latency_constraint_and_pareto_objective(tmp_path: Path) -> None:
