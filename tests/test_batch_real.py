@@ -70,7 +70,7 @@ max_batch_size = 1024
 
 def fresh_probe(recipe: Recipe, batch_size: int, budget: int | None) -> ProbeResult:
     with Runner(reuse=False) as runner:
-        return probe_function(runner, recipe, "eager", budget=budget)(batch_size)
+        return probe_function(runner, recipe, "eager", budget=budget, fresh=True)(batch_size)
 
 
 def test_boundary_found_in_a_reused_worker_is_confirmed_in_fresh_ones(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_measured_peak_excludes_the_gate(tmp_path: Path) -> None:
     state = worker.WorkerState()
     state.workload(recipe)  # the model built and run once, as in a worker
     worker._trim_heap()
-    before = devices.current_memory_bytes(devices.resolve_device("cpu"))
+    before = devices.backend_for("cpu").current_memory_bytes()
     res = worker.op_measure(state, {"recipe": recipe, "variant": "eager", "batch_size": 512,
                                     "settings": {"max_seconds": 0.3, "ci_target": 0.5}})
     assert res["status"] == "ok", res

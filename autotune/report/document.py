@@ -90,6 +90,9 @@ _ORDER_BOUNDARY = (
     "headroom",
     "memory_limit_bytes",
     "memory_measured_by",
+    "footprint",
+    "granularity_source",
+    "limit_source",
     "model",
     "probes",
 )

@@ -172,6 +172,9 @@ _BOUNDARY = _record(
         "headroom": (_nullable(_NUMBER), False),
         "memory_limit_bytes": (_nullable(_NUMBER), False),
         "memory_measured_by": (_nullable(_STR), False),
+        "footprint": (_nullable(_STR), False),
+        "granularity_source": (_nullable(_STR), False),
+        "limit_source": (_nullable(_STR), False),
         "probes": (_list_of(_PROBE), False),
         "model": (
             _nullable(_record({"intercept_bytes": (_NUMBER, True), "bytes_per_sample": (_NUMBER, True)})),

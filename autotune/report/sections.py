@@ -246,6 +246,10 @@ def boundary_summary(variant: str, entry: Mapping[str, Any]) -> str:
         )
     if entry.get("memory_measured_by"):
         parts.append(f"measured as {entry['memory_measured_by']}")
+    if is_int(entry.get("granularity")) and entry.get("granularity_source"):
+        parts.append(f"granularity {entry['granularity']} ({entry['granularity_source']})")
+    if entry.get("footprint"):
+        parts.append(str(entry["footprint"]))
     return "; ".join(parts)
 
 

@@ -1,0 +1,86 @@
+"""The CPU boundary is the one a deployment process sees, checked by an independent plain process.
+
+A 4096-wide MLP holds 68 MiB of fp32 weights. The tool's boundary (search in a reused worker,
+confirmation in fresh ones) is handed to benchmarks/plain_footprint.py, a process that imports
+only torch, builds the model and the variant, drops the original where the variant has its own
+copy, and runs one forward: at b its peak must stay within the budget and at b + g exceed it,
+each within 3% of the budget. A boundary that charged the tool's master copy of the weights
+(the old behaviour) comes out ~68 MiB (about 10% of the budget) too low and fails this check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autotune.boundaries import find_boundaries
+from autotune.recipe import load_recipe
+from autotune.runner import Runner
+from autotune.tuner import validate
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(
+    not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1024**2
+BUDGET = 720 * MIB
+AGREEMENT = 0.03
+RECIPE = f"""
+name = "mlp4096"
+device = "cpu"
+[model]
+factory = "{ROOT / 'recipes' / 'models.py'}:mlp"
+kwargs = {{ in_features = 256, hidden = 4096, layers = 3, out_features = 10 }}
+[[inputs]]
+name = "features"
+shape = [256]
+[search]
+variants = ["eager"]
+batch_sizes = "auto"
+[batch]
+memory_budget = "{BUDGET // MIB}MiB"
+max_batch_size = 65536
+granularity = 16
+"""
+
+
+def plain_peak(variant: str, batch: int) -> int:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "plain_footprint.py"), f"{ROOT / 'recipes' / 'models.py'}:mlp",
+           "--kwargs", json.dumps({"in_features": 256, "hidden": 4096, "layers": 3, "out_features": 10}),
+           "--shape", "256", "--batch", str(batch), "--variant", variant]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["torch_only"], "the plain process must not import autotune"
+    return int(result["peak_bytes"])
+
+
+@pytest.mark.parametrize("variant", [
+    "eager",
+    pytest.param("frozen", marks=pytest.mark.slow),
+    pytest.param("compile", marks=pytest.mark.slow),
+])
+def test_boundary_agrees_with_a_plain_deployment_process(tmp_path: Path, variant: str) -> None:
+    path = tmp_path / "mlp4096.toml"
+    path.write_text(RECIPE)
+    recipe = load_recipe(path)
+    recipe = replace(recipe, search=replace(recipe.search, variants=(variant,)))
+    with Runner() as runner:
+        workload = validate(runner, recipe)
+        outcome = find_boundaries(runner, recipe, workload)
+    assert not outcome.failures, outcome.failures
+    doc = outcome.documents[variant]
+    assert "one copy of the weights" in doc["footprint"] and "master copy" in doc["footprint"]
+    assert doc["granularity"] == 16 and doc["granularity_source"].startswith("recipe")
+    assert any(p["phase"] == "confirm" for p in doc["probes"])
+    b, g = doc["max_batch_size"], doc["granularity"]
+    at_b, above = plain_peak(variant, b) / BUDGET, plain_peak(variant, b + g) / BUDGET
+    assert at_b <= 1 + AGREEMENT, (b, at_b)
+    assert above >= 1 - AGREEMENT, (b + g, above)
