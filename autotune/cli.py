@@ -7,9 +7,10 @@ Exit codes: 0 success, 1 the tuning ran but found no feasible configuration, 2 b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +140,56 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
     return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
 
 
+class ProgressBar:
+    """The CLI's consumer of progress events (autotune.events): a tqdm bar of candidates, the current one
+    and the best so far; boundary and showdown steps as lines on stderr."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.best = "-"
+
+    def __call__(self, event: Any) -> None:
+        data = event.data
+        if event.kind in ("boundary", "showdown"):
+            print(f"{event.message} ...", file=sys.stderr, flush=True)
+        elif event.kind == "candidate_start":
+            self._bar(data["total"]).set_postfix_str(f"now: {event.message} | best: {self.best}", refresh=True)
+        elif event.kind == "candidate_done":
+            best = data.get("best")
+            if best is not None:
+                self.best = f"{best['variant']}@{best['batch_size']} {best['throughput']:.1f}/s"
+            bar = self._bar(data["total"])
+            bar.update(1)
+            bar.set_postfix_str(f"last: {event.message} | best: {self.best}")
+        elif event.kind == "done":
+            self.close()
+
+    def _bar(self, total: int) -> Any:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="cand", dynamic_ncols=True, leave=True)
+        return self.bar
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from autotune.api import tune
     from autotune.report import console_table
-    from autotune.tuner import RunOptions, run_tuning
 
     recipe = _load(args.recipe, device=args.device, time_budget=args.time_budget, seed=args.seed)
     out = args.out or Path("out") / recipe.name
-    doc = run_tuning(recipe, RunOptions(out_dir=out, storage=args.storage, study_name=args.study,
-                                        progress=not args.no_progress))
+    bar = None if args.no_progress else ProgressBar()
+    try:
+        result = tune(recipe, out=out, storage=args.storage, study=args.study, on_event=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    doc = result.report
     print(console_table(doc))
     print(f"\nreports: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
     if doc["search"]["stopped_by"] == "interrupted":
@@ -183,31 +226,22 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from autotune.boundaries import find_boundaries
-    from autotune.runner import Runner
+    from autotune.api import find_batch_boundary
     from autotune.sizes import format_size
-    from autotune.tuner import validate
 
     recipe = _load(args.recipe, device=args.device)
-    if args.memory_budget is not None:
-        recipe = replace(recipe, batch=replace(recipe.batch, memory_budget_bytes=args.memory_budget))
-    with Runner() as runner:
-        workload = validate(runner, recipe)
-        if args.variant is not None:
-            wanted = _resolve_variant(args.variant, workload)
-            workload = replace(workload, variants=(wanted,))
-        outcome = find_boundaries(runner, recipe, workload,
-                                  on_variant=lambda v: print(f"probing {v} ...", file=sys.stderr, flush=True))
+    with _as_flags():
+        found = find_batch_boundary(recipe, variant=args.variant, memory_budget=args.memory_budget,
+                                    on_event=lambda e: print(f"{e.message} ...", file=sys.stderr, flush=True))
+    documents = {v: b.document for v, b in found.boundaries.items()}
     if args.json:
-        print(json.dumps({"batch_boundary": outcome.documents,
-                          "failures": {v: {"status": s, "reason": r} for v, (s, r) in outcome.failures.items()}},
+        print(json.dumps({"batch_boundary": documents,
+                          "failures": {v: {"status": s, "reason": r} for v, (s, r) in found.failures.items()}},
                          indent=2))
-        return EXIT_OK if outcome.documents else EXIT_INFEASIBLE
+        return EXIT_OK if documents else EXIT_INFEASIBLE
     from tabulate import tabulate
 
-    for variant, doc in outcome.documents.items():
+    for variant, doc in documents.items():
         limit = doc.get("memory_limit_bytes")
         print(f"\n{variant}: max batch size {doc['max_batch_size']}"
               f"{' (upper bound reached, no OOM)' if doc['hit_upper_bound'] else ''}; usable with "
@@ -223,62 +257,37 @@ def cmd_batch(args: argparse.Namespace) -> int:
                  format_size(p["peak_memory_bytes"]) if p["peak_memory_bytes"] is not None else "-",
                  f"{p['seconds']:.2f}", p.get("error") or ""] for p in doc["probes"]]
         print(tabulate(rows, headers=["phase", "batch", "fits", "peak memory", "seconds", "note"], tablefmt="simple"))
-    for variant, (status, reason) in outcome.failures.items():
+    for variant, (status, reason) in found.failures.items():
         print(f"\n{variant}: {status}: {reason}")
-    return EXIT_OK if outcome.documents else EXIT_INFEASIBLE
+    return EXIT_OK if documents else EXIT_INFEASIBLE
 
 
-def _resolve_variant(name: str, workload: Any) -> str:
-    from autotune.recipe import closest
-
-    if name in workload.variants:
-        return name
-    known = list(workload.variants) + [u["variant"] for u in workload.unavailable]
-    for u in workload.unavailable:
-        if u["variant"] == name:
-            raise InputError(f"--variant: '{name}' is not available here: {u['reason']}")
-    hint = closest(name, known)
-    raise InputError(f"--variant: '{name}' is not one of the recipe's variants ({', '.join(workload.variants)})"
-                     + (f" (did you mean '{hint}'?)" if hint else ""))
+@contextlib.contextmanager
+def _as_flags() -> Iterator[None]:
+    """The API names its arguments (``variant: ...``); on the command line they are flags (``--variant: ...``)."""
+    try:
+        yield
+    except InputError as exc:
+        text = str(exc)
+        if text.startswith(("variant:", "batch_size:")):
+            raise InputError("--" + text.replace("batch_size:", "batch-size:", 1)) from None
+        raise
 
 
 # ----------------------------------------------------------------------------- measure
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from autotune.candidate import candidate_record
-    from autotune.runner import Runner
-    from autotune.tuner import measure_settings, validate
+    from autotune.api import measure
 
     recipe = _load(args.recipe, device=args.device)
-    with Runner() as runner:
-        workload = validate(runner, recipe)
-        spec = _parse_variant_in_worker(args.variant, runner, recipe, workload)
-        workload = replace(workload, specs={**workload.specs, args.variant: spec})
-        res = runner.call(
-            {"op": "measure", "recipe": recipe.to_dict(), "variant": args.variant, "batch_size": args.batch_size,
-             "settings": measure_settings(recipe)},
-            timeout=recipe.measure.timeout_s,
-        )
-    row = candidate_record(trial=0, variant=args.variant, spec=spec, batch_size=args.batch_size, result=res,
-                           constraints=recipe.constraints)
+    with _as_flags():
+        row = dict(measure(recipe, variant=args.variant, batch_size=args.batch_size).row)
     if args.json:
         print(json.dumps(row, indent=2))
     else:
         print(_describe_row(row))
     return EXIT_OK if row["status"] == "ok" else EXIT_INFEASIBLE
-
-
-def _parse_variant_in_worker(name: str, runner: Any, recipe: Any, workload: Any) -> dict[str, Any]:
-    if name in workload.specs:
-        return dict(workload.specs[name])
-    res = runner.call({"op": "parse_variant", "variant": name, "device": workload.device,
-                       "recipe": recipe.to_dict()}, timeout=120)
-    if res.get("status") != "ok":
-        raise InputError(f"--variant: {res.get('reason')}")
-    return dict(res["spec"])
 
 
 def _describe_row(row: dict[str, Any]) -> str:
@@ -324,7 +333,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     recipe = _load(args.recipe, device=args.device)
     study = args.study or recipe.name
-    summary = join_study(recipe, args.storage, study, time_budget=args.time_budget, progress=not args.no_progress)
+    bar = None if args.no_progress else ProgressBar()
+    try:
+        summary = join_study(recipe, args.storage, study, time_budget=args.time_budget, on_event=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     print(f"measured {summary.measured_this_run} candidates for study {study}; stopped by {summary.stopped_by}")
     return EXIT_INTERRUPTED if summary.stopped_by == "interrupted" else EXIT_OK
 

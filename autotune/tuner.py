@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from autotune import __version__
 from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record, pareto_front
 from autotune.errors import AutotuneError, InputError, WorkloadError
+from autotune.events import OnEvent, emit
 from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
 from autotune.runner import Runner
@@ -51,7 +51,8 @@ class RunOptions:
     out_dir: Path
     storage: str | None = None
     study_name: str | None = None
-    progress: bool = True
+    #: Progress events (autotune.events); None: silent. The CLI passes its tqdm bar.
+    on_event: OnEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -97,33 +98,6 @@ def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: Workload, re
     return rows
 
 
-class Progress:
-    """tqdm bar: candidates done, the current one, the best so far (silent when disabled)."""
-
-    def __init__(self, *, enabled: bool, total: int) -> None:
-        self.bar = None
-        self.best: str = "-"
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="cand", dynamic_ncols=True, leave=True)
-
-    def current(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"now: {text} | best: {self.best}", refresh=True)
-
-    def done(self, row: Mapping[str, Any], best: Mapping[str, Any] | None) -> None:
-        if best is not None:
-            self.best = f"{best['variant']}@{best['batch_size']} {best['throughput']:.1f}/s"
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(f"last: {row['variant']}@{row['batch_size']} {row['status']} | best: {self.best}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
     """Run the whole tuning and write the reports; returns the report document.
 
@@ -144,6 +118,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     study_name = options.study_name or recipe.name
     with Runner() as runner:
         workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
+        emit(options.on_event, "validated", f"{recipe.name} on {workload.device}: {len(workload.variants)} variants",
+             device=workload.device, variants=workload.variants)
         out.mkdir(parents=True, exist_ok=True)
         held.enter_context(hold_out_dir(out))  # a second run on this --out is refused from here on
         fingerprint = study_fingerprint(recipe, workload.device)
@@ -155,7 +131,9 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
-            boundary = find_boundaries(runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR))
+            boundary = find_boundaries(
+                runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR),
+                on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
             runner.recycle("probe")  # its memory back before timing starts
             batch_sizes = boundary.batch_sizes
         else:
@@ -172,12 +150,12 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
         if boundary.key is not None:  # the documents and what decided them, for the next resume
             search.study.set_user_attr(STATE_ATTR, boundary.state())
-        outcome = _run_search(search, recipe, progress=options.progress)
+        outcome = _run_search(search, recipe, on_event=options.on_event)
         worker_stats = runner.stats
     showdown = None
     if outcome.stopped_by != "interrupted":  # Ctrl-C means stop now, with what was measured
         showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
-                                  progress=options.progress)
+                                  on_event=options.on_event)
     if showdown is not None:
         search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
     rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)
@@ -191,6 +169,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                                        "startup_seconds": worker_stats.startup_seconds,
                                        "crashes": worker_stats.crashes})
     write_reports(doc, out)
+    emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
 
 
@@ -200,7 +179,7 @@ SHOWDOWN_SHARE = 0.25
 SHOWDOWN_ATTR = "showdown"
 
 
-def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, progress: bool
+def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None
                    ) -> dict[str, Any] | None:
     """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide.
 
@@ -223,10 +202,9 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, p
         finalists = finalists[:-1]
     if len(finalists) < 2:
         return None
-    say = None
-    if progress:
-        def say(text: str) -> None:
-            print(f"showdown: {text}", file=sys.stderr, flush=True)
+    def say(text: str) -> None:
+        emit(on_event, "showdown", f"showdown: {text}")
+
     t0 = time.monotonic()
     doc = run_showdown(finalists, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner,
                        on_progress=say)
@@ -265,17 +243,20 @@ def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, 
     return evaluate
 
 
-def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutcome:
-    """Run the study's loop with a progress bar (candidates done, current, best so far)."""
-    bar = Progress(enabled=progress, total=len(search.space.combos()))
+def _run_search(search: Search, recipe: Recipe, *, on_event: OnEvent | None) -> SearchOutcome:
+    """Run the study's loop, telling ``on_event`` about each candidate (started, done, best so far)."""
+    total = len(search.space.combos())
     rows: list[dict[str, Any]] = []
     evaluate = search.evaluate
 
     def tracked(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
-        bar.current(f"{variant}@{batch_size}")
+        emit(on_event, "candidate_start", f"{variant}@{batch_size}", variant=variant, batch_size=batch_size,
+             total=total)
         row = evaluate(trial, variant, batch_size)
         rows.append(row)
-        bar.done(row, best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints))
+        best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
+        emit(on_event, "candidate_done", f"{variant}@{batch_size}: {row['status']}", variant=variant,
+             batch_size=batch_size, total=total, row=row, best=best)
         return row
 
     search.evaluate = tracked
@@ -286,7 +267,6 @@ def _run_search(search: Search, recipe: Recipe, *, progress: bool) -> SearchOutc
         return search.run()
     finally:
         search.evaluate = evaluate
-        bar.close()
 
 
 #: Seconds between looks at a study whose creating run has not stored its search space yet.
@@ -294,7 +274,7 @@ SPACE_POLL_S = 2.0
 
 
 def join_study(recipe: Recipe, storage: str, study_name: str | None = None, *, time_budget: float | None,
-               progress: bool, clock: Callable[[], float] = time.monotonic,
+               on_event: OnEvent | None = None, clock: Callable[[], float] = time.monotonic,
                sleep: Callable[[float], None] = time.sleep) -> SearchOutcome:
     """``autotune worker``: measure candidates of a study another machine created, with the local ``recipe``.
 
@@ -309,11 +289,12 @@ def join_study(recipe: Recipe, storage: str, study_name: str | None = None, *, t
     (within its time budget) instead of failing. Storage failures are :class:`InputError`.
     """
     with storage_errors(storage):
-        return _join_study(recipe, storage, study_name or recipe.name, time_budget=time_budget, progress=progress,
+        return _join_study(recipe, storage, study_name or recipe.name, time_budget=time_budget, on_event=on_event,
                            clock=clock, sleep=sleep)
 
 
-def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: float | None, progress: bool,
+def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: float | None,
+                on_event: OnEvent | None,
                 clock: Callable[[], float], sleep: Callable[[float], None]) -> SearchOutcome:
     t0 = clock()
     study = load_existing_study(storage, study_name)
@@ -343,7 +324,7 @@ def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: f
         settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,
                              fingerprint=fingerprint)
         search = Search(space, settings, _evaluator(runner, recipe, workload.specs))
-        return _run_search(search, recipe, progress=progress)
+        return _run_search(search, recipe, on_event=on_event)
 
 
 def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: float,
