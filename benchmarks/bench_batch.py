@@ -510,6 +510,21 @@ def plain_peak(recipe: Recipe, variant: str, batch: int, *, device: str = "cpu",
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def product_boundary(recipe: Recipe, variant: str) -> tuple[dict[str, object] | None, float]:
+    """The product's path (``autotune batch``): validate, search in a reused worker, confirm in fresh ones;
+    the variant's boundary document (None when its search failed, said on stderr) and the seconds it took."""
+    import sys
+
+    t0 = time.perf_counter()
+    with Runner() as runner:
+        workload = validate(runner, recipe)
+        outcome = find_boundaries(runner, recipe, workload)
+    if variant not in outcome.documents:
+        print(f"{recipe.name} {variant}: {outcome.failures.get(variant)}", file=sys.stderr)
+        return None, time.perf_counter() - t0
+    return dict(outcome.documents[variant]), time.perf_counter() - t0
+
+
 def deployment_benchmark(variants: list[str], *, recipe_path: Path = WIDE_MLP) -> bool:
     """The product's boundary (search in a reused worker, confirmation in fresh ones) for each variant,
     then a plain torch-only process at b and b + g: its peak over the budget must be <= 1 + 3% at b
@@ -522,16 +537,11 @@ def deployment_benchmark(variants: list[str], *, recipe_path: Path = WIDE_MLP) -
     t0 = time.perf_counter()
     for variant in variants:
         recipe = replace(base, search=replace(base.search, variants=(variant,)))
-        t1 = time.perf_counter()
-        with Runner() as runner:
-            workload = validate(runner, recipe)
-            outcome = find_boundaries(runner, recipe, workload)
-        seconds = time.perf_counter() - t1
-        if variant not in outcome.documents:
-            rows.append([variant, "-", "-", f"{seconds:.0f}", "-", "-", f"failed: {outcome.failures.get(variant)}"])
+        doc, seconds = product_boundary(recipe, variant)
+        if doc is None:
+            rows.append([variant, "-", "-", f"{seconds:.0f}", "-", "-", "failed"])
             ok = False
             continue
-        doc = outcome.documents[variant]
         b, g = int(doc["max_batch_size"]), int(doc["granularity"])
         at_b = int(plain_peak(recipe, variant, b)["peak_bytes"]) / budget
         above = int(plain_peak(recipe, variant, b + g)["peak_bytes"]) / budget
@@ -576,16 +586,11 @@ def gpu_benchmark(variants: list[str], models: list[str] | None = None) -> bool:
                             granularity=None, max_batch_size=65536)
             recipe = replace(base, device="cuda", batch=batch,
                              search=replace(base.search, variants=(variant,), batch_sizes="auto"))
-            t1 = time.perf_counter()
-            with Runner() as runner:
-                workload = validate(runner, recipe)
-                outcome = find_boundaries(runner, recipe, workload)
-            seconds = time.perf_counter() - t1
-            if variant not in outcome.documents:
+            doc, seconds = product_boundary(recipe, variant)
+            if doc is None:
                 rows.append([base.name, variant, "-", "-", "-", f"{seconds:.0f}", "-", "-", "FAIL"])
                 ok = False
                 continue
-            doc = outcome.documents[variant]
             b, g, limit = int(doc["max_batch_size"]), int(doc["granularity"]), int(doc["memory_limit_bytes"])
             at_b = plain_peak(recipe, variant, b, device="cuda", limit=limit)
             above = plain_peak(recipe, variant, b + g, device="cuda", limit=limit)
