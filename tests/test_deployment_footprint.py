@@ -52,9 +52,15 @@ granularity = 16
 """
 
 
-def plain_peak(variant: str, batch: int) -> int:
+#: frozen and compile (slow) on the benchmark's wide MLP against 1536 MiB: the frozen footprint moves by
+#: ~30 MiB from process to process (748 vs 775 MiB at one batch, measured), more than 3% of 720 MiB, and
+#: inductor's compile alone holds ~400 MiB, so a 720 MiB budget fits no compiled batch at all.
+WIDE = {"hidden": 8192, "budget": 1536 * MIB}
+
+
+def plain_peak(variant: str, batch: int, hidden: int = 4096) -> int:
     cmd = [sys.executable, str(ROOT / "benchmarks" / "plain_footprint.py"), f"{ROOT / 'recipes' / 'models.py'}:mlp",
-           "--kwargs", json.dumps({"in_features": 256, "hidden": 4096, "layers": 3, "out_features": 10}),
+           "--kwargs", json.dumps({"in_features": 256, "hidden": hidden, "layers": 3, "out_features": 10}),
            "--shape", "256", "--batch", str(batch), "--variant", variant]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -68,8 +74,10 @@ def plain_peak(variant: str, batch: int) -> int:
     pytest.param("compile", marks=pytest.mark.slow),
 ])
 def test_boundary_agrees_with_a_plain_deployment_process(tmp_path: Path, variant: str) -> None:
-    path = tmp_path / "mlp4096.toml"
-    path.write_text(RECIPE)
+    hidden, budget = (4096, BUDGET) if variant == "eager" else (WIDE["hidden"], WIDE["budget"])
+    path = tmp_path / "mlp.toml"
+    path.write_text(RECIPE.replace("hidden = 4096", f"hidden = {hidden}")
+                    .replace(f'"{BUDGET // MIB}MiB"', f'"{budget // MIB}MiB"'))
     recipe = load_recipe(path)
     recipe = replace(recipe, search=replace(recipe.search, variants=(variant,)))
     with Runner() as runner:
@@ -81,6 +89,6 @@ def test_boundary_agrees_with_a_plain_deployment_process(tmp_path: Path, variant
     assert doc["granularity"] == 16 and doc["granularity_source"].startswith("recipe")
     assert any(p["phase"] == "confirm" for p in doc["probes"])
     b, g = doc["max_batch_size"], doc["granularity"]
-    at_b, above = plain_peak(variant, b) / BUDGET, plain_peak(variant, b + g) / BUDGET
+    at_b, above = plain_peak(variant, b, hidden) / budget, plain_peak(variant, b + g, hidden) / budget
     assert at_b <= 1 + AGREEMENT, (b, at_b)
     assert above >= 1 - AGREEMENT, (b + g, above)
