@@ -115,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "throughput ratios with 95%% CIs and the latency percentile's ratio. Exit 3 when a "
                     "configuration is slower in B beyond the threshold (its ratio CI lies below "
                     "1 - threshold) or no longer runs in B, 0 otherwise, 2 for bad input.")
-    cmp.add_argument("a", type=Path, help="the baseline: a run directory holding report.json, or the file")
-    cmp.add_argument("b", type=Path, help="the report compared with it")
+    cmp.add_argument("a", type=Path, metavar="A", help="the baseline: a run directory holding report.json, or the file")
+    cmp.add_argument("b", type=Path, metavar="B", help="the report compared with it")
     cmp.add_argument("--threshold", type=_threshold, default=None, metavar="FRACTION",
                      help="regressions smaller than this are ignored: 0.05 or 5%% (default 5%%)")
     cmp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
