@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser(
         "compare", help="compare two reports: B/A ratios with CIs; exit 3 on a regression",
         description="Compare the configurations (variant + batch size) measured in both reports: B/A "
-                    "throughput ratios with 95%% CIs and the latency percentile's ratio. Exit 3 when a "
+                    "throughput ratios with 95% CIs and the latency percentile's ratio. Exit 3 when a "
                     "configuration is slower in B beyond the threshold (its ratio CI lies below "
                     "1 - threshold) or no longer runs in B, 0 otherwise, 2 for bad input.")
     cmp.add_argument("a", type=Path, metavar="A", help="the baseline: a run directory holding report.json, or the file")
