@@ -7,16 +7,23 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 DEMO_OUT ?= demo-out
 PYTEST_ARGS ?=
+# Headless Chromium (npm: @sparticuz/chromium + puppeteer-core) for tests/test_report_browser.py.
+BROWSER_DIR := tests/browser
 
 .PHONY: install demo test test-slow lint bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e '.[dev]'
+	if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "make install: node/npm not found: tests/test_report_browser.py will be skipped"; \
+	fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,7 +1,8 @@
 """Command line: the only place that prints for people and picks exit codes.
 
 Exit codes: 0 success, 1 the tuning ran but found no feasible configuration, 2 bad input
-(a message that names the problem, no traceback), 130 interrupted (what was measured is kept).
+(a message that names the problem, no traceback), 3 ``compare`` found a regression beyond its
+threshold, 130 interrupted (what was measured is kept).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from autotune.errors import AutotuneError, InputError
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_INPUT = 2
+EXIT_REGRESSION = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -45,6 +47,15 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
         return value
 
     return convert
+
+
+def _threshold(text: str) -> float:
+    from autotune.compare import parse_threshold
+
+    try:
+        return parse_threshold(text)
+    except AutotuneError as exc:  # argparse names the flag itself
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--threshold: ")) from None
 
 
 _positive_int = _positive(int, "integer")
@@ -99,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--storage", default=None, metavar="URL",
                      help="the study's storage, if report.json's (password masked) no longer reaches it")
 
+    cmp = sub.add_parser(
+        "compare", help="compare two reports: B/A ratios with CIs; exit 3 on a regression",
+        description="Compare the configurations (variant + batch size) measured in both reports: B/A "
+                    "throughput ratios with 95% CIs and the latency percentile's ratio. Exit 3 when a "
+                    "configuration is slower in B beyond the threshold (its ratio CI lies below "
+                    "1 - threshold) or no longer runs in B, 0 otherwise, 2 for bad input.")
+    cmp.add_argument("a", type=Path, metavar="A", help="the baseline: a run directory holding report.json, or the file")
+    cmp.add_argument("b", type=Path, metavar="B", help="the report compared with it")
+    cmp.add_argument("--threshold", type=_threshold, default=None, metavar="FRACTION",
+                     help="regressions smaller than this are ignored: 0.05 or 5%% (default 5%%)")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+
     wk = sub.add_parser("worker", help="join a study from another machine, with the local recipe")
     wk.add_argument("recipe", type=Path, help="the local recipe; its fingerprint must match the study's")
     wk.add_argument("--storage", required=True, metavar="URL")
@@ -113,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
-        "report": cmd_report, "worker": cmd_worker,
+        "report": cmd_report, "worker": cmd_worker, "compare": cmd_compare,
     }[args.command]
     try:
         return handler(args)
@@ -341,6 +364,56 @@ def cmd_worker(args: argparse.Namespace) -> int:
             bar.close()
     print(f"measured {summary.measured_this_run} candidates for study {study}; stopped by {summary.stopped_by}")
     return EXIT_INTERRUPTED if summary.stopped_by == "interrupted" else EXIT_OK
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from autotune.compare import DEFAULT_THRESHOLD, compare_files
+
+    result = compare_files(args.a, args.b, threshold=args.threshold or DEFAULT_THRESHOLD)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(_compare_text(result))
+    return EXIT_REGRESSION if result.regressions else EXIT_OK
+
+
+def _compare_text(result: Any) -> str:
+    from tabulate import tabulate
+
+    def rate(value: float) -> str:
+        return f"{value:.4g}"
+
+    pct = result.latency_percentile
+    lines = [f"A: {result.a_path}", f"B: {result.b_path}", ""]
+    if result.rows:
+        table = []
+        for r in result.rows:
+            ci = r.throughput.ci
+            table.append([
+                r.label, rate(r.a.throughput), rate(r.b.throughput), f"{r.throughput.value:.3g}",
+                f"{ci[0]:.3g} – {ci[1]:.3g}" if ci else "-",
+                f"{r.latency.value:.3g}" if r.latency else "-",
+                ("REGRESSION" if r.verdict == "regression" else r.verdict),
+            ])
+        lines.append(tabulate(table, headers=["configuration", "A samples/s", "B samples/s", "B/A",
+                                              "95% CI", f"{pct} B/A", "verdict"], tablefmt="simple"))
+        lines.append(f"(B/A < 1: B has less throughput; {pct} B/A > 1: B's latency is longer, no CI)")
+    else:
+        lines.append("No configuration was measured in both reports.")
+    for title, items in (("Measured in A only", result.only_a), ("Measured in B only", result.only_b)):
+        if items:
+            lines.append(f"\n{title}:")
+            lines += [f"  {u.label} ({'B' if u.measured_in == 'A' else 'A'}: {u.other})"
+                      + ("  REGRESSION (no longer runs)" if u.broken else "") for u in items]
+    if result.differences:
+        lines.append("\nDifferences:")
+        lines += [f"  {d.field}: A {d.a}, B {d.b}" for d in result.differences]
+    lines.append("")
+    lines += result.summary()
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
