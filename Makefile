@@ -44,4 +44,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_variants.py --quick
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache *.egg-info $(BROWSER_DIR)/node_modules
