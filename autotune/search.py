@@ -412,7 +412,23 @@ def open_study(
     except StorageInternalError as exc:  # the server went away between connecting and reading the study
         raise _storage_error(settings.storage, exc) from None
     _verify_fingerprint(study, settings, recipe_data=recipe_data)
+    if study.metric_names is None:  # optuna-dashboard labels the objective axes and columns with these
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(metric_names(settings.objective, settings.constraints))
     return study
+
+
+def metric_names(objective: str, constraints: Constraints) -> list[str]:
+    """Names of the study's objective values, as optuna-dashboard shows them."""
+    latency = f"{constraints.latency_percentile} latency (ms)"
+    return {"throughput": ["throughput (samples/s)"], "latency": [latency],
+            "pareto": ["throughput (samples/s)", latency]}[objective]
+
+
+#: Scalar trial attributes beside the full row (ROW_ATTR): what optuna-dashboard's trial table can show
+#: as columns (a JSON row is one long string there).
+SUMMARY_ATTRS = ("status", "throughput", "peak_memory_bytes", "stopped_by")
 
 
 def _verify_fingerprint(study: optuna.Study, settings: SearchSettings, *,
@@ -757,6 +773,12 @@ class Search:
 
     def _tell_unguarded(self, trial: optuna.Trial, row: dict[str, Any]) -> None:
         trial.set_user_attr(ROW_ATTR, row)
+        for key in SUMMARY_ATTRS:
+            if row.get(key) is not None:
+                trial.set_user_attr(key, row[key])
+        p = self.settings.constraints.latency_percentile
+        if (row.get("latency_ms") or {}).get(p) is not None:
+            trial.set_user_attr(f"{p}_ms", row["latency_ms"][p])
         state = _state_for(row)
         if state == TrialState.COMPLETE:
             for name, value in constraint_values(row, self.settings.constraints).items():

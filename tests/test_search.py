@@ -424,3 +424,17 @@ def _kill(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path) -> None:
+    """What optuna-dashboard shows: named objectives, the two parameters, scalar columns beside the row."""
+    import optuna
+
+    s = settings(tmp_path, objective="pareto", constraints=Constraints(latency_percentile="p90"))
+    Search(SPACE, s, lambda t, v, b: fake_row(t, v, b)).run()
+    study = optuna.load_study(study_name="t", storage=s.storage)
+    assert study.metric_names == ["throughput (samples/s)", "p90 latency (ms)"]
+    trial = study.trials[0]
+    assert set(trial.params) == {"variant", "batch_size"}
+    assert trial.user_attrs["status"] == "ok" and trial.user_attrs["throughput"] > 0
+    assert trial.user_attrs["p90_ms"] > 0 and trial.user_attrs["peak_memory_bytes"] > 0
