@@ -253,3 +253,16 @@ def test_no_device_type_checks_outside_the_backends() -> None:
             if pattern.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
     assert offenders == []
+
+
+def test_cli_names_a_missing_accelerator_and_an_unknown_device_type(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    if torch.xpu.is_available():
+        pytest.skip("this machine has an XPU")
+    code, _, err = run_cli("measure", "recipes/quickstart.toml", "--variant", "eager", "--batch-size", "1",
+                           "--device", "xpu:1")
+    assert code == 2 and "Traceback" not in err
+    assert "'xpu:1' requested but this machine has no usable XPU device" in err
+    code, _, err = run_cli("run", "recipes/quickstart.toml", "--device", "npu", "--out", str(tmp_path / "o"))
+    assert code == 2 and "allowed: auto, cpu, cuda, cuda:N, xpu, xpu:N" in err
