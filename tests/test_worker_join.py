@@ -46,7 +46,7 @@ def test_worker_waits_for_the_space_within_its_budget_then_says_why(write_recipe
     recipe, storage, _ = _study_without_space(write_recipe, tmp_path)
     fake = FakeTime()
     with pytest.raises(InputError, match="no search space yet after 7 s"):
-        join_study(recipe, storage, "s", time_budget=7.0, progress=False, clock=fake.clock, sleep=fake.sleep)
+        join_study(recipe, storage, "s", time_budget=7.0, clock=fake.clock, sleep=fake.sleep)
     assert fake.now == pytest.approx(7.0)
     assert len(fake.sleeps) == 4 and max(fake.sleeps) <= SPACE_POLL_S  # 2 + 2 + 2 + 1
 
@@ -61,7 +61,7 @@ def test_worker_goes_on_once_the_space_appears(write_recipe, tmp_path: Path) -> 
             study.set_user_attr("space", {})
             study.set_user_attr("specs", {})
 
-    outcome = join_study(recipe, storage, "s", time_budget=60.0, progress=False, clock=fake.clock, sleep=sleep)
+    outcome = join_study(recipe, storage, "s", time_budget=60.0, clock=fake.clock, sleep=sleep)
     assert len(fake.sleeps) == 2
     assert outcome.measured_this_run == 0 and outcome.rows == []  # an empty space: nothing to measure
 
