@@ -1,11 +1,12 @@
 """The CPU boundary is the one a deployment process sees, checked by an independent plain process.
 
-A 4096-wide MLP holds 68 MiB of fp32 weights. The tool's boundary (search in a reused worker,
-confirmation in fresh ones) is handed to benchmarks/plain_footprint.py, a process that imports
+A 4096-wide MLP holds 68 MiB of fp32 weights; the budget is 160 MiB above a plain process at batch 16.
+The tool's boundary (search in a reused worker, confirmation in fresh ones) is handed to
+benchmarks/plain_footprint.py, a process that imports
 only torch, builds the model and the variant, drops the original where the variant has its own
 copy, and runs one forward: at b its peak must stay within the budget and at b + g exceed it,
 each within 3% of the budget. A boundary that charged the tool's master copy of the weights
-(the old behaviour) comes out ~68 MiB (about 10% of the budget) too low and fails this check.
+(the old behaviour) comes out ~68 MiB (about 8% of the budget) too low and fails this check.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2
-BUDGET = 720 * MIB
+BUDGET = 720 * MIB  # a placeholder in the TOML; each test sets its budget from a measured baseline
 AGREEMENT = 0.03
 RECIPE = f"""
 name = "mlp4096"
@@ -52,10 +53,12 @@ granularity = 16
 """
 
 
-#: frozen and compile (slow) on the benchmark's wide MLP against 1536 MiB: the frozen footprint moves by
-#: ~30 MiB from process to process (748 vs 775 MiB at one batch, measured), more than 3% of 720 MiB, and
-#: inductor's compile alone holds ~400 MiB, so a 720 MiB budget fits no compiled batch at all.
-WIDE = {"hidden": 8192, "budget": 1536 * MIB}
+#: The budget is set this far above a fresh plain process's peak at the smallest batch (measured first): the
+#: resident set of `import torch` alone moves with the page cache (506 MiB in a venv whose libraries were
+#: partly evicted, 654 MiB in a freshly installed one, measured), so a fixed budget would test that instead.
+#: frozen and compile (slow) run on the benchmark's wide MLP with more room: the frozen footprint moves by
+#: ~30 MiB from process to process (more than 3% of a small budget) and inductor's compile holds ~400 MiB.
+ROOM = {"eager": (4096, 160 * MIB), "frozen": (8192, 768 * MIB), "compile": (8192, 1024 * MIB)}
 
 
 def plain_peak(variant: str, batch: int, hidden: int = 4096) -> int:
@@ -74,12 +77,13 @@ def plain_peak(variant: str, batch: int, hidden: int = 4096) -> int:
     pytest.param("compile", marks=pytest.mark.slow),
 ])
 def test_boundary_agrees_with_a_plain_deployment_process(tmp_path: Path, variant: str) -> None:
-    hidden, budget = (4096, BUDGET) if variant == "eager" else (WIDE["hidden"], WIDE["budget"])
+    hidden, room = ROOM[variant]
+    budget = plain_peak(variant, 16, hidden) + room
     path = tmp_path / "mlp.toml"
-    path.write_text(RECIPE.replace("hidden = 4096", f"hidden = {hidden}")
-                    .replace(f'"{BUDGET // MIB}MiB"', f'"{budget // MIB}MiB"'))
+    path.write_text(RECIPE.replace("hidden = 4096", f"hidden = {hidden}"))
     recipe = load_recipe(path)
-    recipe = replace(recipe, search=replace(recipe.search, variants=(variant,)))
+    recipe = replace(recipe, search=replace(recipe.search, variants=(variant,)),
+                     batch=replace(recipe.batch, memory_budget_bytes=budget))
     with Runner() as runner:
         workload = validate(runner, recipe)
         outcome = find_boundaries(runner, recipe, workload)
