@@ -40,7 +40,7 @@ Algorithm::
                      leader by more than the margin (a finalist whose processes or rounds
                      disagree gets a wide CI and stays in the tie rather than losing by luck)
         pick       = min over tie of (simplicity, p99 latency, peak memory)
-        simplicity: eager < script/trace < frozen < compile/export, then fp32 before reduced
+        simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
                     precision, then contiguous before channels_last
 
 Workers of their own per finalist (not all finalists in one process) so no finalist runs beside
@@ -73,7 +73,9 @@ MAX_FINALISTS = 6
 #: Bootstrap resamples of the rounds for the ratio's CI.
 N_BOOT = 2000
 #: Compiler families from simplest to most involved to deploy (the first tie-break).
-SIMPLICITY = {"eager": 0, "script": 1, "trace": 1, "frozen": 2, "compile": 3, "export": 3}
+#: The runtimes come last: deploying them adds a runtime, an export step and a second set of kernels.
+SIMPLICITY = {"eager": 0, "script": 1, "trace": 1, "frozen": 2, "compile": 3, "export": 3,
+              "onnx": 4, "openvino": 4}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ A *variant* is one point in a small product space of independent dimensions:
   ``torch.jit.freeze`` + ``torch.jit.optimize_for_inference``); ``compile`` (``torch.compile`` with
   inductor, mode ``default`` / ``reduce-overhead`` / ``max-autotune`` / ``max-autotune-no-cudagraphs``);
   ``export`` (``torch.export`` + AOTInductor, an ahead-of-time compiled ``.pt2`` package);
+  the deployment runtimes ``onnx`` (ONNX Runtime, option ``default`` / ``parallel``) and ``openvino``
+  (option ``latency`` / ``throughput``, OpenVINO's performance hint), built in :mod:`autotune.runtimes`;
 * **precision** — ``fp32``, pure ``bf16`` / ``fp16`` (weights and floating inputs cast), or
   ``autocast-bf16`` / ``autocast-fp16`` (fp32 weights, ``torch.autocast`` picks per-op dtypes);
 * **memory format** — ``contiguous`` or ``channels_last`` (4-D float inputs and conv weights);
@@ -71,7 +73,10 @@ from autotune.errors import InputError, VariantError
 if TYPE_CHECKING:
     import torch
 
-COMPILERS: tuple[str, ...] = ("eager", "script", "trace", "frozen", "compile", "export")
+COMPILERS: tuple[str, ...] = ("eager", "script", "trace", "frozen", "compile", "export", "onnx", "openvino")
+#: Compilers that hand the model to another runtime (:mod:`autotune.runtimes`): fp32 graphs, their own
+#: memory layouts and thread pools, tensors converted at the boundary.
+RUNTIMES: tuple[str, ...] = ("onnx", "openvino")
 #: Modes of ``torch.compile`` (``torch._inductor.list_mode_options()``): ``reduce-overhead`` adds CUDA
 #: graphs; ``max-autotune`` benchmarks GEMM/conv templates (and adds CUDA graphs on CUDA);
 #: ``max-autotune-no-cudagraphs`` is the latter without CUDA graphs. (``lite`` exists too but only
@@ -79,6 +84,15 @@ COMPILERS: tuple[str, ...] = ("eager", "script", "trace", "frozen", "compile", "
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16")
 MEMORY_FORMATS: tuple[str, ...] = ("contiguous", "channels_last")
+#: ONNX Runtime options: ``default`` runs the graph's nodes one after another (``ORT_SEQUENTIAL``, all
+#: intra-op threads on each node); ``parallel`` (``ORT_PARALLEL``) also runs independent branches at once.
+ONNX_MODES: tuple[str, ...] = ("default", "parallel")
+#: OpenVINO's ``PERFORMANCE_HINT``: ``latency`` (its CPU default; one stream) or ``throughput`` (several
+#: streams, driven by an ``AsyncInferQueue``; see :mod:`autotune.runtimes` for what a call is then).
+OPENVINO_MODES: tuple[str, ...] = ("latency", "throughput")
+#: The compilers that take a ``:MODE``, their modes, and the mode the bare name means (left out of names).
+MODES: dict[str, tuple[str, ...]] = {"compile": COMPILE_MODES, "onnx": ONNX_MODES, "openvino": OPENVINO_MODES}
+DEFAULT_MODES: dict[str, str] = {"compile": "default", "onnx": "default", "openvino": "latency"}
 #: The compiler/mode combinations that ``"all"`` stands for, in the order they are tried; each is
 #: kept only where :func:`available` accepts it on the device.
 ALL_BASES: tuple[str, ...] = (
@@ -91,6 +105,9 @@ ALL_BASES: tuple[str, ...] = (
     "compile:max-autotune",
     "compile:max-autotune-no-cudagraphs",
     "export",
+    "onnx",
+    "openvino",
+    "openvino:throughput",
     "eager+cudagraphs",
 )
 
@@ -124,8 +141,9 @@ def _bad(field_name: str, what: str, token: str, text: str, allowed: Sequence[st
 class VariantSpec:
     """One execution variant; its text form is :attr:`name` and :meth:`parse` reads it back.
 
-    ``compile_mode`` is normalised: ``None`` for every compiler but ``compile``, and ``"default"``
-    for ``compile`` when unspecified, so equal variants compare (and deduplicate) equal.
+    ``compile_mode`` is the compiler's mode (``MODES``; the field keeps its first name because reports
+    store it). It is normalised: ``None`` for compilers without modes, and the default mode
+    (``DEFAULT_MODES``) when unspecified, so equal variants compare (and deduplicate) equal.
     """
 
     compiler: str = "eager"
@@ -139,13 +157,14 @@ class VariantSpec:
         where = f"variant {self.compiler!r}"
         if self.compiler not in COMPILERS:
             raise _bad("variant", "compiler", str(self.compiler), str(self.compiler), COMPILERS)
-        if self.compiler == "compile":
+        if self.compiler in MODES:
             if self.compile_mode is None:
-                object.__setattr__(self, "compile_mode", "default")
-            elif self.compile_mode not in COMPILE_MODES:
-                raise _bad("variant", "torch.compile mode", str(self.compile_mode), where, COMPILE_MODES)
+                object.__setattr__(self, "compile_mode", DEFAULT_MODES[self.compiler])
+            elif self.compile_mode not in MODES[self.compiler]:
+                raise _bad("variant", f"{self.compiler} mode", str(self.compile_mode), where,
+                           MODES[self.compiler])
         elif self.compile_mode is not None:
-            raise InputError(f"{where}: only 'compile' takes a mode (got {self.compile_mode!r})")
+            raise InputError(f"{where}: only {', '.join(MODES)} take a mode (got {self.compile_mode!r})")
         if self.precision not in PRECISIONS:
             raise _bad("variant", "precision", str(self.precision), where, PRECISIONS)
         if self.memory_format not in MEMORY_FORMATS:
@@ -163,8 +182,8 @@ class VariantSpec:
     def name(self) -> str:
         """Canonical text: defaults left out, modifiers in a fixed order."""
         base = self.compiler
-        if self.compiler == "compile" and self.compile_mode not in (None, "default"):
-            base = f"compile:{self.compile_mode}"
+        if self.compiler in MODES and self.compile_mode != DEFAULT_MODES[self.compiler]:
+            base = f"{self.compiler}:{self.compile_mode}"
         parts = [base]
         if self.precision != "fp32":
             parts.append(self.precision)
@@ -179,6 +198,11 @@ class VariantSpec:
     @property
     def is_torchscript(self) -> bool:
         return self.compiler in _TORCHSCRIPT
+
+    @property
+    def is_runtime(self) -> bool:
+        """Run by ONNX Runtime or OpenVINO rather than by torch (:mod:`autotune.runtimes`)."""
+        return self.compiler in RUNTIMES
 
     @property
     def uses_cuda_graphs(self) -> bool:
@@ -211,7 +235,7 @@ class VariantSpec:
 
 
 _MODIFIERS_HELP: tuple[str, ...] = (*PRECISIONS, *MEMORY_FORMATS, "cudagraphs", "threads=N")
-_BASE_HELP: tuple[str, ...] = (*COMPILERS, *(f"compile:{m}" for m in COMPILE_MODES))
+_BASE_HELP: tuple[str, ...] = (*COMPILERS, *(f"{c}:{m}" for c, modes in MODES.items() for m in modes))
 
 
 def _parse_base(token: str, text: str, field_name: str) -> tuple[str, str | None]:
@@ -221,13 +245,15 @@ def _parse_base(token: str, text: str, field_name: str) -> tuple[str, str | None
         raise _bad(field_name, "compiler", token, text, _BASE_HELP)
     if not sep:
         return compiler, None
-    if compiler != "compile":
+    if compiler not in MODES:
+        takes = "; ".join(f"{c}:{'|'.join(modes)}" for c, modes in MODES.items())
         raise InputError(
-            f"{field_name}: '{token}' in '{text}': only 'compile' takes a mode "
-            f"(compile:{'|'.join(COMPILE_MODES)}); did you mean '{compiler}'?"
+            f"{field_name}: '{token}' in '{text}': only {', '.join(MODES)} take a mode "
+            f"({takes}); did you mean '{compiler}'?"
         )
-    if mode not in COMPILE_MODES:
-        raise _bad(field_name, "torch.compile mode", mode, text, COMPILE_MODES)
+    if mode not in MODES[compiler]:
+        what = "torch.compile mode" if compiler == "compile" else f"{compiler} mode"
+        raise _bad(field_name, what, mode, text, MODES[compiler])
     return compiler, mode
 
 
@@ -488,6 +514,13 @@ def available(
         if module is None or not module.is_available():
             return Availability(False, f"{kind.upper()} is not available on this machine")
 
+    if spec.is_runtime:
+        from autotune.runtimes import runtime_unavailable_reason
+
+        reason = runtime_unavailable_reason(spec, device=device, input_ndims=input_ndims,
+                                            input_is_float=input_is_float)
+        return Availability(reason is None, reason)
+
     # compiler
     if spec.is_torchscript:
         if sys.version_info >= (3, 14):
@@ -614,7 +647,8 @@ class BuiltVariant:
 def _prepare(spec: VariantSpec, inputs: Sequence[Any], *, device: str) -> tuple[Any, ...]:
     import torch
 
-    dtype = None if spec.precision.startswith("autocast") else _dtype_of(spec.precision)
+    # autocast casts per op; a runtime takes fp32 tensors and applies its own inference precision
+    dtype = None if spec.precision.startswith("autocast") or spec.is_runtime else _dtype_of(spec.precision)
     out = []
     for x in inputs:
         if isinstance(x, torch.Tensor):
@@ -783,6 +817,7 @@ def build_variant(
         inner = m | jit.script(m) | jit.trace(m, x) | optimize_for_inference(freeze(script-or-trace(m)))
                 | torch.compile(m, mode, dynamic=False)            (compiles at the first call)
                 | aoti_load_package(aoti_compile_and_package(export(m, x)))
+                | ONNX Runtime / OpenVINO session on a fixed-shape export of m   (autotune.runtimes)
         cudagraphs: capture inner(x) into a CUDA graph; calls copy inputs in and replay
         fn = inference_mode + (runtime autocast) + (threads) around inner
 
@@ -815,7 +850,7 @@ def build_variant(
             for p in m.parameters():
                 p.requires_grad_(False)
             m = m.to(dev)
-            if reduced is not None and not autocast:
+            if reduced is not None and not autocast and not spec.is_runtime:
                 m = m.to(reduced)
             if spec.memory_format == "channels_last":
                 m = m.to(memory_format=torch.channels_last)
@@ -859,6 +894,11 @@ def build_variant(
         elif spec.compiler == "export":
             inner, tmp = _build_export(target, example, notes, single_threaded=spec.cuda_graphs)
             keepalive.append(tmp)
+        elif spec.is_runtime:
+            from autotune.runtimes import build_runtime
+
+            inner, kept = build_runtime(spec, m, example, device=device, notes=notes)
+            keepalive.extend(kept)
         else:  # pragma: no cover - VariantSpec validates the compiler
             raise VariantError(f"unknown compiler {spec.compiler!r}")
         if spec.is_torchscript:
@@ -893,7 +933,7 @@ def build_variant(
         build_seconds=build_seconds,
         notes=tuple(notes),
         device=str(dev),
-        shape_specialized=spec.compiler in ("compile", "export") or spec.cuda_graphs,
+        shape_specialized=spec.compiler in ("compile", "export") or spec.is_runtime or spec.cuda_graphs,
         _keepalive=tuple(keepalive),
     )
 
@@ -975,8 +1015,13 @@ __all__ = [
     "ALL_BASES",
     "COMPILERS",
     "COMPILE_MODES",
+    "DEFAULT_MODES",
     "MEMORY_FORMATS",
+    "MODES",
+    "ONNX_MODES",
+    "OPENVINO_MODES",
     "PRECISIONS",
+    "RUNTIMES",
     "Availability",
     "BuiltVariant",
     "VariantSpec",

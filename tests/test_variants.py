@@ -171,7 +171,7 @@ def test_to_dict_carries_every_field_and_the_name() -> None:
         ("eager+bf16+fp16", ["two precisions", "'bf16'", "'fp16'"]),
         ("eager+channels_last+contiguous", ["two memory formats"]),
         ("eager+bf16+bf16", ["given twice"]),
-        ("script:default", ["only 'compile' takes a mode"]),
+        ("script:default", ["only compile, onnx, openvino take a mode"]),
         ("eager+threads=0", ["threads=N"]),
         ("eager+threads=two", ["threads=N"]),
         ("eager+threads", ["threads=N"]),
