@@ -218,7 +218,7 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
     reason = ""
     if len(tied) > 1:
         reason = (f"{len(tied)} finalists within {margin:.0%} of the leader: simplest execution first "
-                  "(eager < script/trace < frozen < compile/export; fp32 and contiguous first), "
+                  "(eager < script/trace < frozen < compile/export < onnx/openvino; fp32 and contiguous first), "
                   "then lower p99 latency, then lower peak memory")
     return Verdict(leader=leader, pick=pick, standings=tuple(standings), margin=margin,
                    rounds=next(iter(rounds)), tie_break=reason)
