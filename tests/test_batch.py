@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -616,3 +617,33 @@ def test_refine_fixes_an_answer_the_cheap_probes_got_slightly_wrong() -> None:
         confirm = [p for p in fixed.probes if p.phase == "confirm"]
         assert {(p.batch_size, p.fits) for p in confirm} >= {(true, True), (true + 1, False)}
         assert len(confirm) <= 12
+
+
+def test_refine_follows_the_fresh_peaks_instead_of_galloping() -> None:
+    """Fresh processes read a constant offset above the reused worker's line (5-20 MiB measured on a wide
+    MLP): their peaks say where their boundary is, so a handful of fresh probes settle it exactly."""
+    from autotune.batch import refine_max_batch_size
+
+    mib = 2**20
+    per_sample, intercept, limit = 66_000.0, 800 * mib, 1536 * mib
+    cheap = SyntheticProbe(boundary=int((limit - intercept) / per_sample), intercept_bytes=intercept,
+                           bytes_per_sample=per_sample, seed=3)
+    rough = find_max_batch_size(cheap, granularity=1, memory_limit_bytes=cheap.memory_limit_bytes)
+    for offset_mib, noise_mib in ((21.7, 0.5), (5.0, 1.0), (-8.0, 0.5), (0.0, 0.0)):
+        rng = random.Random(offset_mib)
+
+        def fresh(b: int, off: float = offset_mib * mib, noise: float = noise_mib * mib) -> ProbeResult:
+            peak = intercept + off + per_sample * b + rng.gauss(0.0, noise)  # a budget check: full peaks
+            return ProbeResult(fits=peak <= cheap.memory_limit_bytes, peak_memory_bytes=int(peak))
+
+        fixed = refine_max_batch_size(fresh, rough)
+        b = fixed.max_batch_size
+        confirm = [p for p in fixed.probes if p.phase == "confirm"]
+        assert {(p.batch_size, p.fits) for p in confirm} >= {(b, True), (b + 1, False)}
+        expected = (cheap.memory_limit_bytes - intercept - offset_mib * mib) / per_sample
+        assert abs(b - expected) <= 3 * noise_mib * mib / per_sample + 1, (offset_mib, b, expected)
+        # fit/fail alone (no slope to read the peaks with) on the same fresh world, for comparison
+        blind = refine_max_batch_size(fresh, dataclasses.replace(rough, model=None))
+        blind_count = sum(1 for p in blind.probes if p.phase == "confirm")
+        assert len(confirm) <= 10, (offset_mib, [(p.batch_size, p.fits) for p in confirm])
+        assert len(confirm) < blind_count or blind_count <= 3, (offset_mib, len(confirm), blind_count)
