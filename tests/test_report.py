@@ -843,3 +843,19 @@ def benchmark() -> None:
 
 if __name__ == "__main__":
     benchmark()
+
+
+def test_compile_payback_is_the_samples_that_repay_the_extra_build() -> None:
+    from autotune.report.analysis import compile_payback
+
+    eager = {"variant": "eager", "compiler": "eager", "batch_size": 16, "status": "ok", "feasible": True,
+             "throughput": 100.0, "compile_seconds": 0.1}
+    frozen = {**eager, "variant": "frozen", "compiler": "frozen", "throughput": 200.0, "compile_seconds": 10.1}
+    doc = {"candidates": [eager, frozen]}
+    # 10 s more; 1/100 - 1/200 = 5 ms saved a sample: 2,000 samples, 10 s at 200/s
+    text = compile_payback(doc, frozen)
+    assert text is not None and "10.0 s more" in text and "2,000 samples" in text and "(10.0 s of serving)" in text
+    slower = {**frozen, "throughput": 90.0}
+    assert "never" in (compile_payback({"candidates": [eager, slower]}, slower) or "")
+    assert compile_payback(doc, eager) is None
+    assert compile_payback({"candidates": [frozen]}, frozen) is None  # no eager at that batch

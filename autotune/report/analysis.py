@@ -131,6 +131,37 @@ def eager_comparison(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | No
     return text + "."
 
 
+def compile_payback(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
+    """How many samples the recommendation must serve before its extra build time is repaid against eager
+    at the same batch size, at the measured throughputs (None when there is nothing to compare).
+
+        extra  = build + first call of the recommendation - those of eager
+        saving = 1 / eager throughput - 1 / its throughput        (seconds saved per sample)
+        payback = extra / saving samples, served in payback / its throughput seconds
+    """
+    if is_eager(rec):
+        return None
+    batch = rec.get("batch_size")
+    eager = _best([c for c in doc.get("candidates") or [] if is_eager(c) and c.get("batch_size") == batch])
+    rate, build = rec.get("throughput"), rec.get("compile_seconds")
+    if eager is None or not is_number(rate) or not is_number(build):
+        return None
+    base_build = eager.get("compile_seconds") if is_number(eager.get("compile_seconds")) else 0.0
+    extra = max(0.0, float(build) - float(base_build))
+    saving = 1.0 / eager["throughput"] - 1.0 / rate
+    if saving <= 0:
+        return (f"Compile payback: never: it is not faster than eager at batch {rec.get('batch_size')}, "
+                f"and its build and first call take {extra:.1f} s more.")
+    samples = extra / saving
+    seconds = samples / rate
+    if seconds < 120:
+        when = f"{seconds:.1f} s"
+    else:
+        when = f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return (f"Compile payback: its build and first call take {extra:.1f} s more than eager's; at the measured "
+            f"throughputs that is repaid after {fmt_rate(samples)} samples ({when} of serving).")
+
+
 def _runner_up(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
     ranked = [c for c in rank(doc) if is_feasible(c) and not same_candidate(c, rec)]
     if not ranked:
@@ -171,6 +202,9 @@ def why_points(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> list[str]:
     comparison = eager_comparison(doc, rec)
     if comparison:
         points.append(comparison)
+    payback = compile_payback(doc, rec)
+    if payback:
+        points.append(payback)
     runner = _runner_up(doc, rec)
     if runner:
         points.append(runner)
