@@ -632,7 +632,8 @@ def test_refine_follows_the_fresh_peaks_instead_of_galloping() -> None:
     for offset_mib, noise_mib in ((21.7, 0.5), (5.0, 1.0), (-8.0, 0.5), (0.0, 0.0)):
         rng = random.Random(offset_mib)
 
-        def fresh(b: int, off: float = offset_mib * mib, noise: float = noise_mib * mib) -> ProbeResult:
+        def fresh(b: int, off: float = offset_mib * mib, noise: float = noise_mib * mib,
+                  rng: random.Random = rng) -> ProbeResult:
             peak = intercept + off + per_sample * b + rng.gauss(0.0, noise)  # a budget check: full peaks
             return ProbeResult(fits=peak <= cheap.memory_limit_bytes, peak_memory_bytes=int(peak))
 
