@@ -63,7 +63,7 @@ from autotune.batch import ProbeResult, SyntheticProbe, find_max_batch_size
 from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import InputSpec, ModelSpec, Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.validation import validate
 
 MAX_BATCH = 65536
 GIB = 1024**3

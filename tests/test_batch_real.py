@@ -20,7 +20,7 @@ from autotune.batch import ProbeResult
 from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.validation import validate
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(

@@ -22,7 +22,7 @@ import pytest
 from autotune.boundaries import find_boundaries
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.validation import validate
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
