@@ -36,7 +36,8 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check autotune tests benchmarks
+	$(VENV)/bin/ruff check autotune tests benchmarks examples
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_warmup.py

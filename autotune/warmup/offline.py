@@ -256,8 +256,8 @@ def _quantum(y: np.ndarray) -> float:
     return float(np.diff(u).min())
 
 
-def _no_steady(n: int, changepoints: Sequence[int], outliers: Sequence[int],
-               one_off: Sequence[int] = ()) -> WarmupAnalysis:
+def _no_steady(n: int, changepoints: Sequence[int], outliers: Sequence[int] | np.ndarray,
+               one_off: Sequence[int] | np.ndarray = ()) -> WarmupAnalysis:
     return WarmupAnalysis(
         classification="no_steady_state",
         steady_start=None,

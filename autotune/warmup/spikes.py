@@ -33,7 +33,8 @@ def rolling_median(x: np.ndarray, window: int) -> np.ndarray:
         return np.full(x.size, float(np.median(x)))
     padded = np.pad(x, h, mode="reflect")
     view = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
-    return np.median(view, axis=1)
+    med: np.ndarray = np.median(view, axis=1)
+    return med
 
 
 def robust_sigma(r: np.ndarray, level: float) -> float:
