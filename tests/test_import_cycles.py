@@ -13,7 +13,7 @@ so the usual "module level only" rule would not have seen them. That import-time
 checked on its own, with no exceptions: a cycle there breaks ``import``.
 
 ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. The
-implicit import of a module's parent package (``autotune.warmup.pelt`` runs
+implicit import of a module's parent package (``autotune.warmup.offline`` runs
 ``autotune/warmup/__init__.py`` first) is not an edge: a package that re-exports its submodules
 would otherwise always be a "cycle".
 """

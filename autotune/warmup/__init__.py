@@ -37,23 +37,26 @@ Departures from the paper, and why:
 Where each part lives (one concept per module; this package re-exports the public names):
 
 * :mod:`~autotune.warmup.cost`: the Gaussian segment cost, written once for both searches;
-* :mod:`~autotune.warmup.pelt`: the exact penalised changepoint search and its refinement;
+* :mod:`~autotune.warmup.changepoints`: PELT, the exact penalised changepoint search and its refinement;
 * :mod:`~autotune.warmup.spikes`: isolated spikes and one-off extreme ones;
 * :mod:`~autotune.warmup.noise`: the noise model shared by both detectors (AR(1) long-run
   factor, trend test, equivalence of two levels);
 * :mod:`~autotune.warmup.offline`: :func:`analyze` and its result, :class:`WarmupAnalysis`;
 * :mod:`~autotune.warmup.online`: :class:`OnlineDetector` (the timing loop's stop) and :func:`replay`.
 
-Dependencies point one way: online -> offline -> pelt -> cost, spikes, noise -> autotune.stats.
+Dependencies point one way: ``online`` -> ``offline`` -> ``changepoints`` (-> ``cost``), ``spikes``
+and ``noise`` -> :mod:`autotune.stats`. The changepoint module is not called ``pelt``: the package
+re-exports the function :func:`pelt`, which would shadow a submodule of that name
+(``import autotune.warmup.pelt as m`` would then bind the function).
 
 numpy only, no scipy: the timing loop imports this package.
 """
 
 from __future__ import annotations
 
+from autotune.warmup.changepoints import pelt
 from autotune.warmup.offline import CLASSIFICATIONS, DEFAULT_MARGIN, WarmupAnalysis, analyze
 from autotune.warmup.online import OnlineDetector, replay
-from autotune.warmup.pelt import pelt
 from autotune.warmup.spikes import find_spikes
 
 __all__ = [

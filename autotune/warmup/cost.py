@@ -3,7 +3,7 @@
 A segment of ``m`` values with (population) variance ``var`` costs ``m * log(var + var_floor)``:
 twice its negative Gaussian log-likelihood up to constants, with the mean and the variance fitted
 (the "normal" cost of ``ruptures``, including its absolute floor). Both searches of
-:mod:`autotune.warmup.pelt` (the grid search and the exact refinement) evaluate it for many
+:mod:`autotune.warmup.changepoints` (the grid search and the exact refinement) evaluate it for many
 candidate segments at once from cumulative sums; it is written here once, so a fix lands in both
 (it used to be written out twice, and a fix once reached only one copy).
 """

@@ -18,8 +18,8 @@ import numpy as np
 
 from autotune.errors import InputError
 from autotune.stats import block_bootstrap_ci, choose_block_length
+from autotune.warmup.changepoints import check_finite, pelt, refine
 from autotune.warmup.noise import Equivalence, estimate_phi, trend
-from autotune.warmup.pelt import check_finite, pelt, refine
 from autotune.warmup.spikes import (
     SPIKE_MAX_RUN,
     SPIKE_MAX_SHARE,

@@ -19,6 +19,7 @@ __all__ = ["check_finite", "pelt", "refine"]
 
 
 def check_finite(x: np.ndarray) -> None:
+    """Refuse NaN and infinite timings up front: a NaN cost would win every argmin of the search."""
     bad = np.flatnonzero(~np.isfinite(x))
     if bad.size:
         raise InputError(f"timing at index {int(bad[0])} is {x[bad[0]]!r}; timings must be finite numbers")
