@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.worker, pytest.mark.cuda]
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2

@@ -25,9 +25,12 @@ from autotune.runner import Runner
 from autotune.validation import validate
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
-)
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.skipif(
+        not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2
