@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Headless Chromium (npm: @sparticuz/chromium + puppeteer-core) for tests/test_report_browser.py.
 BROWSER_DIR := tests/browser
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install demo test test-fast test-slow lint bench clean
 
 install: $(STAMP)
 
@@ -32,11 +32,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop.
+# `make test` is unchanged: it still runs the worker tests.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not worker" $(PYTEST_ARGS)
+
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check autotune tests benchmarks
+	$(VENV)/bin/ruff check autotune tests benchmarks examples
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_warmup.py

@@ -26,8 +26,7 @@ from autotune.api import (
     tune,
 )
 from autotune.events import Event
-
-__version__ = "0.1.0"
+from autotune.version import __version__
 
 __all__ = [
     "BatchBoundaries", "BoundaryResult", "CandidateResult", "Event", "TuneResult", "__version__", "analyze_warmup",

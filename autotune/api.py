@@ -190,7 +190,7 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
     """
     from autotune.boundaries import find_boundaries
     from autotune.runner import Runner
-    from autotune.tuner import validate
+    from autotune.validation import validate
 
     rec = _with_device(_as_recipe(recipe), device)
     if memory_budget is not None:
@@ -227,7 +227,8 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
     """Build, gate and measure one configuration in a worker (any variant name, not only the recipe's)."""
     from autotune.candidate import candidate_record
     from autotune.runner import Runner
-    from autotune.tuner import measure_settings, validate
+    from autotune.tuner import measure_settings
+    from autotune.validation import validate
 
     if batch_size < 1:
         raise InputError(f"batch_size: expected a positive integer, got {batch_size}")

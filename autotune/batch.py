@@ -46,7 +46,6 @@ the probe's verdict is trusted and the disagreement recorded in ``BatchBoundary.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +147,35 @@ class MemoryModel:
         return {"intercept_bytes": self.intercept_bytes, "bytes_per_sample": self.bytes_per_sample}
 
 
+@dataclass(frozen=True)
+class LineFit:
+    """An ordinary least-squares line ``y = intercept + slope·x``, with what its prediction band needs."""
+
+    slope: float
+    intercept: float
+    #: mean of the x values and their sum of squared deviations (the leverage of a new x)
+    mean_x: float
+    sxx: float
+
+
+def least_squares(points: Sequence[tuple[float, float]]) -> LineFit | None:
+    """The least-squares line through ``(x, y)`` points; None with fewer than two distinct x.
+
+    Both the memory model (:func:`fit_memory_model`) and the search's fitted line use it::
+
+        mean_x, mean_y = means;  sxx = sum (x - mean_x)^2;  sxy = sum (x - mean_x)(y - mean_y)
+        slope = sxy / sxx;  intercept = mean_y - slope * mean_x
+    """
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    return LineFit(slope=slope, intercept=mean_y - slope * mean_x, mean_x=mean_x, sxx=sxx)
+
+
 def fit_memory_model(records: Sequence[ProbeRecord]) -> MemoryModel | None:
     """Least-squares affine fit over the fitting probes that report a peak.
 
@@ -166,17 +194,10 @@ def fit_memory_model(records: Sequence[ProbeRecord]) -> MemoryModel | None:
         baseline = float(baselines[len(baselines) // 2])
         slope = (sum(p for _, p in points) / len(points) - baseline) / points[0][0]
         return MemoryModel(intercept_bytes=baseline, bytes_per_sample=slope) if slope > 0 else None
-    if len(sizes) < 2:
+    line = least_squares(points)
+    if line is None or not line.slope > 0:
         return None
-    n = len(points)
-    mean_b = sum(b for b, _ in points) / n
-    mean_p = sum(p for _, p in points) / n
-    sxx = sum((b - mean_b) ** 2 for b, _ in points)
-    sxy = sum((b - mean_b) * (p - mean_p) for b, p in points)
-    slope = sxy / sxx
-    if not slope > 0:
-        return None
-    return MemoryModel(intercept_bytes=mean_p - slope * mean_b, bytes_per_sample=slope)
+    return MemoryModel(intercept_bytes=line.intercept, bytes_per_sample=line.slope)
 
 
 @dataclass(frozen=True)
@@ -492,18 +513,14 @@ class _Search:
         if top_m > 0:
             lines.append(_Line(offset=0.0, slope=top_m / top_b, sigma=self.noise, anchor=top_b))
         n = len(points)
-        if len({b for b, _ in points}) >= 2:
-            mean_b = sum(b for b, _ in points) / n
-            mean_m = sum(m for _, m in points) / n
-            sxx = sum((b - mean_b) ** 2 for b, _ in points)
-            slope = sum((b - mean_b) * (m - mean_m) for b, m in points) / sxx
-            if slope > 0:
-                offset = mean_m - slope * mean_b
-                sigma = self.noise
-                if n >= 3:
-                    residual = sum((m - offset - slope * b) ** 2 for b, m in points)
-                    sigma = max(sigma, math.sqrt(residual / (n - 2)))
-                lines.append(_Line(offset, slope, sigma, anchor=top_b, count=n, mean=mean_b, sxx=sxx))
+        fit = least_squares(points)
+        if fit is not None and fit.slope > 0:
+            offset, slope = fit.intercept, fit.slope
+            sigma = self.noise
+            if n >= 3:
+                residual = sum((m - offset - slope * b) ** 2 for b, m in points)
+                sigma = max(sigma, math.sqrt(residual / (n - 2)))
+            lines.append(_Line(offset, slope, sigma, anchor=top_b, count=n, mean=fit.mean_x, sxx=fit.sxx))
         return lines, headroom
 
     def _estimate(self) -> _Estimate | None:
@@ -755,62 +772,3 @@ def candidate_batch_sizes(usable_max: int, *, granularity: int = 1) -> list[int]
     if sizes[-1] != usable_max:
         sizes.append(usable_max)
     return sizes
-
-
-@dataclass(frozen=True)
-class SyntheticProbe:
-    """A deterministic stand-in for a real probe, for tests and the benchmark (no model runs).
-
-    Batch ``b`` fits iff ``b <= boundary``. A fitting probe reports the peak
-    ``intercept + per_sample·b·(1 + noise·z_b) + noise_bytes·y_b``, z_b and y_b standard normals
-    drawn from (seed, b), capped at the limit (a run that fit cannot have exceeded it). The limit
-    sits between the boundary and the next batch on the *noise-free* line, inflated by
-    ``fragmentation``: with fragmentation > 0 the true boundary is below where the
-    allocated-memory line meets the limit, as when reserved memory exceeds allocated memory on a
-    GPU.
-
-    The CPU failure mode: a large intercept (runtime and model), of which ``baseline_bytes`` is
-    what the process holds before the batch exists (reported with its own noise_bytes-sized
-    error; None: no baseline reported) and the rest a per-probe overhead; ``noise_bytes`` is
-    absolute, independent of the batch, so at small batches it swamps the per-sample part.
-    With ``failure_peaks`` a failing probe reports its complete peak (at least the limit + 1),
-    as a CPU budget check does; otherwise none, as after an out-of-memory error.
-    """
-
-    boundary: int
-    intercept_bytes: float
-    bytes_per_sample: float
-    noise: float = 0.0
-    fragmentation: float = 0.0
-    position: float = 0.5  # where in [boundary, boundary + 1) the noise-free line meets the limit
-    seed: int = 0
-    noise_bytes: float = 0.0
-    baseline_bytes: float | None = None
-    failure_peaks: bool = False
-
-    @property
-    def memory_limit_bytes(self) -> int:
-        crossing = (self.boundary + self.position) * (1 + self.fragmentation)
-        return int(self.intercept_bytes + self.bytes_per_sample * crossing)
-
-    def __call__(self, batch_size: int) -> ProbeResult:
-        rng = random.Random(f"{self.seed}:{batch_size}")
-        z, y, w = rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0)
-        baseline = None
-        if self.baseline_bytes is not None:
-            baseline = int(max(0.0, self.baseline_bytes + self.noise_bytes * w))
-        peak = self.intercept_bytes + self.bytes_per_sample * batch_size * (1 + self.noise * z)
-        peak += self.noise_bytes * y
-        limit = self.memory_limit_bytes
-        if batch_size > self.boundary:
-            if not self.failure_peaks:
-                return ProbeResult(fits=False, error="out of memory (synthetic)", baseline_bytes=baseline)
-            return ProbeResult(
-                fits=False,
-                peak_memory_bytes=int(max(peak, limit + 1)),
-                error="over budget (synthetic)",
-                baseline_bytes=baseline,
-            )
-        return ProbeResult(
-            fits=True, peak_memory_bytes=int(min(max(peak, 0.0), limit)), baseline_bytes=baseline
-        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.batch import (
     BatchBoundary,
@@ -31,9 +31,7 @@ from autotune.device_names import is_accelerator
 from autotune.errors import BatchSearchError, VariantError
 from autotune.recipe import Recipe
 from autotune.runner import Runner
-
-if TYPE_CHECKING:
-    from autotune.tuner import Workload
+from autotune.validation import ValidatedWorkload
 
 #: Default CPU memory budget: this fraction of the memory available when the run starts.
 DEFAULT_BUDGET_FRACTION = 0.5
@@ -57,7 +55,7 @@ REDUCED_PRECISIONS = ("fp16", "bf16", "autocast-fp16", "autocast-bf16")
 TENSOR_CORE_MULTIPLE = 8
 
 
-def granularity_for(recipe: Recipe, workload: Workload, variant: str) -> tuple[int, str]:
+def granularity_for(recipe: Recipe, workload: ValidatedWorkload, variant: str) -> tuple[int, str]:
     """The batch multiple for ``variant`` and why: the recipe's, else the device's default."""
     if recipe.batch.granularity is not None:
         return recipe.batch.granularity, "recipe (batch.granularity)"
@@ -67,7 +65,7 @@ def granularity_for(recipe: Recipe, workload: Workload, variant: str) -> tuple[i
     return 1, "default (1)"
 
 
-def memory_limit(recipe: Recipe, workload: Workload, *, device_free: int | None = None) -> int | None:
+def memory_limit(recipe: Recipe, workload: ValidatedWorkload, *, device_free: int | None = None) -> int | None:
     """The boundary's limit.
 
     Host memory (CPU): the recipe's budget, else a fraction of the memory available at the start.
@@ -88,7 +86,7 @@ def memory_limit(recipe: Recipe, workload: Workload, *, device_free: int | None 
     return int(workload.host_memory_available * DEFAULT_BUDGET_FRACTION)
 
 
-def limit_source(recipe: Recipe, workload: Workload) -> str:
+def limit_source(recipe: Recipe, workload: ValidatedWorkload) -> str:
     """Where :func:`memory_limit` took the limit from: ``budget``, ``available`` or ``device_free``."""
     if recipe.batch.memory_budget_bytes is not None:
         return "budget"
@@ -145,7 +143,7 @@ class BoundaryOutcome:
         return {"version": STATE_VERSION, "key": dict(self.key or {}), "variants": variants}
 
 
-def boundary_key(recipe: Recipe, workload: Workload, *, device_free: int | None = None) -> dict[str, Any]:
+def boundary_key(recipe: Recipe, workload: ValidatedWorkload, *, device_free: int | None = None) -> dict[str, Any]:
     """Everything besides the model that decides a boundary answer."""
     return {
         "device": workload.device,
@@ -219,7 +217,7 @@ def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
     return int(free) if free is not None else None
 
 
-def find_boundaries(runner: Runner, recipe: Recipe, workload: Workload, *,
+def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload, *,
                     on_variant: Callable[[str], None] | None = None,
                     stored_state: Any = None) -> BoundaryOutcome:
     """Per variant: the largest batch that fits, and the batch sizes the search may use.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune import __version__
 from autotune.errors import AutotuneError, InputError
+from autotune.version import __version__
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1

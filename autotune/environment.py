@@ -19,6 +19,7 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -383,7 +384,7 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     gpus = _merge_gpus(gpus_torch, gpus_smi)
     env["cuda_driver_version"] = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)
     env["gpus"] = gpus
-    env["packages"] = {name: _safe(lambda name=name: _package_version(name)) for name in PACKAGES}
+    env["packages"] = {name: _safe(functools.partial(_package_version, name)) for name in PACKAGES}
     env["env"] = {name: os.environ.get(name) for name in ENV_VARS}
     return env
 

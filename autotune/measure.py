@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from autotune.devices import backend_for
-from autotune.stats import Measurement
+from autotune.measurement import Measurement
 from autotune.warmup import DEFAULT_MARGIN, OnlineDetector
 
 #: Target wall time of one timed block in throughput mode: long enough that the timer's own

@@ -62,7 +62,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from autotune.device_names import ALLOWED_TEXT, is_device_name
 from autotune.errors import RecipeError
@@ -104,7 +104,7 @@ class SearchSpec:
     variants: tuple[str, ...] = ("eager",)
     precisions: tuple[str, ...] = ("fp32",)
     memory_formats: tuple[str, ...] = ("contiguous",)
-    batch_sizes: tuple[int, ...] | str = "auto"
+    batch_sizes: tuple[int, ...] | Literal["auto"] = "auto"
     objective: str = "throughput"
     time_budget_s: float = 300.0
     max_trials: int = 0
@@ -228,7 +228,7 @@ class _Reader:
         return value
 
     def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
-        value = self.get(key, str, default)
+        value: str = self.get(key, str, default)
         if value not in allowed:
             raise self.error(key, f"'{value}' is not allowed; allowed: {', '.join(allowed)}",
                              hint=closest(value, allowed))
@@ -428,7 +428,7 @@ def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:
 
 def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
     r = _Reader(path, table, "search.", tuple(SearchSpec.__dataclass_fields__))
-    batch_sizes: tuple[int, ...] | str
+    batch_sizes: tuple[int, ...] | Literal["auto"]
     raw = r.get("batch_sizes", (list, str), "auto")
     if isinstance(raw, str):
         if raw != "auto":

@@ -403,7 +403,9 @@ def open_study(
         study = optuna.create_study(
             storage=storage,
             study_name=settings.study_name,
-            directions=directions(settings.objective),
+            # candidate.directions is typed list[str]; its values are "minimize"/"maximize" (its return type
+            # should say so: candidate.py is being edited elsewhere)
+            directions=directions(settings.objective),  # type: ignore[arg-type]
             sampler=make_sampler(settings.objective, seed=settings.seed),
             load_if_exists=True,
         )
@@ -649,7 +651,7 @@ def _state_for(row: Mapping[str, Any]) -> TrialState:
     return TrialState.FAIL
 
 
-def _planned_combo(trial: optuna.trial.FrozenTrial) -> tuple[str, int]:
+def _planned_combo(trial: optuna.trial.FrozenTrial) -> tuple[str | None, int | None]:
     """The (variant, batch) a WAITING or RUNNING trial is for.
 
     A trial taken from the queue has no ``params`` until it is suggested them (a WAITING one
@@ -695,7 +697,7 @@ class Search:
                 out[(row["variant"], int(row["batch_size"]))] = row
         return out
 
-    def _in_flight(self, *, besides: int | None = None) -> set[tuple[str, int]]:
+    def _in_flight(self, *, besides: int | None = None) -> set[tuple[str | None, int | None]]:
         """Combinations another trial (here or on another machine) is measuring right now."""
         return {
             _planned_combo(t)

@@ -303,6 +303,7 @@ def synthetic_trace(
     rng = np.random.default_rng(seed)
     t = np.arange(n, dtype=float)
     base = np.full(n, level)
+    start: int | None
     cls, start = "flat", 0
     spikes: np.ndarray | None = None  # multiplicative factors applied after the noise
     true_level: float | None = level

@@ -16,10 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune import __version__
 from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record, pareto_front
-from autotune.errors import AutotuneError, InputError, WorkloadError
+from autotune.errors import AutotuneError, InputError
 from autotune.events import OnEvent, emit
 from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
@@ -37,9 +36,9 @@ from autotune.search import (
     study_fingerprint,
     verify_join,
 )
+from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
+from autotune.version import __version__
 
-#: Seconds allowed for validating the workload (build + one forward) in a fresh worker.
-VALIDATE_TIMEOUT = 600.0
 TORCHSCRIPT_NOTE = (
     "torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile and torch.export; "
     "TorchScript variants are measured here because they still win on some CPU workloads."
@@ -55,40 +54,8 @@ class RunOptions:
     on_event: OnEvent | None = None
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What validation in the worker found out (the parent's view of the model)."""
-
-    device: str
-    variants: tuple[str, ...]
-    unavailable: tuple[Mapping[str, Any], ...]
-    specs: Mapping[str, Mapping[str, Any]]
-    info: Mapping[str, Any]
-    memory_method: str
-    host_memory_available: int | None
-    device_memory_capacity: int | None
-
-
-def validate(runner: Runner, recipe: Recipe) -> Workload:
-    """Build the model and run one forward in a worker; input problems raise InputError."""
-    res = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=VALIDATE_TIMEOUT)
-    if res.get("status") == "failed":
-        raise WorkloadError(f"{recipe.path}: field 'model.factory': building or running the model crashed "
-                            f"the worker: {res['reason']}")
-    return Workload(
-        device=res["device"],
-        variants=tuple(res["variants"]),
-        unavailable=tuple(res["unavailable"]),
-        specs=res["specs"],
-        info=res["workload"],
-        memory_method=res["memory_method"],
-        host_memory_available=res["host_memory_available"],
-        device_memory_capacity=res["device_memory_capacity"],
-    )
-
-
-def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: Workload, recipe: Recipe, first_trial: int
-                 ) -> list[dict[str, Any]]:
+def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: ValidatedWorkload, recipe: Recipe,
+                 first_trial: int) -> list[dict[str, Any]]:
     """Rows for variants whose boundary search ended them (no trial of the study ran them)."""
     rows = []
     for i, (variant, (status, reason)) in enumerate(failures.items()):
@@ -377,7 +344,7 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def build_document(recipe: Recipe, workload: Workload, rows: list[dict[str, Any]], outcome: SearchOutcome,
+def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[str, Any]], outcome: SearchOutcome,
                    boundaries: Mapping[str, Any], *, notes: list[str], storage: str, study_name: str,
                    wall_seconds: float, worker_stats: Mapping[str, Any],
                    showdown: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -435,4 +402,7 @@ def with_cli_overrides(recipe: Recipe, *, device: str | None, time_budget: float
     return replace(recipe, **changes)
 
 
-__all__ = ["AutotuneError", "RunOptions", "run_tuning", "with_cli_overrides"]
+#: ``VALIDATE_TIMEOUT``, ``ValidatedWorkload`` and ``validate`` are re-exported for callers that imported them
+#: from here; they live in :mod:`autotune.validation`.
+__all__ = ["VALIDATE_TIMEOUT", "AutotuneError", "RunOptions", "ValidatedWorkload", "run_tuning", "validate",
+           "with_cli_overrides"]

@@ -9,7 +9,7 @@ probes only, about ten seconds, no torch. ``--real`` also runs the search on rea
 real worker processes (``--models mlp,resnet18`` picks; ``efficientnet_b0`` is the case that
 motivated the CPU scenario and takes minutes) and checks each answer in fresh processes.
 
-Fake probes (autotune.batch.SyntheticProbe). Each trial draws a boundary log-uniformly across
+Fake probes (autotune.testing.SyntheticProbe). Each trial draws a boundary log-uniformly across
 granularity..65,536 (memory boundaries span orders of magnitude, so every scale gets the same
 weight) and the per-sample bytes that put the boundary there, in one of two worlds:
 
@@ -59,11 +59,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from autotune.batch import ProbeResult, SyntheticProbe, find_max_batch_size
+from autotune.batch import ProbeResult, find_max_batch_size
 from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import InputSpec, ModelSpec, Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.testing import SyntheticProbe
+from autotune.validation import validate
 
 MAX_BATCH = 65536
 GIB = 1024**3

@@ -84,8 +84,11 @@ def _libc_has_mallinfo2() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not _libc_has_mallinfo2(),
-                                reason="needs glibc >= 2.33 (mallinfo2)")
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.skipif(not sys.platform.startswith("linux") or not _libc_has_mallinfo2(),
+                       reason="needs glibc >= 2.33 (mallinfo2)"),
+]
 
 
 def _plain(module: Path, **env: str) -> dict:

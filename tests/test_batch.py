@@ -15,12 +15,12 @@ from autotune.batch import (
     MemoryModel,
     ProbeRecord,
     ProbeResult,
-    SyntheticProbe,
     candidate_batch_sizes,
     find_max_batch_size,
     fit_memory_model,
 )
 from autotune.errors import BatchSearchError, InputError
+from autotune.testing import SyntheticProbe
 
 GIB = 1024**3
 TOP = 65536

@@ -20,12 +20,15 @@ from autotune.batch import ProbeResult
 from autotune.boundaries import find_boundaries, probe_function
 from autotune.recipe import Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.validation import validate
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
-)
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.skipif(
+        not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
+    ),
+]
 
 MIB = 1024**2
 PER_SAMPLE = 6 * MIB  # 3 x 512 x 512 float32, twice

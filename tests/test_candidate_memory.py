@@ -9,6 +9,8 @@ import pytest
 
 from autotune.recipe import load_recipe
 
+pytestmark = pytest.mark.worker  # runs the worker's ops on a real model (~40 s): not in `make test-fast`
+
 OUT_MIB = 128
 MODEL = f"""
 import torch

@@ -15,6 +15,8 @@ import pytest
 from autotune.candidate import pessimistic_score
 from tests.conftest import ROOT, SHARED_TRACES, run_cli, tiny_recipe
 
+pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
+
 TINY = tiny_recipe(kwargs="{kwargs}", variants="{variants}")
 
 

@@ -330,6 +330,7 @@ def _slowable_recipe(write_recipe, name: str, *, slow: bool) -> Path:
     return write_recipe(text.replace("@MODELS@/broken.py:tiny", "@MODELS@/slowable.py:slowable"), name)
 
 
+@pytest.mark.worker
 def test_compare_flags_a_deliberately_slowed_model(write_recipe, tmp_path: Path) -> None:
     start = time.monotonic()
     a_out, b_out = tmp_path / "A", tmp_path / "B"

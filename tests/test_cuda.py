@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.worker, pytest.mark.cuda]
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2
@@ -137,7 +137,7 @@ def test_real_cuda_boundary_agrees_with_a_plain_process(model: str, variant: str
     from autotune.boundaries import find_boundaries
     from autotune.recipe import load_recipe
     from autotune.runner import Runner
-    from autotune.tuner import validate
+    from autotune.validation import validate
 
     path, budget = CASES[model]
     base = load_recipe(ROOT / path)

@@ -23,12 +23,15 @@ import pytest
 from autotune.boundaries import find_boundaries
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
-from autotune.tuner import validate
+from autotune.validation import validate
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
-)
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.skipif(
+        not os.access("/proc/self/clear_refs", os.W_OK), reason="needs a resettable peak RSS (Linux VmHWM)"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2

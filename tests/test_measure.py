@@ -7,7 +7,7 @@ import time
 import torch
 
 from autotune.measure import MeasureSettings, measure_callable
-from autotune.stats import Measurement
+from autotune.measurement import Measurement
 
 CPU = torch.device("cpu")
 

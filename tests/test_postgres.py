@@ -28,6 +28,8 @@ import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_recipe
 
+pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
+
 PG_PROGRAMS = ("initdb", "pg_ctl", "postgres")
 #: application_name of this test process's own connections (the ones not to drop on purpose).
 TEST_APP = "autotune-pytest"

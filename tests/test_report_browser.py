@@ -30,6 +30,8 @@ from autotune.report.plots import PLOT_CAPTIONS
 from autotune.report.sections import candidate_rows
 from tests.conftest import MODELS, ROOT, tiny_recipe
 
+pytestmark = pytest.mark.worker  # starts a run and headless Chromium: not in `make test-fast`
+
 BROWSER_DIR = ROOT / "tests" / "browser"
 DRIVER = BROWSER_DIR / "check_report.mjs"
 NEEDED = ("@sparticuz/chromium", "puppeteer-core")

@@ -13,6 +13,8 @@ from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from tests.conftest import tiny_recipe
 
+pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
+
 MODELS = Path(__file__).resolve().parent / "models"
 SETTINGS = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
 

@@ -156,6 +156,7 @@ def _worker(storage: str, log: str) -> None:
     Search(SPACE, s, evaluate).run()
 
 
+@pytest.mark.worker
 def test_two_workers_share_one_study(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     Search(SPACE, SearchSettings(objective="throughput", constraints=Constraints(), storage=storage,
@@ -216,6 +217,7 @@ def trial_state(storage: str, number: int) -> tuple[str, dict[str, Any]]:
     return trial.state.name, trial.user_attrs
 
 
+@pytest.mark.worker
 def test_a_dead_process_trial_is_failed_and_measured_again(tmp_path: Path, short_heartbeat: None) -> None:
     s = settings(tmp_path, time_budget_s=60.0)
     dead = started_by_a_dead_process(s.storage)
@@ -348,6 +350,7 @@ def storage_recipe(*, max_seconds: float, ci_target: float) -> str:
     return tiny_recipe(variants='["eager"]', time_budget_s=60, max_seconds=max_seconds, ci_target=ci_target)
 
 
+@pytest.mark.worker
 @pytest.mark.parametrize("url", ["postgresql+psycopg2://u:secret@127.0.0.1:1/x", "nosuchdialect://x"])
 def test_run_with_a_bad_storage_is_exit_2_without_the_password(write_recipe, tmp_path: Path, url: str) -> None:
     path = write_recipe(storage_recipe(max_seconds=0.3, ci_target=0.05))
@@ -356,6 +359,7 @@ def test_run_with_a_bad_storage_is_exit_2_without_the_password(write_recipe, tmp
     assert "Traceback" not in err and "--storage" in err and "secret" not in err, err
 
 
+@pytest.mark.worker
 def test_a_run_killed_mid_measurement_is_resumed(write_recipe, tmp_path: Path, short_heartbeat: None,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """SIGKILL `autotune run` while it measures; a second run on the same --out measures that combination."""

@@ -106,6 +106,7 @@ def test_recommendation_follows_the_verdict() -> None:
     assert recommendation(rows, None, fallback=rows[1])["decided_by"] == "search"
 
 
+@pytest.mark.worker
 def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""
     recipe = write_recipe(tiny_recipe(variants='["eager", "script"]', batch_sizes="[2]", rounds=3,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from autotune.errors import InputError
+from autotune.measurement import Measurement
 from autotune.stats import (
-    Measurement,
     block_bootstrap_ci,
     choose_block_length,
     lag1_autocorrelation,

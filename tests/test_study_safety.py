@@ -47,6 +47,8 @@ from autotune.search import (
 )
 from tests.conftest import ROOT, run_cli
 
+pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
+
 MODEL = """
 from torch import nn
 

@@ -19,6 +19,8 @@ from autotune.tuner import SPACE_POLL_S, _settings, join_study
 from tests.conftest import run_cli
 from tests.test_cli import tiny
 
+pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
+
 
 class FakeTime:
     def __init__(self) -> None:

@@ -165,8 +165,9 @@ def _plot_latency(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | 
     if is_number(limit):
         ax.axhline(limit, color="red", ls=":", lw=1.2, label=f"{key} limit {fmt_ms(limit)} ms")
     rec = doc.get("recommendation")
-    if rec is not None and is_number(rec.get("throughput")) and latency_ms(rec, "p50") is not None:
-        _mark_recommended(ax, rec["throughput"], latency_ms(rec, "p50"))
+    rec_p50 = latency_ms(rec, "p50") if rec is not None else None
+    if rec is not None and is_number(rec.get("throughput")) and rec_p50 is not None:
+        _mark_recommended(ax, rec["throughput"], rec_p50)
     values = [v for c in measured for v in (latency_ms(c, "p50"), latency_ms(c, "p99")) if v]
     if values and min(values) > 0 and max(values) / min(values) > 20:
         ax.set_yscale("log")
@@ -255,7 +256,9 @@ def _plot_memory(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | N
 
 def _plot_trace(doc: Mapping[str, Any]) -> bytes | None:
     rec = doc.get("recommendation")
-    trace = rec.get("trace_ms") if rec is not None else None
+    if rec is None:
+        return None
+    trace = rec.get("trace_ms")
     if not trace:
         return None
     # trace_ms is the measurement's samples downsampled evenly (autotune.candidate): point i is
