@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from autotune.measurement import Measurement
 from autotune.recipe import Constraints
-from autotune.stats import Measurement
 
 STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
 #: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
@@ -126,8 +126,10 @@ def objective_values(row: Mapping[str, Any], *, objective: str, constraints: Con
     return [float(row["throughput"]), latency_value(row, constraints)]
 
 
-def directions(objective: str) -> list[str]:
-    return {"throughput": ["maximize"], "latency": ["minimize"], "pareto": ["maximize", "minimize"]}[objective]
+def directions(objective: str) -> list[Literal["minimize", "maximize"]]:
+    table: dict[str, list[Literal["minimize", "maximize"]]] = {
+        "throughput": ["maximize"], "latency": ["minimize"], "pareto": ["maximize", "minimize"]}
+    return table[objective]
 
 
 def pareto_front(rows: Sequence[Mapping[str, Any]], constraints: Constraints) -> list[int]:

@@ -224,9 +224,30 @@ class CpuBackend(DeviceBackend):
         return available_host_memory_bytes()
 
     def capabilities(self) -> Capabilities:
-        from autotune.variants import cpu_native_precision
-
         return Capabilities(bf16=cpu_native_precision("bf16") is True, fp16=cpu_native_precision("fp16") is True)
+
+
+def cpu_native_precision(precision: str) -> bool | None:
+    """Whether this CPU does the precision's arithmetic natively; ``None`` when torch cannot tell.
+
+    Read from ``torch.cpu.get_capabilities()`` (x86 only): bf16 needs AVX512_BF16 or AMX_BF16, fp16
+    AVX512_FP16 or AMX_FP16. fp32 (or any precision without a reduced dtype) is always native.
+    """
+    reduced = {"bf16": "bf16", "autocast-bf16": "bf16", "fp16": "fp16", "autocast-fp16": "fp16"}.get(precision)
+    if reduced is None:
+        return True
+    get_caps = getattr(torch.cpu, "get_capabilities", None)
+    if get_caps is None:
+        return None
+    try:
+        caps = get_caps()
+    except Exception:
+        return None
+    if not isinstance(caps, dict) or "avx2" not in caps:
+        return None  # not an x86 capability report
+    if reduced == "bf16":
+        return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+    return bool(caps.get("avx512_fp16") or caps.get("amx_fp16"))
 
 
 class AcceleratorBackend(DeviceBackend):
@@ -384,7 +405,9 @@ def resolve_device(name: str, *, field: str = "device") -> torch.device:
                 f"{field}: '{name}' requested but this machine has no usable {dev.type.upper()} device "
                 f"(torch {torch.__version__}{built}); use device = \"cpu\" or \"auto\""
             )
-        count = int(_device_module(dev.type).device_count())
+        module = _device_module(dev.type)
+        assert module is not None  # _is_available said it is there
+        count = int(module.device_count())
         if dev.index is not None and dev.index >= count:
             raise DeviceUnavailableError(
                 f"{field}: '{name}' requested but only {count} {dev.type.upper()} device(s) exist "
@@ -457,6 +480,7 @@ class _CudaGraphCall:
             )
         for dst, src, sig in zip(self._static, args, self._shapes, strict=True):
             if isinstance(dst, torch.Tensor):
+                assert sig is not None  # recorded for every tensor input
                 if (tuple(src.shape), src.dtype) != sig:
                     raise VariantError(
                         f"cudagraphs variant captured for input {sig[0]} {sig[1]}, got {tuple(src.shape)} "

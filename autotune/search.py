@@ -403,9 +403,7 @@ def open_study(
         study = optuna.create_study(
             storage=storage,
             study_name=settings.study_name,
-            # candidate.directions is typed list[str]; its values are "minimize"/"maximize" (its return type
-            # should say so: candidate.py is being edited elsewhere)
-            directions=directions(settings.objective),  # type: ignore[arg-type]
+            directions=directions(settings.objective),
             sampler=make_sampler(settings.objective, seed=settings.seed),
             load_if_exists=True,
         )

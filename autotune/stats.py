@@ -15,16 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune.errors import InputError
-
-if TYPE_CHECKING:  # the names __getattr__ below resolves, for type checkers
-    from autotune.measurement import MODES as MODES
-    from autotune.measurement import STOPPED_BY as STOPPED_BY
-    from autotune.measurement import Measurement as Measurement
 
 __all__ = [
     "block_bootstrap_ci",
@@ -172,17 +166,3 @@ def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> di
         return {}
     got = np.percentile(x, qs_list)
     return {q: float(v) for q, v in zip(qs_list, np.atleast_1d(got), strict=True)}
-
-
-def __getattr__(name: str) -> Any:
-    """``Measurement``, ``MODES`` and ``STOPPED_BY`` moved to :mod:`autotune.measurement`.
-
-    Resolved lazily for callers that still import them from here (``autotune.candidate``): an
-    import at module level would make ``stats`` and ``measurement`` import each other again.
-    Remove this once nothing imports them from ``autotune.stats``.
-    """
-    if name in ("Measurement", "MODES", "STOPPED_BY"):
-        import autotune.measurement
-
-        return getattr(autotune.measurement, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

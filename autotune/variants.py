@@ -64,7 +64,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -460,24 +460,11 @@ def _usable_cpus() -> int:
 
 
 def cpu_native_precision(precision: str) -> bool | None:
-    """Whether this CPU does the precision's arithmetic natively; ``None`` when torch cannot tell."""
-    import torch
+    """Whether this CPU does the precision's arithmetic natively (a device fact: see
+    :func:`autotune.devices.cpu_native_precision`)."""
+    from autotune.devices import cpu_native_precision as native
 
-    dtype = _reduced_dtype(precision)
-    if dtype is None:
-        return True
-    get_caps = getattr(torch.cpu, "get_capabilities", None)
-    if get_caps is None:
-        return None
-    try:
-        caps = get_caps()
-    except Exception:
-        return None
-    if not isinstance(caps, Mapping) or "avx2" not in caps:
-        return None  # not an x86 capability report
-    if dtype == "bf16":
-        return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
-    return bool(caps.get("avx512_fp16") or caps.get("amx_fp16"))
+    return native(precision)
 
 
 def _reduced_dtype(precision: str) -> str | None:

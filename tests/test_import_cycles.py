@@ -47,14 +47,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 #: Edges of the full graph that close a cycle and cannot be removed here yet, with the reason.
 #: Each must still exist (delete the entry when its import goes).
-KNOWN_EDGES = {
-    ("autotune.stats", "autotune.measurement"):
-        "stats.__getattr__ still resolves Measurement for autotune.candidate, which imports it from stats; "
-        "candidate.py is being edited elsewhere: switch it to autotune.measurement and drop the shim",
-    ("autotune.devices", "autotune.variants"):
-        "devices.CpuBackend imports variants.cpu_native_precision in a function, and variants imports "
-        "devices.backend_for/is_oom in functions; both files are being edited elsewhere",
-}
+KNOWN_EDGES: dict[tuple[str, str], str] = {}
 
 
 def _all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:

@@ -146,8 +146,9 @@ def compile_payback(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | Non
     rate, build = rec.get("throughput"), rec.get("compile_seconds")
     if eager is None or not is_number(rate) or not is_number(build):
         return None
-    base_build = eager.get("compile_seconds") if is_number(eager.get("compile_seconds")) else 0.0
-    extra = max(0.0, float(build) - float(base_build))
+    eager_build = eager.get("compile_seconds")
+    base_build = float(eager_build) if is_number(eager_build) else 0.0
+    extra = max(0.0, float(build) - base_build)
     saving = 1.0 / eager["throughput"] - 1.0 / rate
     if saving <= 0:
         return (f"Compile payback: never: it is not faster than eager at batch {rec.get('batch_size')}, "
