@@ -73,10 +73,11 @@ import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from autotune.build_stage import silenced_build
+from autotune.devices import cpu_native_precision
 from autotune.errors import VariantError
-from autotune.variants import VariantSpec, _silenced_build, cpu_native_precision
 
 #: The packages each runtime needs, and the command that installs them (the "unavailable" reason).
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -91,6 +92,28 @@ INSTALL: dict[str, str] = {
 TORCHSCRIPT_OPSET = 17
 _OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 _OV_CAPABILITY = {"bf16": "BF16", "fp16": "FP16"}
+
+
+
+class RuntimeSpec(Protocol):
+    """What a runtime reads of a :class:`autotune.variants.VariantSpec` (a protocol, so this module does not
+    import :mod:`autotune.variants`, which imports it to build these compilers)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def compiler(self) -> str: ...
+    @property
+    def compile_mode(self) -> str | None: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def memory_format(self) -> str: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def cuda_graphs(self) -> bool: ...
+
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,7 +143,7 @@ def _device_type(device: str) -> str:
     return device_type(device)
 
 
-def static_unavailable_reason(spec: VariantSpec) -> str | None:
+def static_unavailable_reason(spec: RuntimeSpec) -> str | None:
     """Why the spec's modifiers cannot apply to its runtime at all, on any machine."""
     if spec.memory_format != "contiguous":
         return f"{spec.compiler} picks its own memory layouts; channels_last is a torch knob"
@@ -135,7 +158,7 @@ def static_unavailable_reason(spec: VariantSpec) -> str | None:
     return None
 
 
-def runtime_unavailable_reason(spec: VariantSpec, *, device: str, input_ndims: Sequence[int] = (),
+def runtime_unavailable_reason(spec: RuntimeSpec, *, device: str, input_ndims: Sequence[int] = (),
                                input_is_float: Sequence[bool] = ()) -> str | None:
     """``None`` when ``spec`` (an ``onnx`` / ``openvino`` variant) can run on ``device``, else why not.
 
@@ -184,7 +207,7 @@ def runtime_unavailable_reason(spec: VariantSpec, *, device: str, input_ndims: S
 # --------------------------------------------------------------------------------------------------
 
 
-def build_runtime(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, device: str,
+def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str,
                   notes: list[str]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes and load it in the
     runtime; return the inner callable (torch tensors in, the eager output structure out) and what
@@ -204,7 +227,7 @@ def build_runtime(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, de
                            f"{INSTALL[spec.compiler]}")
     threads = spec.threads or torch.get_num_threads()
     with torch.no_grad():
-        reference = _silenced_build("eager forward for the output structure", notes,
+        reference = silenced_build("eager forward for the output structure", notes,
                                     lambda: model(*example))
     flat_ref, treespec = pytree.tree_flatten(reference)
     if not all(isinstance(t, torch.Tensor) for t in flat_ref):
@@ -237,7 +260,7 @@ def export_onnx(model: Any, example: tuple[Any, ...], path: str, notes: list[str
     import torch
 
     try:
-        _silenced_build("torch.onnx.export(dynamo=True)", notes,
+        silenced_build("torch.onnx.export(dynamo=True)", notes,
                         lambda: torch.onnx.export(model, example, path, dynamo=True, verbose=False))
         notes.append("onnx: exported with the dynamo exporter (torch.export), fixed shapes")
         return "dynamo"
@@ -245,7 +268,7 @@ def export_onnx(model: Any, example: tuple[Any, ...], path: str, notes: list[str
         first = str(exc)
     for name in os.listdir(os.path.dirname(path)):
         os.remove(os.path.join(os.path.dirname(path), name))
-    _silenced_build(
+    silenced_build(
         "torch.onnx.export(dynamo=False)", notes,
         lambda: torch.onnx.export(model, example, path, dynamo=False, opset_version=TORCHSCRIPT_OPSET),
     )
@@ -261,7 +284,7 @@ _ORT_TO_TORCH = {
 }
 
 
-def _build_onnx(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, device: str, threads: int,
+def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str, threads: int,
                 notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     import onnxruntime as ort
     import torch
@@ -287,7 +310,7 @@ def _build_onnx(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, devi
             stream = torch.cuda.current_stream(index).cuda_stream
             providers.insert(0, ("CUDAExecutionProvider",
                                  {"device_id": index, "user_compute_stream": str(stream)}))
-        session = _silenced_build("onnxruntime.InferenceSession", notes,
+        session = silenced_build("onnxruntime.InferenceSession", notes,
                                   lambda: ort.InferenceSession(path, opts, providers=providers))
     except BaseException:
         tmp.cleanup()
@@ -349,7 +372,7 @@ def _largest_divisor_at_most(b: int, n: int) -> int:
     return max(k for k in range(1, max(1, min(b, n)) + 1) if b % k == 0)
 
 
-def _build_openvino(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, threads: int,
+def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, threads: int,
                     notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     import openvino as ov
     import torch
@@ -358,13 +381,13 @@ def _build_openvino(spec: VariantSpec, model: Any, example: tuple[Any, ...], *, 
     config = {"PERFORMANCE_HINT": hint, "INFERENCE_NUM_THREADS": threads,
               "INFERENCE_PRECISION_HINT": _OV_PRECISION[spec.precision]}
     core = ov.Core()
-    converted = _silenced_build("openvino.convert_model", notes,
+    converted = silenced_build("openvino.convert_model", notes,
                                 lambda: ov.convert_model(model, example_input=example))
 
     def compile_for(batch: int) -> Any:
         shapes = {i: ov.PartialShape([batch, *x.shape[1:]]) for i, x in enumerate(example)}
         converted.reshape(shapes)
-        return _silenced_build("openvino compile_model", notes,
+        return silenced_build("openvino compile_model", notes,
                                lambda: core.compile_model(converted, "CPU", config))
 
     b = int(example[0].shape[0]) if example and example[0].dim() > 0 else 1

@@ -63,11 +63,11 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.build_stage import silenced_build, summarize_exception
 from autotune.errors import InputError, VariantError
 
 if TYPE_CHECKING:
@@ -117,7 +117,6 @@ _DEPRECATION_NOTE = (
     "TorchScript (torch.jit) is deprecated since torch 2.5 in favour of torch.compile / torch.export; "
     "its deprecation warnings were silenced"
 )
-_MAX_WARNING_NOTES = 3
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,26 +577,6 @@ def available(
 # --------------------------------------------------------------------------------------------------
 
 
-def summarize_exception(exc: BaseException, *, limit: int = 300) -> str:
-    """``Type: the message's first informative line (file:line)`` — what a report row has room for.
-
-    TorchScript errors start with context (blank lines, an operator schema ending in ``:``) and put
-    the source location further down; the summary skips schema lines and appends the location.
-    """
-    import re
-
-    text = str(exc)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    informative = [ln for ln in lines if not (ln.endswith(":") and "->" in ln) and ln != ":"]
-    head = (informative or lines or [""])[0].rstrip(":").strip()
-    where = re.search(r'File "([^"]+)", line (\d+)', text)
-    if where and where.group(0) not in head:
-        head = f"{head} ({os.path.basename(where.group(1))}:{where.group(2)})"
-    if len(head) > limit:
-        head = head[: limit - 3].rstrip() + "..."
-    return f"{type(exc).__name__}: {head}" if head else type(exc).__name__
-
-
 def _dtype_of(precision: str) -> torch.dtype | None:
     import torch
 
@@ -692,41 +671,6 @@ def _autocast_module(model: Any, device_type: str, dtype: torch.dtype) -> Any:
     return AutocastWrapper(model).eval()
 
 
-def _is_oom(exc: BaseException) -> bool:
-    """Out of memory is the caller's to classify (``oom``, not ``failed``): the one rule in devices."""
-    from autotune.devices import is_oom
-
-    return is_oom(exc)
-
-
-def _silenced_build(stage: str, notes: list[str], body: Callable[[], Any]) -> Any:
-    """Run one build stage: TorchScript deprecation warnings dropped, other warnings kept as notes,
-    every exception (but out-of-memory) turned into a one-line ``VariantError``."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = body()
-        except VariantError:
-            raise
-        except Exception as exc:
-            if _is_oom(exc):
-                raise
-            raise VariantError(f"{stage} failed: {summarize_exception(exc)}") from exc
-    seen: set[str] = set()
-    for w in caught:
-        text = str(w.message).strip().splitlines()[0] if str(w.message).strip() else type(w.message).__name__
-        if issubclass(w.category, (FutureWarning, DeprecationWarning)) and (
-            "deprecat" in text.lower() or "not supported in python" in text.lower()
-        ):
-            continue
-        if text in seen or len(seen) >= _MAX_WARNING_NOTES:
-            continue
-        seen.add(text)
-        first_sentence = text.split(". ")[0].rstrip(".")
-        notes.append(f"{stage} warned: {w.category.__name__}: {first_sentence[:200]}")
-    return result
-
-
 def _script(model: Any, notes: list[str]) -> Any:
     """``torch.jit.script``; after a failure, forget TorchScript's cached types for the model's class.
 
@@ -737,7 +681,7 @@ def _script(model: Any, notes: list[str]) -> Any:
     import torch
 
     try:
-        return _silenced_build("torch.jit.script", notes, lambda: torch.jit.script(model))
+        return silenced_build("torch.jit.script", notes, lambda: torch.jit.script(model))
     except VariantError:
         try:
             import torch.jit._recursive as recursive
@@ -757,7 +701,7 @@ def _script_or_trace(model: Any, example: tuple[Any, ...], notes: list[str], *, 
         except VariantError as exc:
             first_error = str(exc)
         notes.append(f"frozen built from torch.jit.trace because {first_error}")
-    return _silenced_build(
+    return silenced_build(
         "torch.jit.trace", notes, lambda: torch.jit.trace(model, example, check_trace=False, strict=False)
     )
 
@@ -843,7 +787,7 @@ def build_variant(
                 m = m.to(memory_format=torch.channels_last)
             return m
 
-        m = _silenced_build("preparing the model copy", notes, copy_model)
+        m = silenced_build("preparing the model copy", notes, copy_model)
         example = _prepare(spec, example_inputs, device=device)
         runtime_autocast: tuple[str, torch.dtype] | None = None
         target: Any = m
@@ -859,7 +803,7 @@ def build_variant(
         elif spec.compiler == "script":
             inner = _script(m, notes)
         elif spec.compiler == "trace":
-            inner = _silenced_build(
+            inner = silenced_build(
                 "torch.jit.trace", notes,
                 lambda: torch.jit.trace(target, example, check_trace=False, strict=False),
             )
@@ -867,13 +811,13 @@ def build_variant(
             scripted = _script_or_trace(target, example, notes, prefer_trace=target is not m)
             if target is not m:
                 notes.append("frozen+autocast is built from torch.jit.trace (autocast baked into the graph)")
-            inner = _silenced_build(
+            inner = silenced_build(
                 "torch.jit.freeze/optimize_for_inference", notes,
                 lambda: torch.jit.optimize_for_inference(torch.jit.freeze(scripted.eval())),
             )
         elif spec.compiler == "compile":
             mode = spec.compile_mode or "default"
-            inner = _silenced_build(f"torch.compile(mode={mode})", notes,
+            inner = silenced_build(f"torch.compile(mode={mode})", notes,
                                     lambda: torch.compile(target, **_compile_kwargs(mode)))
             notes.append(
                 "torch.compile compiles at the first call (static shapes: a new batch size recompiles)"
@@ -907,7 +851,7 @@ def build_variant(
 
                 runtime_autocast = None
             with torch.inference_mode():
-                captured = _silenced_build(
+                captured = silenced_build(
                     "CUDA graph capture", notes, lambda: backend.graph_call(graph_inner, example)
                 )
             inner = captured
@@ -933,7 +877,7 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
     """
     import torch
 
-    exported = _silenced_build("torch.export.export", notes, lambda: torch.export.export(target, example))
+    exported = silenced_build("torch.export.export", notes, lambda: torch.export.export(target, example))
     tmp = tempfile.TemporaryDirectory(prefix="autotune-aoti-")
 
     def compile_and_load() -> Any:
@@ -945,7 +889,7 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
         return torch._inductor.aoti_load_package(path, run_single_threaded=single_threaded)
 
     try:
-        loaded = _silenced_build("AOTInductor compile", notes, compile_and_load)
+        loaded = silenced_build("AOTInductor compile", notes, compile_and_load)
     except BaseException:
         tmp.cleanup()
         raise
