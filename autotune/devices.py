@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from autotune.device_names import ALLOWED_TEXT, DEVICE_TYPES, INDEXED_TYPES, device_type
+from autotune.device_names import ALLOWED_TEXT, DEVICE_TYPES, INDEXED_TYPES
 from autotune.errors import DeviceUnavailableError, VariantError
 
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -428,11 +428,6 @@ def _status_field_bytes(name: str) -> int:
     raise OSError(f"{name} not in {PROC_STATUS}")
 
 
-def resident_bytes() -> int:
-    """This process's resident set now (VmRSS), whatever the device: host memory is always RSS."""
-    return _status_field_bytes("VmRSS")
-
-
 def available_host_memory_bytes() -> int | None:
     """MemAvailable from /proc/meminfo (Linux); None where unknown."""
     try:
@@ -494,5 +489,5 @@ class _CudaGraphCall:
 __all__ = [
     "BACKENDS", "OOM_WORDINGS", "AcceleratorBackend", "Capabilities", "CpuBackend", "CudaBackend",
     "DeviceBackend", "MemoryMethod", "XpuBackend", "available_host_memory_bytes", "backend_for",
-    "device_type", "is_oom", "oom_kind", "resident_bytes", "resolve_device",
+    "is_oom", "oom_kind", "resolve_device",
 ]

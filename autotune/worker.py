@@ -219,7 +219,6 @@ def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         "memory_method": method.description,
         "host_memory_available": devices.available_host_memory_bytes(),
         "device_memory_capacity": lw.backend.total_memory_bytes(),
-        "device_memory": lw.backend.device_memory,
         "seconds": time.perf_counter() - t0,
     }
 
