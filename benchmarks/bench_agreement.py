@@ -8,8 +8,13 @@ For every model and variant, each round runs two separate processes, in a seeded
 * **plain** — ``python -c PLAIN`` importing only torch (+ torchvision, or the recipe's model file):
   the same factory, kwargs and seed, the same input shape/dtype, the variant built the way a
   deployment builds it (eager: the eval module; frozen: ``optimize_for_inference(freeze(script))``,
-  trace if script fails; compile: ``torch.compile(model)``), torch's default thread count, calls in
-  ``inference_mode``, warmed up, then ``torch.utils.benchmark.Timer.blocked_autorange``.
+  trace if script fails; compile: ``torch.compile(model)``; onnx: ``torch.onnx.export`` (dynamo, the
+  TorchScript exporter if it fails) and an ``onnxruntime.InferenceSession`` (ORT_ENABLE_ALL,
+  intra-op threads = torch's) fed numpy arrays; openvino: ``openvino.convert_model``, static shapes,
+  ``compile_model(..., "CPU", LATENCY hint, f32)`` and one infer request), torch's default thread
+  count, calls in ``inference_mode``, warmed up, then ``torch.utils.benchmark.Timer.blocked_autorange``.
+  The plain onnx/openvino sides import torch (to build and export the model) and the runtime, never
+  autotune.
 
 Per round the ratio tool/plain of the mean time per call is printed; the verdict is on the median
 over rounds: PASS when it lies in [0.95, 1.05]. The median/median ratio is shown too. The machine may
@@ -93,6 +98,35 @@ with torch.no_grad():
         fn = torch.jit.optimize_for_inference(torch.jit.freeze(ts.eval()))
     elif cfg["variant"] == "compile":
         fn = torch.compile(model)
+    elif cfg["variant"] == "onnx":
+        # a deployment: export once, then an InferenceSession fed numpy arrays
+        import os, tempfile
+        import onnxruntime as ort
+        path = os.path.join(tempfile.mkdtemp(prefix="plain-onnx-"), "model.onnx")
+        try:
+            torch.onnx.export(model, inputs, path, dynamo=True, verbose=False)
+        except Exception:
+            torch.onnx.export(model, inputs, path, dynamo=False, opset_version=17)
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = torch.get_num_threads()
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        feeds = {n: a.numpy() for n, a in zip(names, inputs)}
+        inputs = ()
+        fn = lambda: sess.run(None, feeds)
+    elif cfg["variant"] == "openvino":
+        # a deployment: convert, fix the shapes, compile for the CPU with the latency hint
+        import openvino as ov
+        ovm = ov.convert_model(model, example_input=inputs)
+        ovm.reshape({i: ov.PartialShape(list(x.shape)) for i, x in enumerate(inputs)})
+        compiled = ov.Core().compile_model(ovm, "CPU", {"PERFORMANCE_HINT": "LATENCY",
+                                                        "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+                                                        "INFERENCE_PRECISION_HINT": "f32"})
+        request = compiled.create_infer_request()
+        arrays = [x.numpy() for x in inputs]
+        inputs = ()
+        fn = lambda: request.infer(arrays, share_inputs=True)
     else:
         raise SystemExit("unknown variant " + cfg["variant"])
 
