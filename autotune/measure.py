@@ -6,7 +6,7 @@ Algorithm (per candidate)::
     first  = time one call, synchronised            # compile / lazy init, reported apart
     second = time one call, synchronised
     k      = 1 in latency mode, else ceil(block_target / second)   # iterations per sample
-    detector = OnlineDetector(ci_target)
+    detector = OnlineDetector(ci_target, floor_seconds=min(1.5 s, max_seconds / 2))
     repeat:
         s = time a block of k calls (CPU: perf_counter_ns around the block;
                                      accelerators: the backend's events around the block,
@@ -33,7 +33,7 @@ import torch
 
 from autotune.devices import backend_for
 from autotune.measurement import Measurement
-from autotune.warmup import DEFAULT_MARGIN, OnlineDetector
+from autotune.warmup import DEFAULT_MARGIN, OnlineDetector, budget_floor_seconds
 
 #: Target wall time of one timed block in throughput mode: long enough that the timer's own
 #: resolution and the loop overhead vanish, short enough to give the detector many samples.
@@ -87,10 +87,12 @@ def measure_callable(
     if settings.mode == "latency":
         per_sample = 1
     else:
-        probe = time_first_call(call, device=device)
+        # the fastest of three calls: one call descheduled by a neighbour would make k = 1
+        probe = min(time_first_call(call, device=device) for _ in range(3))
         per_sample = max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
     detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples,
-                              iterations_per_value=per_sample, margin=settings.margin)
+                              iterations_per_value=per_sample, margin=settings.margin,
+                              floor_seconds=budget_floor_seconds(settings.max_seconds))
     samples: list[float] = []
     stopped_by = "max_values"
     while len(samples) < settings.max_samples:

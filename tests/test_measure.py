@@ -93,7 +93,8 @@ def test_per_call_latency_sees_tails_that_block_means_average_away() -> None:
                                 settings=MeasureSettings(ci_target=0.05, max_seconds=0.6, per_call_seconds=0.2))
     assert per_call.latency_source == "per_call" and len(per_call.latency_samples) >= 100
     assert per_call.latency_ms["p99"] > 1.5  # the slow calls (2 ms) are in the per-call tail
-    assert blocks.latency_ms["p99"] < 1.0  # averaged with nine fast calls each
+    # averaged with nine fast calls each (0.38 ms nominal; relative, so a busy machine cannot fail it)
+    assert blocks.latency_ms["p99"] < 0.75 * per_call.latency_ms["p99"]
     back = Measurement.from_dict(per_call.to_dict())
     assert back.latency_ms == per_call.latency_ms and back.latency_source == "per_call"
     # at least MIN_PER_CALL calls even when the time asked for is tiny

@@ -22,7 +22,15 @@ from autotune.traces import (
     synthetic_suite,
     synthetic_trace,
 )
-from autotune.warmup import CLASSIFICATIONS, OnlineDetector, WarmupAnalysis, analyze, find_spikes, pelt
+from autotune.warmup import (
+    CLASSIFICATIONS,
+    OnlineDetector,
+    WarmupAnalysis,
+    analyze,
+    budget_floor_seconds,
+    find_spikes,
+    pelt,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "warmup-traces"
 
@@ -395,12 +403,17 @@ def _flat(n: int, level: float, cv: float = 0.01, seed: int = 8) -> np.ndarray:
 def _floor_met(det: OnlineDetector) -> bool:
     iterations = det.consumed * det.iterations_per_value
     sec = det.seconds()
-    return sec >= det.min_seconds and (iterations >= det.min_iterations or sec >= det.floor_seconds)
+    capped = det.floor_seconds is not None and sec >= det.floor_seconds
+    return sec >= det.min_seconds and (iterations >= det.min_iterations or capped)
+
+
+#: The timing loop's cap on the iteration horizon for the quickstart's 3 s per-candidate budget.
+CAP_3S = budget_floor_seconds(3.0)
 
 
 def test_online_stops_on_a_flat_trace_with_the_target_precision() -> None:
     x = synthetic_trace("flat", n=3000, level=1e-3, cv=0.02, phi=0.3, seed=1).values
-    det = OnlineDetector(ci_target=0.01)
+    det = OnlineDetector(ci_target=0.01, floor_seconds=CAP_3S)
     _feed(det, x)
     assert det.done and det.stopped_by == "precision" and det.steady
     assert _floor_met(det) and det.consumed < 2500
@@ -414,16 +427,16 @@ def test_online_stops_on_a_flat_trace_with_the_target_precision() -> None:
 def test_online_floor_is_in_iterations_and_seconds_not_values(call: float, k: int) -> None:
     """The same flat series stops once the floor's wall time / iterations are covered, whatever
     the block size: values of k iterations count k times, seconds are value * k."""
-    det = OnlineDetector(iterations_per_value=k)
+    det = OnlineDetector(iterations_per_value=k, floor_seconds=CAP_3S)
     _feed(det, _flat(20_000, call))
     assert det.done and det.stopped_by == "precision"
     assert _floor_met(det)
-    before = OnlineDetector(iterations_per_value=k)
+    before = OnlineDetector(iterations_per_value=k, floor_seconds=CAP_3S)
     _feed(before, _flat(det.consumed - 1, call))  # one value less: the floor is not met yet
     assert not before.done and not _floor_met(before)
     # a fast call reaches min_iterations long before floor_seconds; a slow one is capped in time
-    if call * 3000 < det.floor_seconds:
-        assert det.seconds() < det.floor_seconds
+    if call * 3000 < CAP_3S:
+        assert det.seconds() < CAP_3S
     else:
         assert det.consumed * k < det.min_iterations
 
@@ -431,7 +444,7 @@ def test_online_floor_is_in_iterations_and_seconds_not_values(call: float, k: in
 def test_online_waits_for_the_warmup_to_end() -> None:
     rng = np.random.default_rng(12)
     x = 1e-3 * np.concatenate([np.full(250, 2.0), np.full(2750, 1.0)]) * (1.0 + 0.01 * rng.standard_normal(3000))
-    det = OnlineDetector()
+    det = OnlineDetector(floor_seconds=CAP_3S)
     _feed(det, x)
     assert det.done and 250 < det.consumed
     a = det.result()
@@ -454,16 +467,16 @@ def test_online_catches_a_change_inside_the_iteration_horizon(before: float) -> 
 
 
 def test_online_a_change_after_the_time_cap_of_a_slow_call_is_missed() -> None:
-    """The risk model's stated limit: a 10 ms call whose level changes at iteration 2,500 (25 s)
-    is stopped at about floor_seconds, blind to the change; with floor_seconds above the change
-    time the same detector catches it."""
+    """The price of a time budget: a 10 ms call whose level changes at iteration 2,500 (25 s)
+    is stopped at about the cap (floor_seconds), blind to the change; the detector's defaults
+    (the risk model alone: the 3,000-iteration horizon, no cap) catch it."""
     change_at = 2500
     rng = np.random.default_rng(3)
     x = 10e-3 * np.where(np.arange(6000) < change_at, 1.3, 1.0) * (1.0 + 0.01 * rng.standard_normal(6000))
-    det = OnlineDetector()
+    det = OnlineDetector(floor_seconds=CAP_3S)
     _feed(det, x)
     assert det.done and det.consumed < change_at
-    patient = OnlineDetector(floor_seconds=60.0)  # min_iterations (3,000) decides
+    patient = OnlineDetector()  # min_iterations (3,000) decides
     _feed(patient, x)
     assert patient.done and patient.result().steady_start == change_at
 
@@ -489,7 +502,7 @@ def test_online_restarts_when_the_level_moves() -> None:
     a = det.result()
     assert a.steady_start is not None and a.steady_start >= 590
     # after a restart the new level meets the floor by itself
-    assert not det.done or det.seconds(a.steady_start) >= det.floor_seconds
+    assert not det.done or (det.consumed - a.steady_start) * det.iterations_per_value >= det.min_iterations
     assert a.steady_mean is not None and abs(a.steady_mean / 1.3e-3 - 1) < 0.03
 
 
@@ -525,11 +538,11 @@ def test_online_slow_drift_within_tolerance_of_the_segments_does_not_stop() -> N
     rng = np.random.default_rng(6)
     x = 1e-3 * (1.0 + 2e-5 * np.arange(n)) * (1.0 + 0.002 * rng.standard_normal(n))
     assert analyze(x[:390], margin=0.01).classification == "flat"
-    det = OnlineDetector(margin=0.01)
+    det = OnlineDetector(margin=0.01, floor_seconds=CAP_3S)
     _feed(det, x)
     assert not det.done and det.blocked.get("drift", 0) + det.blocked.get("history", 0) > 0
     assert det.result().classification == "no_steady_state"
-    blind = OnlineDetector(margin=0.01, drift_t=1e9, regime_factor=0.0)  # both gates off: it stops blind
+    blind = OnlineDetector(margin=0.01, drift_t=1e9, regime_factor=0.0, floor_seconds=CAP_3S)  # gates off: stops blind
     _feed(blind, x)
     assert blind.done and _floor_met(blind)
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from autotune.warmup.changepoints import pelt
 from autotune.warmup.offline import CLASSIFICATIONS, DEFAULT_MARGIN, WarmupAnalysis, analyze
-from autotune.warmup.online import OnlineDetector, replay
+from autotune.warmup.online import OnlineDetector, budget_floor_seconds, replay
 from autotune.warmup.spikes import find_spikes
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "OnlineDetector",
     "WarmupAnalysis",
     "analyze",
+    "budget_floor_seconds",
     "find_spikes",
     "pelt",
     "replay",

@@ -20,7 +20,25 @@ from autotune.warmup.noise import Equivalence, estimate_phi, trend
 from autotune.warmup.offline import DEFAULT_MARGIN, WarmupAnalysis, analyze
 from autotune.warmup.spikes import SPIKE_MAX_RUN, SPIKE_THRESHOLD, SPIKE_WINDOW, rolling_median, spike_mask
 
-__all__ = ["OnlineDetector", "replay"]
+__all__ = ["BUDGET_SHARE_FOR_HORIZON", "SLOW_CALL_HORIZON_S", "OnlineDetector", "budget_floor_seconds",
+           "replay"]
+
+#: Share of a candidate's time budget that may go to waiting out the iteration horizon (the risk
+#: model's late count-driven changes); the rest is for reaching the precision target.
+BUDGET_SHARE_FOR_HORIZON = 0.5
+#: Wall time after which a slow call's remaining count-driven effects are below a percent: the
+#: horizon (3,000 iterations) of a 0.5 ms call, whose per-call effects of microseconds are < 1%.
+SLOW_CALL_HORIZON_S = 1.5
+
+
+def budget_floor_seconds(max_seconds: float) -> float:
+    """The ``floor_seconds`` cap for a caller that has ``max_seconds`` per candidate.
+
+    ``min(SLOW_CALL_HORIZON_S, BUDGET_SHARE_FOR_HORIZON * max_seconds)``: a larger budget
+    does not buy a longer wait, because past 1.5 s a call of 0.5 ms or more has nothing
+    left in the model that moves it by a percent; a smaller one keeps half for precision.
+    """
+    return min(SLOW_CALL_HORIZON_S, BUDGET_SHARE_FOR_HORIZON * float(max_seconds))
 
 
 class OnlineDetector:
@@ -46,17 +64,21 @@ class OnlineDetector:
       warmup and are handled by practical equivalence, not by waiting). ``min_seconds`` =
       0.25 s covers the ramp with room.
     * Budget: waiting for 3,000 iterations costs 3,000 x the call time, 30 s for a 10 ms
-      call, more than any recipe's ``max_seconds``. Past the coarse tiers, what is left in
-      a slow call are per-call effects of microseconds, below a percent of a call of 0.5 ms
-      or more, so the iteration horizon is capped at ``floor_seconds`` = 1.5 s (= 3,000 x
-      0.5 ms): half of the shortest shipped budget (3 s), leaving the other half to reach the
-      precision target. A count-driven change later than that in a slow call is outside the
-      model, and is missed (the benchmark reports how often, by the change's time).
+      call, more than any recipe's ``max_seconds``. The budget is the caller's, not the
+      detector's: by default (``floor_seconds=None``) the detector waits out the whole
+      horizon, and a caller with a time budget caps the wait with ``floor_seconds``. The
+      timing loop passes :func:`budget_floor_seconds`: 1.5 s (= 3,000 x 0.5 ms), or half of
+      the candidate's ``max_seconds`` if that is less, leaving the rest to reach the precision
+      target. The cap is affordable because past the coarse tiers what is left in a slow call
+      are per-call effects of microseconds, below a percent of a call of 0.5 ms or more; a count-driven
+      change later than the cap in a slow call is missed, and the benchmark reports how often,
+      by the change's time, with and without the cap.
 
     None of these numbers is fitted to change positions of the labelled traces. A value
     therefore has to satisfy::
 
-        floor:  seconds >= min_seconds and (iterations >= min_iterations or seconds >= floor_seconds)
+        floor:  seconds >= min_seconds and (iterations >= min_iterations
+                                            or (floor_seconds is set and seconds >= floor_seconds))
         tail:   values after the steady start >= min_steady and their seconds >= min_seconds;
                 after a restart (the level moved after it was declared steady) the new level
                 must meet the floor by itself, counted from its start: a series that moved
@@ -116,7 +138,7 @@ class OnlineDetector:
         iterations_per_value: int = 1,
         min_iterations: int = 3000,
         min_seconds: float = 0.25,
-        floor_seconds: float = 1.5,
+        floor_seconds: float | None = None,
         min_steady: int = 30,
         growth: float = 1.15,
         min_check_gap: int = 10,
@@ -140,7 +162,7 @@ class OnlineDetector:
             raise ValueError("regime_factor must be >= 0 and drift_t > 0")
         if iterations_per_value < 1:
             raise ValueError("iterations_per_value must be at least 1")
-        if min_iterations < 0 or min_seconds < 0 or floor_seconds < 0:
+        if min_iterations < 0 or min_seconds < 0 or (floor_seconds is not None and floor_seconds < 0):
             raise ValueError("min_iterations, min_seconds and floor_seconds must be >= 0")
         if margin is not None and not margin > 0:
             raise ValueError("margin must be > 0")
@@ -150,7 +172,7 @@ class OnlineDetector:
         self.iterations_per_value = int(iterations_per_value)
         self.min_iterations = int(min_iterations)
         self.min_seconds = float(min_seconds)
-        self.floor_seconds = max(float(floor_seconds), self.min_seconds)
+        self.floor_seconds = None if floor_seconds is None else max(float(floor_seconds), self.min_seconds)
         self.min_steady = max(int(min_steady), 3)
         self.growth = float(growth)
         self.min_check_gap = int(min_check_gap)
@@ -313,7 +335,9 @@ class OnlineDetector:
         sec = self.seconds(lo, n)
         if sec < self.min_seconds:
             return False
-        return (n - lo) * self.iterations_per_value >= self.min_iterations or sec >= self.floor_seconds
+        if (n - lo) * self.iterations_per_value >= self.min_iterations:
+            return True
+        return self.floor_seconds is not None and sec >= self.floor_seconds
 
     def _tail_met(self, start: int, n: int) -> bool:
         """Enough of the steady level: ``min_steady`` values and ``min_seconds``; after a restart, the floor."""
