@@ -1,0 +1,43 @@
+"""Batch-size boundary search (see :mod:`autotune.batch.boundary_search`); the package re-exports its names."""
+
+from autotune.batch.boundary_search import (
+    AIM_RATIO,
+    CONFIDENCE_Z,
+    CURVATURE,
+    DEFAULT_HEADROOM,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_NOISE_FRACTION,
+    RELATIVE_NOISE,
+    SLACK,
+    BatchBoundary,
+    LineFit,
+    MemoryModel,
+    ProbeRecord,
+    ProbeResult,
+    candidate_batch_sizes,
+    find_max_batch_size,
+    fit_memory_model,
+    least_squares,
+    refine_max_batch_size,
+)
+
+__all__ = [
+    "AIM_RATIO",
+    "CONFIDENCE_Z",
+    "CURVATURE",
+    "DEFAULT_HEADROOM",
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_NOISE_FRACTION",
+    "RELATIVE_NOISE",
+    "SLACK",
+    "BatchBoundary",
+    "LineFit",
+    "MemoryModel",
+    "ProbeRecord",
+    "ProbeResult",
+    "candidate_batch_sizes",
+    "find_max_batch_size",
+    "fit_memory_model",
+    "least_squares",
+    "refine_max_batch_size",
+]
