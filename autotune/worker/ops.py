@@ -556,5 +556,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover - `python -m autotune.worker` runs __main__.py
     raise SystemExit(main())
