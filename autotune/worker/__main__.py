@@ -1,5 +1,5 @@
 """``python -m autotune.worker [--role measure|probe]``: serve requests until stdin closes."""
 
-from autotune.worker.ops import main
+from autotune.worker.serve import main
 
 raise SystemExit(main())
