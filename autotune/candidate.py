@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from autotune.measurement import Measurement
 from autotune.recipe import Constraints
+from autotune.vocab import STATUSES as STATUSES
 
-STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
 #: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
 TRACE_POINTS = 400
 

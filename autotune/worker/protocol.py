@@ -35,7 +35,7 @@ ROLE_OPS: dict[Role, frozenset[OpName]] = {
 ROLE_OF_OP: dict[str, Role] = {"probe": "probe", "device_memory": "probe"}
 
 #: A candidate's outcome as a worker (or the runner, for a crash) reports it. A report row adds
-#: ``"pruned"`` (:data:`autotune.candidate.STATUSES`), decided by the parent without running anything.
+#: ``"pruned"`` (:data:`autotune.vocab.STATUSES`), decided by the parent without running anything.
 Status = Literal["ok", "failed", "rejected", "oom"]
 OUTCOME_STATUSES: tuple[Status, ...] = get_args(Status)
 #: How an out-of-memory error was recognised (:func:`autotune.devices.oom_kind`).
