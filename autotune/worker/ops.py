@@ -6,6 +6,9 @@ Importing this module is the worker's start-up, and it is timed: ``_T0`` is take
 imported and the tool's own modules after it, so :data:`IMPORT_SECONDS` (reported by ``hello``) and
 :data:`TOOL_IMPORT_BYTES` (taken off host-memory probes) cover them. Hence the imports after code
 (``noqa: E402``); :mod:`autotune.worker.serve` imports this module before anything that imports torch.
+
+Why one module (~420 lines): its import is the timed start-up, so every op's imports must follow the
+torch import in one file; the ops share the guard, the seeds and the thread handling.
 """
 
 from __future__ import annotations
