@@ -8,14 +8,54 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from autotune.measurement import Measurement
 from autotune.recipe import Constraints
+from autotune.vocab import STATUSES as STATUSES
+from autotune.vocab import RowStatus
 
-STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
 #: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
 TRACE_POINTS = 400
+
+
+class CandidateRow(TypedDict):
+    """One row of report.json's ``candidates`` (``CANDIDATE_FIELDS`` in :mod:`autotune.report.schema`
+    validates it): the variant's fields, what was measured, and the verdict. Keys are in the order the
+    row is written; measured fields are None until a measurement fills them."""
+
+    trial: int
+    variant: str
+    compiler: str | None
+    compile_mode: str | None
+    precision: str
+    memory_format: str
+    threads: int | None
+    batch_size: int
+    status: RowStatus
+    reason: str | None
+    feasible: bool
+    violations: list[str]
+    throughput: float | None
+    throughput_ci: list[float] | None
+    latency_ms: dict[str, float] | None  # by Percentile
+    latency_source: str | None
+    peak_memory_bytes: int | None
+    compile_seconds: float | None
+    warmup_iterations: int | None
+    classification: str | None
+    relative_ci_half_width: float | None
+    samples: int
+    stopped_by: str | None
+    recompiles: int | None
+    correctness: dict[str, Any] | None
+    notes: list[str]
+    trace_ms: list[float] | None
+    foreign_cores: float | None
+    #: set with a measurement
+    iterations_per_sample: NotRequired[int]
+    #: set by the search on a row that repeats an earlier trial's measurement
+    repeat_of_trial: NotRequired[int]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -25,7 +65,7 @@ def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[flo
     return [values[int(i * step)] for i in range(points)]
 
 
-def candidate_record(
+def candidate_row(
     *,
     trial: int,
     variant: str,
@@ -33,9 +73,9 @@ def candidate_record(
     batch_size: int,
     result: Mapping[str, Any],
     constraints: Constraints,
-) -> dict[str, Any]:
+) -> CandidateRow:
     """One report row from a worker result (any status)."""
-    row: dict[str, Any] = {
+    row: CandidateRow = {
         "trial": trial,
         "variant": variant,
         "compiler": spec.get("compiler"),
@@ -69,22 +109,36 @@ def candidate_record(
         row["compile_seconds"] = (result.get("build_seconds") or 0.0) + result["first_call_seconds"]
     if row["status"] == "ok" and result.get("measurement"):
         m = Measurement.from_dict(result["measurement"])
-        row.update(
-            throughput=m.throughput,
-            throughput_ci=list(m.throughput_ci) if m.throughput_ci else None,
-            latency_ms=dict(m.latency_ms),
-            latency_source=m.latency_source,
-            warmup_iterations=m.warmup_iterations,
-            classification=m.classification,
-            relative_ci_half_width=m.relative_ci_half_width,
-            samples=len(m.samples),
-            iterations_per_sample=m.iterations_per_sample,
-            stopped_by=m.stopped_by,
-            trace_ms=[s * 1e3 for s in _downsample(m.samples)],
-        )
+        row.update({
+            "throughput": m.throughput,
+            "throughput_ci": list(m.throughput_ci) if m.throughput_ci else None,
+            "latency_ms": dict(m.latency_ms),
+            "latency_source": m.latency_source,
+            "warmup_iterations": m.warmup_iterations,
+            "classification": m.classification,
+            "relative_ci_half_width": m.relative_ci_half_width,
+            "samples": len(m.samples),
+            "iterations_per_sample": m.iterations_per_sample,
+            "stopped_by": m.stopped_by,
+            "trace_ms": [s * 1e3 for s in _downsample(m.samples)],
+        })
         row["violations"] = violations(row, constraints)
         row["feasible"] = not row["violations"]
     return row
+
+
+def candidate_record(
+    *,
+    trial: int,
+    variant: str,
+    spec: Mapping[str, Any],
+    batch_size: int,
+    result: Mapping[str, Any],
+    constraints: Constraints,
+) -> dict[str, Any]:
+    """:func:`candidate_row` as the plain dict the search and the report keep in their row lists."""
+    return cast("dict[str, Any]", candidate_row(trial=trial, variant=variant, spec=spec, batch_size=batch_size,
+                                                result=result, constraints=constraints))
 
 
 def violations(row: Mapping[str, Any], constraints: Constraints) -> list[str]:

@@ -3,6 +3,9 @@
 Exit codes: 0 success, 1 the tuning ran but found no feasible configuration, 2 bad input
 (a message that names the problem, no traceback), 3 ``compare`` found a regression beyond its
 threshold, 130 interrupted (what was measured is kept).
+
+Why one module (~420 lines): parsing, printing and exit codes are the CLI's one job; everything else is
+a call into :mod:`autotune.api`.
 """
 
 from __future__ import annotations

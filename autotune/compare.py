@@ -33,6 +33,9 @@ Configurations measured in only one report are listed, with what the other repor
 them (absent, pruned by the search, or its failure). Differences between the two environments
 (machine, torch version, model factory, ...) are listed too: a comparison across machines is
 meant to show them, one on the same machine should have none.
+
+Why one module (~420 lines): the comparison of two reports is one concept: its value objects, the
+matching of configurations and the verdict rule, which read together.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ from. Never "out of memory" anywhere in any message: only these fixed tags.
 Backends: :class:`CpuBackend`, :class:`CudaBackend` and :class:`XpuBackend` (Intel GPUs through
 ``torch.xpu``; same shape as CUDA, no graphs). XPU has not run on hardware yet; its protocol is
 tested on CPU against a recording module.
+
+Why one module (~490 lines): one protocol and its backends (CPU, CUDA, XPU) are the single place where
+device differences are allowed; splitting the backends apart would scatter it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ Rules this module keeps:
   that measure: a CUDA context there would hold several hundred MiB of GPU memory for the whole
   run (skewing every batch-boundary probe) and would make ``fork`` unusable. GPU facts then
   come from NVML (``torch.cuda.device_count``) and ``nvidia-smi`` instead.
+
+Why one module (~470 lines): the machine's fingerprint is one concept; its length is many small readers
+(``/proc``, cgroups, torch, nvidia-smi), each a few lines and each only used by :func:`fingerprint`.
 """
 
 from __future__ import annotations

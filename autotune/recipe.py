@@ -67,12 +67,12 @@ from typing import Any, Literal
 from autotune.device_names import ALLOWED_TEXT, is_device_name
 from autotune.errors import RecipeError
 from autotune.sizes import parse_size
+from autotune.vocab import MODES as MODES
+from autotune.vocab import OBJECTIVES as OBJECTIVES
+from autotune.vocab import PERCENTILES as PERCENTILES
 
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 INTEGER_DTYPES = ("int64", "int32")
-OBJECTIVES = ("throughput", "latency", "pareto")
-MODES = ("throughput", "latency")
-PERCENTILES = ("mean", "p50", "p90", "p99")
 DEFAULT_MAX_BATCH_SIZE = 65536
 
 

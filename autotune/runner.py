@@ -20,20 +20,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from autotune.errors import InputError, WorkerError
+from autotune.worker.protocol import ROLE_OF_OP, ROLES, HelloResult, Request, Response, Role
 
 #: Seconds a fresh worker may take to import torch and answer "hello".
 STARTUP_TIMEOUT = 120.0
 #: Bytes of the worker's stderr quoted in a failure reason.
 STDERR_TAIL = 600
-#: Worker roles. A ``probe`` worker pins allocator settings the memory probes need (see
-#: ``autotune.worker``); a ``measure`` worker times candidates in the state a plain deployment
-#: process has, so the two never share a process.
-ROLES = ("measure", "probe")
-#: The role that serves each op; ops not listed go to a ``measure`` worker.
-ROLE_OF_OP = {"probe": "probe", "device_memory": "probe"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,7 @@ class WorkerProcess:
     """One live ``python -m autotune.worker`` child and its JSON-lines pipe."""
 
     def __init__(self, *, env: dict[str, str] | None = None, startup_timeout: float = STARTUP_TIMEOUT,
-                 role: str = "measure") -> None:
+                 role: Role = "measure") -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.role = role
@@ -80,14 +75,18 @@ class WorkerProcess:
         self._buffer = b""
         self._next_id = 0
         self.requests_served = 0
-        self.hello = self.request({"op": "hello"}, timeout=startup_timeout)["result"]
+        hello = self.request({"op": "hello"}, timeout=startup_timeout)
+        if not hello["ok"]:  # op hello cannot fail; a worker that says otherwise is broken
+            self.kill()
+            raise WorkerCrashed(WorkerCrash(reason=f"worker failed hello: {hello['error']['message']}"))
+        self.hello = cast("HelloResult", hello["result"])
         self.startup_seconds = time.perf_counter() - t0
 
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def request(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    def request(self, message: Request, *, timeout: float) -> Response:
         """Send one request, wait for its response; raise :class:`WorkerCrashed` on death or timeout."""
         self._next_id += 1
         rid = self._next_id
@@ -102,7 +101,7 @@ class WorkerProcess:
         if line is None:
             raise WorkerCrashed(self._crash(timeout=timeout))
         try:
-            resp = json.loads(line)
+            resp: Response = json.loads(line)
         except json.JSONDecodeError:
             self.kill()
             raise WorkerCrashed(WorkerCrash(reason=f"worker broke the protocol: {line[:200]!r}")) from None
@@ -193,10 +192,10 @@ class Runner:
     def __init__(self, *, env: dict[str, str] | None = None, reuse: bool = True) -> None:
         self._env = env
         self._reuse = reuse
-        self._workers: dict[str, WorkerProcess] = {}
+        self._workers: dict[Role, WorkerProcess] = {}
         self.stats = RunnerStats()
 
-    def _ensure_worker(self, role: str) -> WorkerProcess:
+    def _ensure_worker(self, role: Role) -> WorkerProcess:
         worker = self._workers.get(role)
         if worker is None or not worker.alive:
             worker = self._workers[role] = WorkerProcess(env=self._env, role=role)
@@ -204,14 +203,16 @@ class Runner:
             self.stats.startup_seconds.append(worker.startup_seconds)
         return worker
 
-    def recycle(self, role: str | None = None) -> None:
+    def recycle(self, role: Role | None = None) -> None:
         """Close the worker of ``role`` (every worker when None); the next request starts a fresh one."""
         for name in [role] if role is not None else list(self._workers):
             worker = self._workers.pop(name, None)
             if worker is not None:
                 worker.close()
 
-    def call(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    def call(self, message: Request, *, timeout: float) -> dict[str, Any]:
+        """Send ``message`` to the worker of its op's role; the op's result (its type in
+        :mod:`autotune.worker.protocol`), or a failed :class:`~autotune.worker.protocol.Outcome` with ``crash``."""
         role = ROLE_OF_OP.get(str(message.get("op")), "measure")
         try:
             worker = self._ensure_worker(role)
@@ -232,7 +233,7 @@ class Runner:
             self.recycle(role)  # an unexpected exception may have left state behind: start clean
             return {"status": "failed", "reason": f"{err['type']}: {err['message']}"
                     if not err["message"].startswith(err["type"]) else err["message"]}
-        result = resp["result"]
+        result = cast("dict[str, Any]", resp["result"])
         if result.get("dirty") or not self._reuse:
             self.recycle(role)
         return result

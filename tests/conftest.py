@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +75,38 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=900)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+#: test_cli's tiny recipe with ``{kwargs}`` and ``{variants}`` left to fill (also used by test_worker_join).
+TINY = tiny_recipe(kwargs="{kwargs}", variants="{variants}")
+
+
+def tiny(write_recipe, *, kwargs: str = "", variants: str = '["eager", "frozen"]', extra: str = "") -> Path:
+    return write_recipe(TINY.format(kwargs=kwargs, variants=variants) + extra)
+
+
+#: Throughput (items/s at batch 0) of each variant in the search's fake rows.
+SEARCH_SPEED = {"eager": 100.0, "frozen": 180.0, "compile": 150.0, "broken": 1.0}
+
+
+def search_row(trial: int, variant: str, batch: int, *, latency_ms: float | None = None) -> dict[str, Any]:
+    status = "failed" if variant == "broken" else "ok"
+    tput = SEARCH_SPEED[variant] * (1 + batch / 64)
+    lat = latency_ms if latency_ms is not None else batch / tput * 1e3
+    return {
+        "trial": trial, "variant": variant, "batch_size": batch, "status": status,
+        "reason": "boom" if status == "failed" else None, "feasible": status == "ok", "violations": [],
+        "throughput": tput if status == "ok" else None,
+        "latency_ms": {"mean": lat, "p50": lat, "p90": lat, "p99": lat} if status == "ok" else None,
+        "peak_memory_bytes": batch * 1000, "classification": "flat",
+    }
+
+
+FakeRow = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def fake_row() -> FakeRow:
+    """``fake_row(trial, variant, batch, *, latency_ms=None)``: the row a search's evaluate would return, made up
+    without a worker (faster variants: SEARCH_SPEED; variant "broken" fails). For test_search and test_postgres."""
+    return search_row

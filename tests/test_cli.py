@@ -13,16 +13,9 @@ from pathlib import Path
 import pytest
 
 from autotune.candidate import pessimistic_score
-from tests.conftest import ROOT, SHARED_TRACES, run_cli, tiny_recipe
+from tests.conftest import ROOT, SHARED_TRACES, TINY, run_cli, tiny
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
-
-TINY = tiny_recipe(kwargs="{kwargs}", variants="{variants}")
-
-
-def tiny(write_recipe, *, kwargs: str = "", variants: str = '["eager", "frozen"]', extra: str = "") -> Path:
-    return write_recipe(TINY.format(kwargs=kwargs, variants=variants) + extra)
-
 
 def assert_input_error(code: int, err: str, *patterns: str) -> None:
     assert code == 2, err

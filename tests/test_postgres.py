@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, tiny_recipe
+from tests.conftest import ROOT, FakeRow, run_cli, tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 
@@ -370,11 +370,9 @@ def start_elsewhere(search: Any, variant: str, batch: int) -> Any:
     return trial
 
 
-def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url: str) -> None:
+def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url: str, fake_row: FakeRow) -> None:
     """Worker A finishes (eager, 8) after B read the results and before B's suggestion is checked."""
     from autotune.search import Search
-    from tests.test_search import fake_row
-
     calls: dict[str, list[tuple[str, int]]] = {"A": [], "B": []}
     a = Search(small_space(), search_settings(pg_url, "race"), lambda t, v, b: fake_row(t, v, b))
     b = Search(small_space(), search_settings(pg_url, "race"),
@@ -396,11 +394,9 @@ def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url
     assert out.stopped_by == "exhausted"
 
 
-def test_waits_while_others_measure_what_is_left(pg_url: str) -> None:
+def test_waits_while_others_measure_what_is_left(pg_url: str, fake_row: FakeRow) -> None:
     """Nothing left but what another worker is measuring: poll the study, do not churn out repeat trials."""
     from autotune.search import Search
-    from tests.test_search import fake_row
-
     a = Search(small_space(), search_settings(pg_url, "wait"), lambda t, v, b: fake_row(t, v, b))
     running = start_elsewhere(a, "eager", 8)
     slept: list[float] = []
@@ -421,10 +417,8 @@ def test_waits_while_others_measure_what_is_left(pg_url: str) -> None:
     assert out.trials <= 6, out.trials  # a handful, not one per spin of the loop
 
 
-def test_a_second_worker_does_not_enqueue_the_priors_again(pg_url: str) -> None:
+def test_a_second_worker_does_not_enqueue_the_priors_again(pg_url: str, fake_row: FakeRow) -> None:
     from autotune.search import Search
-    from tests.test_search import fake_row
-
     for _ in range(2):  # zero budget: each enqueues what it would start with, then stops
         out = Search(small_space(), search_settings(pg_url, "priors", time_budget_s=0.0),
                      lambda t, v, b: fake_row(t, v, b)).run()
@@ -457,11 +451,9 @@ def drop_other_connections(url: str) -> int:
     return len(pids)
 
 
-def test_a_connection_dropped_during_a_measurement_is_replaced(pg_url: str) -> None:
+def test_a_connection_dropped_during_a_measurement_is_replaced(pg_url: str, fake_row: FakeRow) -> None:
     """The search's pooled connections die while a candidate is measured; its result must still be stored."""
     from autotune.search import Search
-    from tests.test_search import fake_row
-
     dropped: list[int] = []
 
     def evaluate(trial: int, variant: str, batch: int) -> dict[str, Any]:
@@ -489,13 +481,11 @@ def _die_while_measuring(url: str, study: str) -> None:
 
 
 def test_a_trial_of_a_dead_process_is_failed_and_measured_again(pg_url: str, monkeypatch: pytest.MonkeyPatch
-                                                                 ) -> None:
+                                                                 , fake_row: FakeRow) -> None:
     import multiprocessing as mp
 
     from autotune import search as search_mod
     from autotune.search import Search
-    from tests.test_search import fake_row
-
     proc = mp.get_context("spawn").Process(target=_die_while_measuring, args=(pg_url, "stale"))
     proc.start()
     proc.join(timeout=120)

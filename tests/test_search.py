@@ -23,22 +23,7 @@ from autotune import search as search_mod
 from autotune.errors import InputError
 from autotune.recipe import Constraints
 from autotune.search import Search, SearchSettings, SearchSpace, display_url
-from tests.conftest import ROOT, run_cli, tiny_recipe
-
-SPEED = {"eager": 100.0, "frozen": 180.0, "compile": 150.0, "broken": 1.0}
-
-
-def fake_row(trial: int, variant: str, batch: int, *, latency_ms: float | None = None) -> dict[str, Any]:
-    status = "failed" if variant == "broken" else "ok"
-    tput = SPEED[variant] * (1 + batch / 64)
-    lat = latency_ms if latency_ms is not None else batch / tput * 1e3
-    return {
-        "trial": trial, "variant": variant, "batch_size": batch, "status": status,
-        "reason": "boom" if status == "failed" else None, "feasible": status == "ok", "violations": [],
-        "throughput": tput if status == "ok" else None,
-        "latency_ms": {"mean": lat, "p50": lat, "p90": lat, "p99": lat} if status == "ok" else None,
-        "peak_memory_bytes": batch * 1000, "classification": "flat",
-    }
+from tests.conftest import ROOT, FakeRow, run_cli, tiny_recipe
 
 
 def settings(tmp_path: Path, **kw: Any) -> SearchSettings:
@@ -52,7 +37,7 @@ SPACE = SearchSpace(variants=("eager", "frozen", "compile"), batch_sizes={
     "eager": (1, 8, 32), "frozen": (1, 8, 32), "compile": (1, 8)})
 
 
-def test_exhausts_the_space_once_each(tmp_path: Path) -> None:
+def test_exhausts_the_space_once_each(tmp_path: Path, fake_row: FakeRow) -> None:
     calls: list[tuple[str, int]] = []
 
     def evaluate(trial: int, v: str, b: int) -> dict[str, Any]:
@@ -66,14 +51,14 @@ def test_exhausts_the_space_once_each(tmp_path: Path) -> None:
     assert ("compile", 32) not in calls  # outside compile's boundary: never measured
 
 
-def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path) -> None:
+def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path, fake_row: FakeRow) -> None:
     calls: list[tuple[str, int]] = []
     Search(SPACE, settings(tmp_path, max_trials=3),
            lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
     assert calls == [("eager", 32), ("frozen", 32), ("compile", 8)]
 
 
-def test_max_trials_and_time_budget(tmp_path: Path) -> None:
+def test_max_trials_and_time_budget(tmp_path: Path, fake_row: FakeRow) -> None:
     out = Search(SPACE, settings(tmp_path, max_trials=4), lambda t, v, b: fake_row(t, v, b)).run()
     assert out.measured_this_run == 4 and out.stopped_by == "max_trials"
 
@@ -88,7 +73,7 @@ def test_max_trials_and_time_budget(tmp_path: Path) -> None:
     assert out.measured_this_run == 3 and out.stopped_by == "time_budget"
 
 
-def test_failed_variant_is_not_retried_at_other_batch_sizes(tmp_path: Path) -> None:
+def test_failed_variant_is_not_retried_at_other_batch_sizes(tmp_path: Path, fake_row: FakeRow) -> None:
     space = SearchSpace(variants=("eager", "broken"), batch_sizes={"eager": (1, 8), "broken": (1, 8, 32)})
     calls: list[tuple[str, int]] = []
     out = Search(space, settings(tmp_path), lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
@@ -98,7 +83,7 @@ def test_failed_variant_is_not_retried_at_other_batch_sizes(tmp_path: Path) -> N
     assert all("variant failed at batch 32: boom" in r["reason"] for r in pruned)
 
 
-def test_resume_measures_nothing_twice(tmp_path: Path) -> None:
+def test_resume_measures_nothing_twice(tmp_path: Path, fake_row: FakeRow) -> None:
     first = Search(SPACE, settings(tmp_path, max_trials=3), lambda t, v, b: fake_row(t, v, b)).run()
     seen: list[tuple[str, int]] = []
     second = Search(SPACE, settings(tmp_path), lambda t, v, b: seen.append((v, b)) or fake_row(t, v, b)).run()
@@ -107,7 +92,7 @@ def test_resume_measures_nothing_twice(tmp_path: Path) -> None:
     assert len(second.rows) == len(SPACE.combos())
 
 
-def test_study_made_for_another_workload_is_refused(tmp_path: Path) -> None:
+def test_study_made_for_another_workload_is_refused(tmp_path: Path, fake_row: FakeRow) -> None:
     from autotune.search import fingerprint_digest
 
     parts = {"model.factory_file_sha256": "aaaa", "device": "cpu", "torch": "2.5.1"}
@@ -129,7 +114,7 @@ def test_study_made_for_another_workload_is_refused(tmp_path: Path) -> None:
                lambda t, v, b: fake_row(t, v, b))
 
 
-def test_latency_constraint_and_pareto_objective(tmp_path: Path) -> None:
+def test_latency_constraint_and_pareto_objective(tmp_path: Path, fake_row: FakeRow) -> None:
     from autotune.candidate import best_row, pareto_front
 
     cons = Constraints(max_latency_ms=100.0)
@@ -145,6 +130,8 @@ def test_latency_constraint_and_pareto_objective(tmp_path: Path) -> None:
 def _worker(storage: str, log: str) -> None:
     import time
 
+    from tests.conftest import search_row as fake_row  # a child process: no fixtures there
+
     def evaluate(trial: int, v: str, b: int) -> dict[str, Any]:
         with open(log, "a") as fh:
             fh.write(f"{v},{b}\n")
@@ -157,7 +144,7 @@ def _worker(storage: str, log: str) -> None:
 
 
 @pytest.mark.worker
-def test_two_workers_share_one_study(tmp_path: Path) -> None:
+def test_two_workers_share_one_study(tmp_path: Path, fake_row: FakeRow) -> None:
     storage = f"sqlite:///{tmp_path / 'shared.db'}"
     Search(SPACE, SearchSettings(objective="throughput", constraints=Constraints(), storage=storage,
                                  study_name="shared", recipe_fingerprint="abc", time_budget_s=0.0),
@@ -218,7 +205,8 @@ def trial_state(storage: str, number: int) -> tuple[str, dict[str, Any]]:
 
 
 @pytest.mark.worker
-def test_a_dead_process_trial_is_failed_and_measured_again(tmp_path: Path, short_heartbeat: None) -> None:
+def test_a_dead_process_trial_is_failed_and_measured_again(tmp_path: Path, short_heartbeat: None,
+                                                            fake_row: FakeRow) -> None:
     s = settings(tmp_path, time_budget_s=60.0)
     dead = started_by_a_dead_process(s.storage)
     calls: list[tuple[str, int]] = []
@@ -231,7 +219,8 @@ def test_a_dead_process_trial_is_failed_and_measured_again(tmp_path: Path, short
     assert sorted((r["variant"], r["batch_size"]) for r in out.rows) == sorted(SPACE.combos())
 
 
-def test_a_live_trial_keeps_beating_through_a_long_measurement(tmp_path: Path, short_heartbeat: None) -> None:
+def test_a_live_trial_keeps_beating_through_a_long_measurement(tmp_path: Path, short_heartbeat: None,
+                                                                fake_row: FakeRow) -> None:
     """Another process checking for stale trials while this one measures for longer than the grace period."""
     s = settings(tmp_path, max_trials=1)
     other = Search(SPACE, s, lambda t, v, b: fake_row(t, v, b))
@@ -249,7 +238,7 @@ def test_a_live_trial_keeps_beating_through_a_long_measurement(tmp_path: Path, s
     assert out.measured_this_run == 1 and out.rows[0]["status"] == "ok"
 
 
-def test_an_exception_from_evaluate_fails_the_trial_and_propagates(tmp_path: Path) -> None:
+def test_an_exception_from_evaluate_fails_the_trial_and_propagates(tmp_path: Path, fake_row: FakeRow) -> None:
     s = settings(tmp_path)
 
     def crash(trial: int, v: str, b: int) -> dict[str, Any]:
@@ -265,7 +254,7 @@ def test_an_exception_from_evaluate_fails_the_trial_and_propagates(tmp_path: Pat
     assert ("eager", 32) in calls and sorted(calls) == sorted(SPACE.combos())
 
 
-def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path) -> None:
+def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path, fake_row: FakeRow) -> None:
     s = settings(tmp_path)
     calls: list[tuple[str, int]] = []
 
@@ -284,7 +273,7 @@ def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path) -> No
     assert "RUNNING" not in states and states.count("FAIL") == 1
 
 
-def test_an_interrupt_while_waiting_for_other_workers_still_reports(tmp_path: Path) -> None:
+def test_an_interrupt_while_waiting_for_other_workers_still_reports(tmp_path: Path, fake_row: FakeRow) -> None:
     """Ctrl-C during the wait for a combination another worker is measuring: stop with the rows, not a traceback."""
     space = SearchSpace(variants=("eager",), batch_sizes={"eager": (1, 8)})
     first = Search(space, settings(tmp_path, max_trials=1), lambda t, v, b: fake_row(t, v, b)).run()
@@ -325,7 +314,8 @@ def test_display_url_masks_the_password() -> None:
         ("redis://u:secret@localhost", ["Redis storage was removed"]),
     ],
 )
-def test_a_storage_that_cannot_be_opened_is_an_input_error(tmp_path: Path, url: str, patterns: list[str]) -> None:
+def test_a_storage_that_cannot_be_opened_is_an_input_error(tmp_path: Path, url: str, patterns: list[str],
+                                                           fake_row: FakeRow) -> None:
     with pytest.raises(InputError) as info:
         Search(SPACE, settings(tmp_path, storage=url), lambda t, v, b: fake_row(t, v, b))
     message = str(info.value)
@@ -334,7 +324,7 @@ def test_a_storage_that_cannot_be_opened_is_an_input_error(tmp_path: Path, url: 
         assert p in message, message
 
 
-def test_loading_a_study_that_must_exist(tmp_path: Path) -> None:
+def test_loading_a_study_that_must_exist(tmp_path: Path, fake_row: FakeRow) -> None:
     from autotune.search import load_existing_study
 
     s = settings(tmp_path, storage=f"sqlite:///{tmp_path / 'w.db'}")
@@ -430,7 +420,7 @@ def _kill(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path) -> None:
+def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path, fake_row: FakeRow) -> None:
     """What optuna-dashboard shows: named objectives, the two parameters, scalar columns beside the row."""
     import optuna
 

@@ -12,13 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from autotune.errors import InputError
+from autotune.vocab import OBJECTIVES, PERCENTILES, STATUSES
 
 SCHEMA_VERSION = 1
 REPORT_FILES = ("report.json", "report.md", "report.html")
-STATUSES = ("ok", "oom", "rejected", "failed", "pruned")
-OBJECTIVES = ("throughput", "latency", "pareto")
-#: The latency statistics a candidate records, in ms per batch.
-PERCENTILES = ("mean", "p50", "p90", "p99")
 
 Checker = Callable[[Any, str], None]
 

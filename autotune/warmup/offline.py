@@ -4,6 +4,9 @@
 its steps, used nowhere else, which is why they stay in this one module (~500 lines) rather
 than being spread over several: the pseudo-code and the steps it names read together.
 :class:`WarmupAnalysis` is its result, also what the online detector returns.
+
+Why one module (~500 lines): the private helpers are the steps of :func:`analyze`'s pseudo-code (walk
+back, merge, staircase, drift, practical start) and are only understood read beside it.
 """
 
 from __future__ import annotations

@@ -1,32 +1,24 @@
-"""The worker: a child process that builds, checks and measures one candidate at a time.
+"""The ops a worker serves (:data:`OPS`): validate a workload, measure a candidate, probe memory, stage and time
+showdown slices. Each takes the :class:`~autotune.worker.state.WorkerState` and its request
+(:mod:`autotune.worker.protocol`) and returns its result.
 
-Why a separate process (pyperf's runner/worker split): a candidate can segfault inside a
-compiler, call ``os._exit``, hang, or be killed by the kernel's OOM killer; none of that may
-take the tuner down or lose what was measured. The parent (:mod:`autotune.runner`) spawns
-this module with ``python -m autotune.worker`` (a fresh interpreter, never a fork of a process
-that already initialised torch) and talks JSON lines over a private pipe.
+Importing this module is the worker's start-up, and it is timed: ``_T0`` is taken before torch is
+imported and the tool's own modules after it, so :data:`IMPORT_SECONDS` (reported by ``hello``) and
+:data:`TOOL_IMPORT_BYTES` (taken off host-memory probes) cover them. Hence the imports after code
+(``noqa: E402``); :mod:`autotune.worker.serve` imports this module before anything that imports torch.
 
-Protocol: one request per line on stdin, one response per line on the protocol pipe::
-
-    request : {"id": 3, "op": "measure", ...op fields}
-    response: {"id": 3, "ok": true, "result": {...}}
-            | {"id": 3, "ok": false, "error": {"type": "WorkloadError", "message": "...", "input_error": true}}
-
-The protocol pipe is a duplicate of the original stdout; file descriptor 1 is then pointed at
-stderr, so a model that prints cannot corrupt the protocol.
+Why one module (~420 lines): its import is the timed start-up, so every op's imports must follow the
+torch import in one file; the ops share the guard, the seeds and the thread handling.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 _T0 = time.perf_counter()
 
@@ -61,7 +53,30 @@ from autotune.variants import (  # noqa: E402
     recompile_count,
     reset_compiler_state,
 )
-from autotune.workload import WorkloadInfo, build_model, check_forward, make_inputs, one_line  # noqa: E402
+from autotune.worker.protocol import (  # noqa: E402
+    DeviceMemoryRequest,
+    DeviceMemoryResult,
+    HelloRequest,
+    HelloResult,
+    MeasureOutcome,
+    MeasureRequest,
+    OpName,
+    Outcome,
+    ParseVariantRequest,
+    ParseVariantResult,
+    ProbeOutcome,
+    ProbeRequest,
+    Result,
+    SliceOutcome,
+    SliceRequest,
+    StageOutcome,
+    StageRequest,
+    UnavailableVariant,
+    ValidateRequest,
+    ValidateResult,
+)
+from autotune.worker.state import Staged, WorkerState, _trim_heap  # noqa: E402
+from autotune.workload import make_inputs, one_line  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _T0
 #: Resident memory the tool's own modules added beyond torch (measured once at start-up): a
@@ -75,87 +90,11 @@ GATE_SEED = 1000
 GATE_BATCHES = 6
 
 
-@dataclass
-class LoadedWorkload:
-    recipe: Recipe
-    device: torch.device
-    model: torch.nn.Module
-    info: WorkloadInfo
-    backend: devices.DeviceBackend
+#: The outcome type of an op's body (a subtype of :class:`Outcome` with the op's own fields).
+_O = TypeVar("_O", MeasureOutcome, StageOutcome, ProbeOutcome)
 
 
-@dataclass
-class ProbeMaster:
-    """The model a probe worker builds variants from, kept on the host (never on the accelerator:
-    the device then holds only the variant's own copy, as in a deployment)."""
-
-    recipe: Recipe
-    device: torch.device
-    backend: devices.DeviceBackend
-    model: torch.nn.Module | None
-
-    def weight_bytes(self) -> int:
-        """Bytes of the master's parameters and buffers (each storage once)."""
-        if self.model is None:
-            return 0
-        seen: dict[int, int] = {}
-        for t in [*self.model.parameters(), *self.model.buffers()]:
-            st = t.untyped_storage()
-            seen[st.data_ptr()] = st.nbytes()
-        return sum(seen.values())
-
-
-class WorkerState:
-    """Models built once per (recipe, device) and reused across candidates."""
-
-    def __init__(self, *, role: str = "measure") -> None:
-        self.role = role
-        #: The showdown finalist this worker holds (op ``stage``), timed by op ``slice``.
-        self.staged: Staged | None = None
-        self._cache: dict[str, LoadedWorkload] = {}
-        self.default_threads = torch.get_num_threads()
-        #: Baselines of this worker's first two probes of each variant (see ``op_probe``'s drift).
-        self.early_baselines: dict[str, list[int]] = {}
-        self._masters: dict[str, ProbeMaster] = {}
-
-    def workload(self, recipe_data: dict[str, Any]) -> LoadedWorkload:
-        key = json.dumps(recipe_data, sort_keys=True)
-        if key not in self._cache:
-            recipe = Recipe.from_dict(recipe_data)
-            device = devices.resolve_device(recipe.device)
-            backend = devices.backend_for(device)
-            backend.activate()  # cuda:N / xpu:N: events, streams and capability queries act on N
-            model = build_model(recipe, device=device)
-            info = check_forward(recipe, model, device=device)
-            self._cache[key] = LoadedWorkload(recipe, device, model, info, backend)
-        return self._cache[key]
-
-    def master(self, recipe_data: dict[str, Any]) -> ProbeMaster:
-        """The probes' model, on the host; validation (one forward) already ran in the measure worker."""
-        key = json.dumps(recipe_data, sort_keys=True)
-        if key not in self._masters or self._masters[key].model is None:
-            recipe = Recipe.from_dict(recipe_data)
-            device = devices.resolve_device(recipe.device)
-            backend = devices.backend_for(device)
-            backend.activate()
-            model = build_model(recipe, device=torch.device("cpu"))
-            self._masters[key] = ProbeMaster(recipe, device, backend, model)
-        return self._masters[key]
-
-
-def _trim_heap() -> None:
-    """Give freed heap pages back to the OS so the next RSS high-water mark is this probe's own."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _outcome(status: str, reason: str, **extra: Any) -> dict[str, Any]:
-    return {"status": status, "reason": reason, **extra}
-
-
-def _guarded(backend: devices.DeviceBackend, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _guarded(backend: devices.DeviceBackend, body: Callable[[], _O]) -> _O | Outcome:
     """Run a candidate's work; map OOM and variant failures to statuses (one place, not many).
 
     The cache is emptied only after the ``except`` block has ended: until then the exception's
@@ -164,21 +103,21 @@ def _guarded(backend: devices.DeviceBackend, body: Callable[[], dict[str, Any]])
     try:
         return body()
     except VariantError as exc:
-        return _outcome("failed", str(exc))
+        return Outcome(status="failed", reason=str(exc))
     except Exception as exc:
         kind = devices.oom_kind(exc)
         if kind is None:
             raise
         reason = one_line(exc)
     backend.release_memory()  # the traceback is gone: the failed call's tensors can be freed now
-    return _outcome("oom", reason, dirty=True, oom_kind=kind)
+    return Outcome(status="oom", reason=reason, dirty=True, oom_kind=kind)
 
 
 def _with_threads(spec: VariantSpec, state: WorkerState) -> None:
     torch.set_num_threads(spec.threads or state.default_threads)
 
 
-def op_hello(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_hello(state: WorkerState, req: HelloRequest) -> HelloResult:
     return {
         "pid": os.getpid(),
         "python": sys.version.split()[0],
@@ -188,7 +127,7 @@ def op_hello(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
     """Build the model, run one forward, and expand the recipe's variants for this device."""
     t0 = time.perf_counter()
     lw = state.workload(req["recipe"])
@@ -200,7 +139,9 @@ def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         memory_formats=recipe.search.memory_formats,
         input_ndims=lw.info.input_ndims,
     )
-    variants, unavailable, spec_dicts = [], [], {}
+    variants: list[str] = []
+    unavailable: list[UnavailableVariant] = []
+    spec_dicts: dict[str, dict[str, Any]] = {}
     for spec in specs:
         spec_dicts[spec.name] = spec.to_dict()
         avail = available(spec, device=lw.device.type, input_ndims=lw.info.input_ndims,
@@ -223,7 +164,7 @@ def op_validate(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outcome:
     """Build a variant, gate it against eager fp32, then measure it."""
     lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"])
@@ -231,7 +172,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     settings = MeasureSettings(**req.get("settings", {}))
     device, backend = lw.device, lw.backend
 
-    def body() -> dict[str, Any]:
+    def body() -> MeasureOutcome:
         _with_threads(spec, state)
         example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         backend.release_memory()
@@ -257,9 +198,9 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                 batches=GATE_BATCHES,
             )
             if not gate.passed:
-                return _outcome("rejected", gate.reason or "outputs differ from eager fp32",
-                                correctness=gate.to_dict(), build_seconds=built.build_seconds,
-                                first_call_seconds=first, notes=list(built.notes))
+                return MeasureOutcome(status="rejected", reason=gate.reason or "outputs differ from eager fp32",
+                                      correctness=gate.to_dict(), build_seconds=built.build_seconds,
+                                      first_call_seconds=first, notes=list(built.notes))
             # the gate's eager reference runs and float64 copies are the tool's, not the candidate's:
             # its peak is the build and the steady loop, so a variant that fits is not rejected for them
             backend.release_memory()
@@ -272,8 +213,8 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             load = window.stop()
             recompiles = recompile_count() - recompiles_before
             loop_peak = backend.peak_memory_bytes()
-        return _outcome(
-            "ok", "",
+        return MeasureOutcome(
+            status="ok", reason="",
             measurement=m.to_dict(),
             build_seconds=built.build_seconds,
             first_call_seconds=first,
@@ -294,16 +235,7 @@ def op_measure(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             reset_compiler_state()
 
 
-@dataclass
-class Staged:
-    """A showdown finalist built and warm in this worker, waiting for its slices."""
-
-    spec: VariantSpec
-    device: torch.device
-    call: Callable[[], Any]
-
-
-def op_stage(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
     """Build a showdown finalist (already gated in the search), make its first call, warm it up.
 
     Warmup runs for ``warmup_seconds`` and at least the screening's warmup iterations + 10, so
@@ -314,7 +246,7 @@ def op_stage(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     batch = int(req["batch_size"])
     device = lw.device
 
-    def body() -> dict[str, Any]:
+    def body() -> StageOutcome:
         _with_threads(spec, state)
         example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         with torch.inference_mode():
@@ -333,14 +265,14 @@ def op_stage(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
                 done += 1
             lw.backend.synchronize()
         state.staged = Staged(spec=spec, device=device, call=call)
-        return _outcome("ok", "", first_call_seconds=first, warmup_calls=done)
+        return StageOutcome(status="ok", reason="", first_call_seconds=first, warmup_calls=done)
 
     result = _guarded(lw.backend, body)
     torch.set_num_threads(state.default_threads)
     return result
 
 
-def op_slice(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_slice(state: WorkerState, req: SliceRequest) -> SliceOutcome:
     """Time the staged finalist for ``seconds``: one round of the showdown."""
     st = state.staged
     if st is None:
@@ -358,11 +290,11 @@ def op_slice(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     if sl.latency_samples:
         q = float(str(req.get("percentile") or "p99").lstrip("p"))
         latency = percentiles(sl.latency_samples, (q,))[q]
-    return _outcome("ok", "", calls=sl.calls, seconds_per_call=sl.seconds_per_call, latency_seconds=latency,
-                    load=load.to_dict())
+    return SliceOutcome(status="ok", reason="", calls=sl.calls, seconds_per_call=sl.seconds_per_call,
+                        latency_seconds=latency, load=load.to_dict())
 
 
-def op_device_memory(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_device_memory(state: WorkerState, req: DeviceMemoryRequest) -> DeviceMemoryResult:
     """Memory this process may use on the recipe's device, read before any model exists here.
 
     On an accelerator this is the boundary's limit: what is free to a fresh process once its
@@ -379,7 +311,7 @@ def op_device_memory(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
             "total_bytes": backend.total_memory_bytes(), "device_memory": backend.device_memory}
 
 
-def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
     """Does ``batch_size`` fit? The peak a deployment process would hold at that batch.
 
     The *deployment footprint*: torch, one copy of the weights as the variant holds them, the
@@ -407,7 +339,7 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     master = state.master(req["recipe"])
     device, backend = master.device, master.backend
 
-    def body() -> dict[str, Any]:
+    def body() -> ProbeOutcome:
         _with_threads(spec, state)
         example = make_inputs(master.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         input_bytes = sum(int(x.untyped_storage().nbytes()) for x in example)
@@ -449,9 +381,9 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         peak = raw_peak - correction - drift
         fits = budget is None or capped or peak <= budget  # capped: going over was the allocator's OOM
         reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
-        return _outcome("ok" if fits else "oom", reason, fits=fits, peak_memory_bytes=peak,
-                        baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak, drift_bytes=drift,
-                        excluded_bytes=correction)
+        return ProbeOutcome(status="ok" if fits else "oom", reason=reason, fits=fits,
+                            peak_memory_bytes=peak, baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak,
+                            drift_bytes=drift, excluded_bytes=correction)
 
     try:
         result = _guarded(backend, body)
@@ -460,12 +392,13 @@ def op_probe(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
         backend.release_memory()
         if spec.compiler in ("compile", "export"):
             reset_compiler_state()
-    result.setdefault("fits", False)
-    result.setdefault("peak_memory_bytes", None)
-    return result
+    out = ProbeOutcome(**result)  # a failure's outcome gets the verdict fields too
+    out.setdefault("fits", False)
+    out.setdefault("peak_memory_bytes", None)
+    return out
 
 
-def op_parse_variant(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVariantResult:
     """Validate a variant named on the command line against this device and workload."""
     lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"], field="--variant")
@@ -476,7 +409,8 @@ def op_parse_variant(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "spec": spec.to_dict(), "name": spec.name}
 
 
-OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
+#: Each op's function; a request's ``op`` picks one (the request's type is the op's: see the signatures).
+OPS: dict[OpName, Callable[[WorkerState, Any], Result]] = {
     "hello": op_hello,
     "validate": op_validate,
     "measure": op_measure,
@@ -486,75 +420,3 @@ OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
     "stage": op_stage,
     "slice": op_slice,
 }
-
-
-#: Ops each role serves: timing never happens in a process whose allocator was pinned for probes.
-ROLE_OPS = {
-    "measure": frozenset(OPS) - {"probe", "device_memory"},
-    "probe": frozenset(OPS) - {"measure", "stage", "slice"},
-}
-
-
-def handle(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
-    rid = req.get("id")
-    name = req.get("op")
-    if name not in OPS or name not in ROLE_OPS[state.role]:
-        what = "unknown op" if name not in OPS else f"a {state.role} worker does not serve op"
-        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": f"{what} {name!r}",
-                                                  "input_error": False}}
-    op = OPS[name]
-    try:
-        return {"id": rid, "ok": True, "result": op(state, req)}
-    except AutotuneError as exc:
-        return {"id": rid, "ok": False,
-                "error": {"type": type(exc).__name__, "message": str(exc), "input_error": isinstance(exc, InputError)}}
-    except Exception as exc:
-        tb = traceback.format_exc(limit=6)
-        return {"id": rid, "ok": False,
-                "error": {"type": type(exc).__name__, "message": one_line(exc), "input_error": False,
-                          "traceback": tb[-2000:]}}
-
-
-#: glibc's M_MMAP_THRESHOLD. Pinning it keeps large blocks in mmap, so a freed batch's memory goes back
-#: to the OS and the next probe's peak RSS is its own: without it glibc raises the threshold after
-#: large frees and a reused worker measured up to 40 MB more than a fresh process at the same batch.
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 128 * 1024
-
-
-def _pin_mmap_threshold() -> None:
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):
-        pass
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Serve requests; ``--role probe`` pins the allocator for memory probes (never for timing).
-
-    The pin disables glibc's dynamic mmap threshold for the life of the process (it cannot be
-    undone), so every large free is an munmap and every large allocation a fresh page-faulting
-    mmap: measured, it made eager resnet18 1.8-2.3x slower than a plain process. A ``measure``
-    worker therefore leaves the allocator as a deployment process has it.
-    """
-    args = sys.argv[1:] if argv is None else argv
-    role = args[args.index("--role") + 1] if "--role" in args else "measure"
-    if role not in ROLE_OPS:
-        raise SystemExit(f"autotune.worker: --role must be one of {sorted(ROLE_OPS)}, got {role!r}")
-    if role == "probe":
-        _pin_mmap_threshold()
-    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)  # anything the model prints goes to stderr, never into the protocol
-    state = WorkerState(role=role)
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        resp = handle(state, json.loads(line))
-        proto.write(json.dumps(resp) + "\n")
-        proto.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

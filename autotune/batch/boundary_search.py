@@ -47,16 +47,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any
 
+from autotune.batch.boundary import DEFAULT_MAX_BATCH_SIZE, BatchBoundary, _check_int
+from autotune.batch.memory_model import BandedLine, BoundaryEstimate, fit_memory_model, least_squares
+from autotune.batch.probes import ProbeRecord, ProbeResult
 from autotune.errors import BatchSearchError, InputError
 from autotune.sizes import format_size
 
-DEFAULT_MAX_BATCH_SIZE = 65536
-DEFAULT_HEADROOM = 0.10
 # Extra probes a misleading model may cost over doubling (before the first failure) and over
 # bisection (after it); see the envelope and the window in ``find_max_batch_size``.
 SLACK = 2
@@ -64,200 +64,9 @@ SLACK = 2
 #: caller does not say. CPU resident-set peaks move by a few MB between identical runs (allocator
 #: and page-cache effects), about 0.25% of a 2 GiB budget; GPU allocator peaks move less.
 DEFAULT_NOISE_FRACTION = 0.0025
-#: Noise of a reading that scales with the memory a batch adds (allocator rounding, size classes).
-RELATIVE_NOISE = 0.01
-#: Standard deviations of margin a conservative jump keeps (one-sided, about 98%).
-CONFIDENCE_Z = 2.0
-#: Relative uncertainty of the slope beyond the largest fitting batch: real memory curves bend
-#: (allocator size classes, algorithm choices that change with the batch).
-CURVATURE = 0.05
 #: Before the first failure the search aims at the line only when that is at most this factor
 #: above the band's safe edge (a plausible overshoot of at most 25%); else it approaches.
 AIM_RATIO = 1.25
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """What one probe reports.
-
-    ``peak_memory_bytes`` of a fitting probe feeds the memory model. That of a failed probe is
-    used only when it is above the limit: a CPU budget check runs to the end and reports the
-    full peak, while an out-of-memory error stops the run part-way (its peak is partial and at
-    most the limit). ``baseline_bytes`` is the memory held right before the batch's inputs were
-    created (runtime and model): a direct reading of the intercept. ``error`` says why it did
-    not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``.
-    """
-
-    fits: bool
-    peak_memory_bytes: int | None = None
-    error: str | None = None
-    baseline_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class ProbeRecord:
-    """One probe as the search saw it, in the order it ran (goes into report.json)."""
-
-    batch_size: int
-    fits: bool
-    peak_memory_bytes: int | None
-    seconds: float
-    error: str | None
-    baseline_bytes: int | None = None
-    phase: str = "search"  # "search" (the cheap probe) or "confirm" (refine_max_batch_size's probe)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "batch_size": self.batch_size,
-            "fits": self.fits,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "baseline_bytes": self.baseline_bytes,
-            "seconds": self.seconds,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
-class MemoryModel:
-    """``peak(b) ≈ intercept + slope·b``, the least-squares line through the fitting probes."""
-
-    intercept_bytes: float
-    bytes_per_sample: float
-
-    def __post_init__(self) -> None:
-        if not (self.bytes_per_sample > 0 and math.isfinite(self.bytes_per_sample)):
-            raise ValueError(f"bytes_per_sample must be positive and finite, got {self.bytes_per_sample!r}")
-        if not math.isfinite(self.intercept_bytes):
-            raise ValueError(f"intercept_bytes must be finite, got {self.intercept_bytes!r}")
-
-    def predict(self, batch_size: int) -> float:
-        """Predicted peak memory at ``batch_size``, in bytes."""
-        return self.intercept_bytes + self.bytes_per_sample * batch_size
-
-    def boundary(self, limit_bytes: float) -> float:
-        """The (fractional) batch size at which the line reaches ``limit_bytes``."""
-        return (limit_bytes - self.intercept_bytes) / self.bytes_per_sample
-
-    def max_batch_for(self, limit_bytes: float) -> int:
-        """Largest batch size whose predicted peak is within ``limit_bytes`` (0 if none)."""
-        return max(0, math.floor(self.boundary(limit_bytes)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"intercept_bytes": self.intercept_bytes, "bytes_per_sample": self.bytes_per_sample}
-
-
-@dataclass(frozen=True)
-class LineFit:
-    """An ordinary least-squares line ``y = intercept + slope·x``, with what its prediction band needs."""
-
-    slope: float
-    intercept: float
-    #: mean of the x values and their sum of squared deviations (the leverage of a new x)
-    mean_x: float
-    sxx: float
-
-
-def least_squares(points: Sequence[tuple[float, float]]) -> LineFit | None:
-    """The least-squares line through ``(x, y)`` points; None with fewer than two distinct x.
-
-    Both the memory model (:func:`fit_memory_model`) and the search's fitted line use it::
-
-        mean_x, mean_y = means;  sxx = sum (x - mean_x)^2;  sxy = sum (x - mean_x)(y - mean_y)
-        slope = sxy / sxx;  intercept = mean_y - slope * mean_x
-    """
-    if len({x for x, _ in points}) < 2:
-        return None
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
-    return LineFit(slope=slope, intercept=mean_y - slope * mean_x, mean_x=mean_x, sxx=sxx)
-
-
-def fit_memory_model(records: Sequence[ProbeRecord]) -> MemoryModel | None:
-    """Least-squares affine fit over the fitting probes that report a peak.
-
-    With a single batch size the line is anchored at the median baseline reading, if the probes
-    report one (the intercept is measured, so one point gives the slope). Returns None when
-    neither applies, or when the slope is not positive: then the peaks carry no usable batch
-    signal (noise dominates) and guiding anything by them would be worse than not.
-    """
-    fitting = [record for record in records if record.fits and record.peak_memory_bytes is not None]
-    points = [(record.batch_size, float(record.peak_memory_bytes or 0)) for record in fitting]
-    sizes = {b for b, _ in points}
-    if len(sizes) == 1:
-        baselines = sorted(r.baseline_bytes for r in fitting if r.baseline_bytes is not None)
-        if not baselines:
-            return None
-        baseline = float(baselines[len(baselines) // 2])
-        slope = (sum(p for _, p in points) / len(points) - baseline) / points[0][0]
-        return MemoryModel(intercept_bytes=baseline, bytes_per_sample=slope) if slope > 0 else None
-    line = least_squares(points)
-    if line is None or not line.slope > 0:
-        return None
-    return MemoryModel(intercept_bytes=line.intercept, bytes_per_sample=line.slope)
-
-
-@dataclass(frozen=True)
-class BatchBoundary:
-    """The result of :func:`find_max_batch_size`.
-
-    ``max_batch_size`` fits and was probed; unless ``hit_upper_bound``, ``max_batch_size +
-    granularity`` was probed and did not fit. ``upper_bound`` is the largest batch the search
-    was allowed to try (the requested maximum rounded down to the granularity). ``anomalies``
-    lists probes that contradicted the known limit (see the module docstring).
-    """
-
-    max_batch_size: int
-    granularity: int
-    upper_bound: int
-    hit_upper_bound: bool
-    probes: tuple[ProbeRecord, ...]
-    model: MemoryModel | None
-    memory_limit_bytes: int | None
-    anomalies: tuple[str, ...] = ()
-
-    def usable_max_batch_size(self, headroom: float = DEFAULT_HEADROOM) -> int:
-        """The largest batch size the tuner should recommend, ``headroom`` below the boundary.
-
-        A batch that fits in a probe can still run out of memory in deployment: allocator
-        fragmentation grows over a long run, and other allocations come and go. Rule:
-
-            boundary = max_batch_size, or, when the search stopped at the upper bound without
-                       an out-of-memory error, the model's predicted boundary if it is larger
-                       (limit known), else the upper bound
-            usable   = floor((1 - headroom) * boundary / granularity) * granularity,
-                       capped at max_batch_size and at least granularity (which did fit)
-
-        The margin is a share of the batch size rather than of total memory: fragmentation
-        scales with the per-batch (activation) allocations, not with the fixed weights.
-        """
-        if not 0 <= headroom < 1:
-            raise InputError(f"headroom: must be in [0, 1), got {headroom!r}")
-        boundary = float(self.max_batch_size)
-        if self.hit_upper_bound and self.model is not None and self.memory_limit_bytes is not None:
-            # capped where the result is the upper bound anyway, so a huge prediction stays finite
-            cap = self.upper_bound / (1 - headroom) + self.granularity
-            boundary = max(boundary, min(self.model.boundary(self.memory_limit_bytes), cap))
-        steps = math.floor((1 - headroom) * boundary / self.granularity + 1e-9)
-        usable = min(self.max_batch_size, steps * self.granularity)
-        return max(self.granularity, usable)
-
-    def to_dict(self, *, headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
-        return {
-            "max_batch_size": self.max_batch_size,
-            "usable_max_batch_size": self.usable_max_batch_size(headroom),
-            "headroom": headroom,
-            "granularity": self.granularity,
-            "upper_bound": self.upper_bound,
-            "hit_upper_bound": self.hit_upper_bound,
-            "memory_limit_bytes": self.memory_limit_bytes,
-            "probes": [record.to_dict() for record in self.probes],
-            "model": None if self.model is None else self.model.to_dict(),
-            "anomalies": list(self.anomalies),
-        }
 
 
 def find_max_batch_size(
@@ -332,7 +141,7 @@ def find_max_batch_size(
         raise InputError(f"noise_bytes: must be a finite number of at least 0, got {noise_bytes!r}")
     if noise_bytes is None:
         noise_bytes = DEFAULT_NOISE_FRACTION * memory_limit_bytes if memory_limit_bytes is not None else 0.0
-    search = _Search(
+    search = _BoundarySearch(
         probe=probe,
         granularity=granularity,
         top=max_batch_size // granularity,
@@ -353,78 +162,8 @@ def find_max_batch_size(
     )
 
 
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{name}: must be an integer of at least {minimum}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class _Line:
-    """``m(b) ≈ offset + slope·b`` in batch units, with the spread of its prediction.
-
-    ``count == 0`` marks the anchored line (through the origin and the point at ``anchor``, its
-    error that of the one reading scaled by b / anchor); otherwise a least-squares fit of
-    ``count`` points with mean batch ``mean`` and sum of squares ``sxx``. ``anchor`` is the
-    largest fitting batch: beyond it the slope itself is uncertain (CURVATURE).
-    """
-
-    offset: float
-    slope: float
-    sigma: float
-    anchor: float
-    count: int = 0
-    mean: float = 0.0
-    sxx: float = 0.0
-
-    def predict(self, batch: float) -> float:
-        return self.offset + self.slope * batch
-
-    def spread(self, batch: float) -> float:
-        if self.count == 0:
-            noise = self.sigma * batch / self.anchor
-        else:
-            noise = self.sigma * math.sqrt(1 / self.count + (batch - self.mean) ** 2 / self.sxx)
-        relative = RELATIVE_NOISE * max(0.0, self.predict(batch))
-        return math.hypot(noise, relative, CURVATURE * self.slope * max(0.0, batch - self.anchor))
-
-    def crossing(self, headroom: float) -> float:
-        """Where the line reaches ``headroom``."""
-        return (headroom - self.offset) / self.slope
-
-    def safe_crossing(self, headroom: float, *, cap: float) -> float:
-        """Where the band's upper edge reaches ``headroom``: the smallest b >= anchor with
-        predict(b) + z·spread(b) >= headroom, found by bisection (the edge increases there,
-        and it is at least the line, so the answer is at most ``crossing``); ``cap`` bounds the
-        search where the line is nearly flat."""
-
-        def upper(batch: float) -> float:
-            return self.predict(batch) + CONFIDENCE_Z * self.spread(batch)
-
-        low, high = self.anchor, max(self.anchor, min(self.crossing(headroom), cap))
-        if upper(low) >= headroom:
-            return low
-        if upper(high) < headroom:
-            return high
-        for _ in range(60):
-            mid = (low + high) / 2
-            if upper(mid) < headroom:
-                low = mid
-            else:
-                high = mid
-        return low
-
-
-@dataclass(frozen=True)
-class _Estimate:
-    """The boundary (batch units) where the line reaches the limit, and the safe-side ``low``."""
-
-    center: float
-    low: float
-    sigma: float  # one standard deviation of ``center``
-
-
 @dataclass
-class _Search:
+class _BoundarySearch:
     """Mutable state of one search (private; the public result is the frozen BatchBoundary)."""
 
     probe: Callable[[int], ProbeResult]
@@ -492,7 +231,7 @@ class _Search:
         target = min(max(target, self.lo + 1), self.hi - 1)
         return target, (None if aim is None else target <= aim)
 
-    def _lines(self) -> tuple[list[_Line], float]:
+    def _lines(self) -> tuple[list[BandedLine], float]:
         """The anchored and the fitted line over the fitting probes, and the headroom (bytes)."""
         assert self.limit is not None
         fitting = [r for r in self.records if r.fits and r.peak_memory_bytes is not None]
@@ -506,12 +245,12 @@ class _Search:
         baselines = [r.baseline_bytes for r in self.records if r.baseline_bytes is not None]
         # without baselines the origin stands in: the intercept is not negative
         headroom = self.limit - (float(baselines[-1]) if anchored else 0.0)
-        lines: list[_Line] = []
+        lines: list[BandedLine] = []
         if not points:
             return lines, headroom
         top_b, top_m = max(points)
         if top_m > 0:
-            lines.append(_Line(offset=0.0, slope=top_m / top_b, sigma=self.noise, anchor=top_b))
+            lines.append(BandedLine(offset=0.0, slope=top_m / top_b, sigma=self.noise, anchor=top_b))
         n = len(points)
         fit = least_squares(points)
         if fit is not None and fit.slope > 0:
@@ -520,10 +259,10 @@ class _Search:
             if n >= 3:
                 residual = sum((m - offset - slope * b) ** 2 for b, m in points)
                 sigma = max(sigma, math.sqrt(residual / (n - 2)))
-            lines.append(_Line(offset, slope, sigma, anchor=top_b, count=n, mean=fit.mean_x, sxx=fit.sxx))
+            lines.append(BandedLine(offset, slope, sigma, anchor=top_b, count=n, mean=fit.mean_x, sxx=fit.sxx))
         return lines, headroom
 
-    def _estimate(self) -> _Estimate | None:
+    def _estimate(self) -> BoundaryEstimate | None:
         """The boundary estimate in batch units, None without a limit or peaks.
 
         Of the anchored and the fitted line, the one whose band reaches the headroom farthest
@@ -540,7 +279,7 @@ class _Search:
         scored = [(line.safe_crossing(headroom, cap=cap), line) for line in lines]
         low, best = max(scored, key=lambda item: item[0])
         center = best.crossing(headroom)
-        return _Estimate(center=center, low=low, sigma=best.spread(center) / best.slope)
+        return BoundaryEstimate(center=center, low=low, sigma=best.spread(center) / best.slope)
 
     def _median_inside(self, center: float, sigma: float) -> float:
         """The median of the boundary's distribution N(center, sigma) cut to the bracket [lo, hi)
@@ -641,134 +380,3 @@ class _Search:
         if result.error:
             parts.append(result.error)
         return ": ".join(parts)
-
-
-def refine_max_batch_size(
-    probe: Callable[[int], ProbeResult],
-    boundary: BatchBoundary,
-    *,
-    clock: Callable[[], float] = time.perf_counter,
-) -> BatchBoundary:
-    """Re-confirm a boundary with another (more expensive, more faithful) probe, fixing it locally.
-
-    Why: the search runs in a reused worker, cheap but carrying state from earlier probes; a
-    deployment starts fresh. A fresh-process probe is seconds each, so it is spent only where it
-    matters: at the answer. The fresh processes' peaks sit at a roughly constant offset from the
-    reused worker's line (measured: 5-20 MiB on a wide MLP), with the same slope, so each fresh peak
-    says how far the fresh boundary is, and the next probe goes there; fit/fail alone would gallop
-    one granularity step at a time (10-26 fresh probes on the wide MLP, 13-19 s each)::
-
-        g = granularity; L = limit; c = the search's fitted bytes per sample (None: no model)
-        lo = largest batch seen to fit, hi = smallest seen to fail (hi = upper + g: a virtual failure)
-        b = boundary.max_batch_size
-        repeat:
-            r = probe(b); update lo / hi
-            if hi - lo == g: stop                         # the confirming pair: lo fits, lo + g fails
-            if c and r has a usable peak p (a fit's, or a failure's above L):
-                next = floor((b + (L - p) / c) / g) * g   # where the fresh line meets the limit
-                (a fit at b whose estimate is b: next = b + g; a failure's: next = b - g)
-            else: gallop from b away from the known side: b ± g, ± 2g, ± 4g, ...
-            keep next strictly inside (lo, hi); when both ends are known and the last estimated
-            step did not at least halve the bracket, bisect instead (safeguard: O(log) probes
-            whatever the peaks say)
-        if lo is unknown after stepping down to g: raise BatchSearchError (batch g does not fit)
-
-    Every verdict is a probe, so the answer is exact whatever the estimates are (and a probe that
-    is not monotone still yields a confirmed local boundary).
-    """
-    g, upper = boundary.granularity, boundary.upper_bound
-    limit = boundary.memory_limit_bytes
-    slope = boundary.model.bytes_per_sample if boundary.model is not None else None
-    records: list[ProbeRecord] = []
-    known: dict[int, ProbeResult] = {}
-
-    def run(b: int) -> ProbeResult:
-        if b not in known:
-            t0 = clock()
-            res = probe(b)
-            records.append(ProbeRecord(batch_size=b, fits=res.fits, peak_memory_bytes=res.peak_memory_bytes,
-                                       seconds=clock() - t0, error=res.error, baseline_bytes=res.baseline_bytes,
-                                       phase="confirm"))
-            known[b] = res
-        return known[b]
-
-    def estimate(b: int, res: ProbeResult) -> int | None:
-        """Where the fresh line through this probe's peak reaches the limit (a multiple of g), or None."""
-        p = res.peak_memory_bytes
-        if slope is None or limit is None or p is None or (not res.fits and p <= limit) or (res.fits and p > limit):
-            # an out-of-memory error stops part-way, so its peak says nothing about the line; a probe whose
-            # verdict contradicts its own peak (an allocator cap, a kernel's OOM killer) is not a line either
-            return None
-        target = math.floor((b + (limit - p) / slope) / g) * g
-        if res.fits:
-            return max(target, b + g)
-        return min(target, b - g)
-
-    lo: int | None = None
-    hi = upper + g  # nothing above the upper bound is probed: a virtual failure
-    b = boundary.max_batch_size
-    step = g
-    last_width: int | None = None
-    while True:
-        res = run(b)
-        if res.fits:
-            lo = b if lo is None else max(lo, b)
-        else:
-            hi = min(hi, b)
-        if lo is not None and hi - lo <= g:
-            break
-        if lo is None and b <= g:
-            raise BatchSearchError(f"batch {g} does not fit when re-checked in a fresh process")
-        width = None if lo is None else hi - lo
-        guess = estimate(b, res)
-        if guess is not None and width is not None and last_width is not None and width * 2 > last_width:
-            guess = None  # the estimates are not closing the bracket: bisect
-        if guess is None:
-            if lo is not None and hi <= upper:  # both ends known: bisect
-                guess = lo + ((hi - lo) // g // 2) * g
-            elif res.fits:  # gallop up
-                guess = b + step
-                step *= 2
-            else:  # gallop down
-                guess = b - step
-                step *= 2
-        floor_ = (lo if lo is not None else 0) + g
-        guess = max(floor_, min(guess, hi - g))
-        if guess in known:  # the clamp landed on a probed size: take the bracket's middle instead
-            guess = max(floor_, (lo if lo is not None else 0) + ((hi - (lo or 0)) // g // 2) * g)
-        last_width = width
-        b = guess
-    hit_upper = lo + g > upper
-    return BatchBoundary(
-        max_batch_size=lo,
-        granularity=g,
-        upper_bound=upper,
-        hit_upper_bound=hit_upper,
-        probes=boundary.probes + tuple(records),
-        model=boundary.model,
-        memory_limit_bytes=boundary.memory_limit_bytes,
-        anomalies=boundary.anomalies,
-    )
-
-
-def candidate_batch_sizes(usable_max: int, *, granularity: int = 1) -> list[int]:
-    """The batch sizes the tuner should consider, ascending: granularity·2^i up to ``usable_max``,
-    plus ``usable_max`` itself.
-
-    Why powers of two: throughput as a function of batch size rises and then saturates, so a
-    geometric grid covers the interesting range in log2(max) points, and kernels are usually
-    tuned for power-of-two shapes. Why the maximum itself: the best throughput is often at the
-    largest batch that fits (with headroom), which is rarely a power of two.
-    """
-    _check_int("granularity", granularity, minimum=1)
-    _check_int("usable_max", usable_max, minimum=granularity)
-    if usable_max % granularity:
-        raise InputError(f"usable_max: must be a multiple of the granularity {granularity}, got {usable_max}")
-    sizes: list[int] = []
-    size = granularity
-    while size <= usable_max:
-        sizes.append(size)
-        size *= 2
-    if sizes[-1] != usable_max:
-        sizes.append(usable_max)
-    return sizes

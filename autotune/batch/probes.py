@@ -1,0 +1,52 @@
+"""What a probe reports (:class:`ProbeResult`) and how the search records it (:class:`ProbeRecord`).
+
+The contract between the search and whatever runs the model (a worker's ``probe`` op, a
+:class:`autotune.testing.SyntheticProbe`): pure data, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe reports.
+
+    ``peak_memory_bytes`` of a fitting probe feeds the memory model. That of a failed probe is
+    used only when it is above the limit: a CPU budget check runs to the end and reports the
+    full peak, while an out-of-memory error stops the run part-way (its peak is partial and at
+    most the limit). ``baseline_bytes`` is the memory held right before the batch's inputs were
+    created (runtime and model): a direct reading of the intercept. ``error`` says why it did
+    not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``.
+    """
+
+    fits: bool
+    peak_memory_bytes: int | None = None
+    error: str | None = None
+    baseline_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe as the search saw it, in the order it ran (goes into report.json)."""
+
+    batch_size: int
+    fits: bool
+    peak_memory_bytes: int | None
+    seconds: float
+    error: str | None
+    baseline_bytes: int | None = None
+    phase: str = "search"  # "search" (the cheap probe) or "confirm" (refine_max_batch_size's probe)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "batch_size": self.batch_size,
+            "fits": self.fits,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "baseline_bytes": self.baseline_bytes,
+            "seconds": self.seconds,
+            "error": self.error,
+        }

@@ -1,0 +1,77 @@
+"""The worker: a child process that builds, checks and measures one candidate at a time.
+
+Why a separate process (pyperf's runner/worker split): a candidate can segfault inside a
+compiler, call ``os._exit``, hang, or be killed by the kernel's OOM killer; none of that may
+take the tuner down or lose what was measured. The parent (:mod:`autotune.runner`) spawns
+``python -m autotune.worker`` (a fresh interpreter, never a fork of a process that already
+initialised torch) and talks JSON lines over a private pipe.
+
+The package, one module per part: :mod:`~autotune.worker.protocol` (the requests and replies, typed;
+no torch, the parent imports it), :mod:`~autotune.worker.state` (what a worker keeps between requests),
+:mod:`~autotune.worker.ops` (the ops), :mod:`~autotune.worker.serve` (the main loop; ``__main__`` runs it).
+
+Importing the package imports no torch: the names below are re-exported lazily (PEP 562), so the
+parent can import :mod:`autotune.worker.protocol` and ``from autotune.worker import op_measure`` still
+works in a process that wants the ops.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as mypy sees them
+    from autotune.worker.ops import (  # noqa: F401
+        BUILD_SEED,
+        GATE_BATCHES,
+        GATE_SEED,
+        IMPORT_SECONDS,
+        OPS,
+        TOOL_IMPORT_BYTES,
+        _guarded,
+        _with_threads,
+        op_device_memory,
+        op_hello,
+        op_measure,
+        op_parse_variant,
+        op_probe,
+        op_slice,
+        op_stage,
+        op_validate,
+    )
+    from autotune.worker.protocol import ROLE_OPS  # noqa: F401
+    from autotune.worker.serve import (  # noqa: F401
+        M_MMAP_THRESHOLD,
+        MMAP_THRESHOLD_BYTES,
+        _pin_mmap_threshold,
+        handle,
+        main,
+    )
+    from autotune.worker.state import (  # noqa: F401
+        LoadedWorkload,
+        ProbeMaster,
+        Staged,
+        WorkerState,
+        _trim_heap,
+    )
+
+#: Where each re-exported name lives.
+_HOMES = {
+    **dict.fromkeys(
+        ("BUILD_SEED", "GATE_BATCHES", "GATE_SEED", "IMPORT_SECONDS", "OPS", "TOOL_IMPORT_BYTES", "_guarded",
+         "_with_threads", "op_device_memory", "op_hello", "op_measure", "op_parse_variant", "op_probe",
+         "op_slice", "op_stage", "op_validate"), "autotune.worker.ops"),
+    "ROLE_OPS": "autotune.worker.protocol",
+    **dict.fromkeys(("M_MMAP_THRESHOLD", "MMAP_THRESHOLD_BYTES", "_pin_mmap_threshold", "handle", "main"),
+                    "autotune.worker.serve"),
+    **dict.fromkeys(("LoadedWorkload", "ProbeMaster", "Staged", "WorkerState", "_trim_heap"), "autotune.worker.state"),
+}
+
+__all__ = [name for name in _HOMES if not name.startswith("_")]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'autotune.worker' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

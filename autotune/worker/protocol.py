@@ -1,0 +1,237 @@
+"""The worker protocol: the requests the parent sends, the replies a worker sends back, and their vocabularies.
+
+One JSON request per line on the worker's stdin, one response per line on its protocol pipe::
+
+    request : {"id": 3, "op": "measure", ...op fields}
+    response: {"id": 3, "ok": true, "result": {...}}
+            | {"id": 3, "ok": false, "error": {"type": "WorkloadError", "message": "...", "input_error": true}}
+
+The messages are TypedDicts, not dataclasses, because the JSON shape *is* the contract: the parent
+(:mod:`autotune.runner`, no torch) and the child (:mod:`autotune.worker.ops`) both import this module
+and build or read plain dicts, so what goes over the pipe is what the types say, key for key. ``id`` is
+added by :meth:`autotune.runner.WorkerProcess.request`; callers leave it out. Each closed set of names
+(ops, roles, statuses) is a ``Literal`` type, and its tuple of values is read off that type, so each
+is written once. This module imports nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict, get_args
+
+#: The ops a worker serves (:data:`autotune.worker.ops.OPS` maps each to its function).
+OpName = Literal["hello", "validate", "measure", "probe", "device_memory", "parse_variant", "stage", "slice"]
+OP_NAMES: tuple[OpName, ...] = get_args(OpName)
+
+#: Worker roles. A ``probe`` worker pins allocator settings the memory probes need; a ``measure``
+#: worker times candidates in the state a plain deployment process has, so the two never share a process.
+Role = Literal["measure", "probe"]
+ROLES: tuple[Role, ...] = get_args(Role)
+#: Ops each role serves: timing never happens in a process whose allocator was pinned for probes.
+ROLE_OPS: dict[Role, frozenset[OpName]] = {
+    "measure": frozenset(OP_NAMES) - {"probe", "device_memory"},
+    "probe": frozenset(OP_NAMES) - {"measure", "stage", "slice"},
+}
+#: The role that serves each op; ops not listed go to a ``measure`` worker.
+ROLE_OF_OP: dict[str, Role] = {"probe": "probe", "device_memory": "probe"}
+
+#: A candidate's outcome as a worker (or the runner, for a crash) reports it. A report row adds
+#: ``"pruned"`` (:data:`autotune.vocab.STATUSES`), decided by the parent without running anything.
+Status = Literal["ok", "failed", "rejected", "oom"]
+OUTCOME_STATUSES: tuple[Status, ...] = get_args(Status)
+#: How an out-of-memory error was recognised (:func:`autotune.devices.oom_kind`).
+OomKind = str
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests
+# --------------------------------------------------------------------------------------------------
+
+
+class HelloRequest(TypedDict):
+    op: Literal["hello"]
+    id: NotRequired[int]
+
+
+class ValidateRequest(TypedDict):
+    op: Literal["validate"]
+    recipe: dict[str, Any]  # Recipe.to_dict()
+    id: NotRequired[int]
+
+
+class MeasureRequest(TypedDict):
+    op: Literal["measure"]
+    recipe: dict[str, Any]
+    variant: str
+    batch_size: int
+    settings: NotRequired[dict[str, Any]]  # MeasureSettings' fields
+    id: NotRequired[int]
+
+
+class ProbeRequest(TypedDict):
+    op: Literal["probe"]
+    recipe: dict[str, Any]
+    variant: str
+    batch_size: int
+    memory_budget_bytes: NotRequired[int | None]
+    #: Drop the master copy before the forward: the process then holds what a deployment holds.
+    fresh: NotRequired[bool]
+    id: NotRequired[int]
+
+
+class DeviceMemoryRequest(TypedDict):
+    op: Literal["device_memory"]
+    recipe: dict[str, Any]
+    id: NotRequired[int]
+
+
+class ParseVariantRequest(TypedDict):
+    op: Literal["parse_variant"]
+    recipe: dict[str, Any]
+    variant: str
+    device: NotRequired[str]  # sent by the API, not read: the recipe names the device
+    id: NotRequired[int]
+
+
+class StageRequest(TypedDict):
+    op: Literal["stage"]
+    recipe: dict[str, Any]
+    variant: str
+    batch_size: int
+    warmup_iterations: NotRequired[int]
+    warmup_seconds: NotRequired[float]
+    id: NotRequired[int]
+
+
+class SliceRequest(TypedDict):
+    op: Literal["slice"]
+    seconds: float
+    per_call: NotRequired[bool]
+    percentile: NotRequired[str]  # "p99" by default
+    id: NotRequired[int]
+
+
+Request = (HelloRequest | ValidateRequest | MeasureRequest | ProbeRequest | DeviceMemoryRequest
+           | ParseVariantRequest | StageRequest | SliceRequest)
+
+
+# --------------------------------------------------------------------------------------------------
+# Results (the ``result`` of an ok response)
+# --------------------------------------------------------------------------------------------------
+
+
+class HelloResult(TypedDict):
+    pid: int
+    python: str
+    torch: str
+    import_seconds: float
+    threads: int
+
+
+class UnavailableVariant(TypedDict):
+    variant: str
+    reason: str | None
+
+
+class ValidateResult(TypedDict):
+    device: str
+    workload: dict[str, Any]  # WorkloadInfo.to_dict()
+    variants: list[str]
+    unavailable: list[UnavailableVariant]
+    specs: dict[str, dict[str, Any]]  # name -> VariantSpec.to_dict()
+    memory_method: str
+    host_memory_available: int | None
+    device_memory_capacity: int | None
+    seconds: float
+
+
+class DeviceMemoryResult(TypedDict):
+    device: str
+    free_bytes: int | None
+    total_bytes: int | None
+    device_memory: bool
+
+
+class ParseVariantResult(TypedDict):
+    status: Literal["ok"]
+    spec: dict[str, Any]
+    name: str
+
+
+class Outcome(TypedDict):
+    """A candidate op's result: ``status`` and ``reason`` always, the rest by op and status."""
+
+    status: Status
+    reason: str
+    #: Set on ``oom``: the worker's state may be damaged, so the runner replaces it.
+    dirty: NotRequired[bool]
+    oom_kind: NotRequired[OomKind]
+
+
+class MeasureOutcome(Outcome, total=False):
+    """op ``measure``: ``ok`` has the measurement; ``rejected`` the gate's verdict."""
+
+    measurement: dict[str, Any]  # Measurement.to_dict()
+    build_seconds: float
+    first_call_seconds: float
+    compile_seconds: float
+    peak_memory_bytes: int
+    peak_memory_scope: str
+    recompiles: int
+    load: dict[str, Any]  # CpuLoad.to_dict()
+    correctness: dict[str, Any]  # GateResult.to_dict()
+    notes: list[str]
+
+
+class StageOutcome(Outcome, total=False):
+    first_call_seconds: float
+    warmup_calls: int
+
+
+class SliceOutcome(Outcome, total=False):
+    calls: int
+    seconds_per_call: float
+    latency_seconds: float | None
+    load: dict[str, Any]
+
+
+class ProbeOutcome(Outcome, total=False):
+    """op ``probe``: ``fits`` and ``peak_memory_bytes`` are always set (False / None after a failure)."""
+
+    fits: bool
+    peak_memory_bytes: int | None
+    baseline_bytes: int
+    raw_peak_memory_bytes: int
+    drift_bytes: int
+    excluded_bytes: int
+
+
+Result = (HelloResult | ValidateResult | DeviceMemoryResult | ParseVariantResult | Outcome | MeasureOutcome
+          | StageOutcome | SliceOutcome | ProbeOutcome)
+
+
+# --------------------------------------------------------------------------------------------------
+# Responses
+# --------------------------------------------------------------------------------------------------
+
+
+class ErrorInfo(TypedDict):
+    type: str
+    message: str
+    #: Bad recipe content found by the worker: the runner raises InputError (no candidate could do better).
+    input_error: bool
+    traceback: NotRequired[str]
+
+
+class OkResponse(TypedDict):
+    id: int | None
+    ok: Literal[True]
+    result: Result
+
+
+class ErrorResponse(TypedDict):
+    id: int | None
+    ok: Literal[False]
+    error: ErrorInfo
+
+
+Response = OkResponse | ErrorResponse
