@@ -1,0 +1,132 @@
+"""The bracket strategy on fake landscapes (pure: no worker, no torch, no study)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.strategy import Arm, BracketSearch, coarse_grid, refined_batch_sizes
+
+
+def unimodal(peak: float, top: float, width: float = 1.5):
+    """Throughput that rises to ``top`` at batch ``peak`` and falls after it, on log2(b)."""
+    return lambda b: top * math.exp(-((math.log2(b) - math.log2(peak)) / width) ** 2)
+
+
+def drive(search: BracketSearch, value, *, limit: int = 200, sd: float = 0.01, latency=None, slo=None,
+          cost: float = 1.0):
+    """Run the search to its end against ``value(variant, batch)``; returns the proposals made."""
+    made = []
+    for _ in range(limit):
+        p = search.next()
+        if p is None:
+            break
+        made.append(p)
+        v = value(p.variant, p.batch_size)
+        feasible = True
+        if latency is not None and slo is not None:
+            feasible = latency(p.variant, p.batch_size) <= slo
+        search.tell(p.variant, p.batch_size, status="ok", value=v, relative_sd=sd / math.sqrt(p.fidelity),
+                    feasible=feasible, cost_seconds=cost + p.fidelity, fidelity=p.fidelity)
+    return made
+
+
+def test_refined_sizes_put_a_point_between_powers_of_two_and_respect_granularity():
+    assert refined_batch_sizes([1, 2, 4, 8, 16, 32]) == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+    sizes = refined_batch_sizes([8, 16, 32, 64, 96], granularity=8)
+    assert sizes == (8, 16, 24, 32, 48, 64, 80, 96)
+    assert all(s % 8 == 0 for s in sizes)
+    assert coarse_grid(refined_batch_sizes([1, 2, 4, 8, 16, 32, 40])) == (1, 2, 4, 8, 16, 32, 40)
+
+
+def test_finds_the_peak_of_a_unimodal_curve_in_few_probes():
+    sizes = refined_batch_sizes([2**i for i in range(11)])  # 1..1024, 20 points
+    curve = unimodal(peak=48, top=1000.0)
+    search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
+    made = drive(search, lambda v, b: curve(b))
+    probed = {p.batch_size for p in made}
+    assert search.recommendation() == ("eager", 48)
+    assert len(probed) <= 8, sorted(probed)  # of 20: bracketing, then refinement around 32..64
+
+
+def test_refinement_respects_granularity_and_never_goes_above_the_boundary():
+    sizes = refined_batch_sizes([8, 16, 32, 64, 128, 136], granularity=8)  # boundary 136 (usable max)
+    curve = unimodal(peak=1000, top=500.0, width=4.0)  # still rising at the boundary
+    search = BracketSearch([Arm("frozen", sizes, {"compiler": "frozen"})])
+    made = drive(search, lambda v, b: curve(b))
+    assert all(p.batch_size % 8 == 0 and p.batch_size <= 136 for p in made)
+    assert search.recommendation() == ("frozen", 136)
+
+
+def test_a_candidate_whose_ci_cannot_reach_the_leader_is_not_measured_again():
+    sizes = (1, 2, 4, 8, 16, 32)
+    arms = [Arm("eager", sizes, {"compiler": "eager"}), Arm("frozen", sizes, {"compiler": "frozen"})]
+    search = BracketSearch(arms)
+    values = {"eager": unimodal(16, 100.0), "frozen": unimodal(16, 300.0)}  # eager far behind
+    made = drive(search, lambda v, b: values[v](b), sd=0.02)
+    races = [p for p in made if p.action == "race"]
+    assert races and all(p.variant == "frozen" for p in races)
+    assert search.recommendation()[0] == "frozen"
+
+
+def test_close_contenders_are_raced_to_full_fidelity():
+    sizes = (1, 2, 4, 8)
+    arms = [Arm("a", sizes, {"compiler": "eager"}), Arm("b", sizes, {"compiler": "frozen"})]
+    search = BracketSearch(arms, screen_fraction=0.25)
+    values = {"a": unimodal(8, 100.0, 3), "b": unimodal(8, 101.0, 3)}
+    drive(search, lambda v, b: values[v](b), sd=0.03)
+    fid = {k: p.fidelity for k, p in search.points.items()}
+    assert fid[("a", 8)] >= 1.0 - 1e-9 and fid[("b", 8)] >= 1.0 - 1e-9
+
+
+def test_honours_a_latency_slo_during_the_search():
+    sizes = tuple(2**i for i in range(9))
+    curve = unimodal(peak=256, top=1000.0, width=6)  # throughput keeps rising with the batch...
+    latency = lambda v, b: 2.0 * b  # noqa: E731  # ...but the SLO (60 ms) allows b <= 16 only (32 -> 64 ms)
+    search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
+    made = drive(search, lambda v, b: curve(b), latency=latency, slo=60.0)
+    assert search.recommendation() == ("eager", 16)
+    above = [p.batch_size for p in made if p.batch_size > 32]
+    assert not above, above  # one infeasible batch (32) caps the variant: nothing above it is tried
+
+
+def test_latency_objective_starts_small_and_minimises():
+    sizes = (1, 2, 4, 8, 16)
+    search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})], objective="latency")
+    made = drive(search, lambda v, b: 5.0 + b)
+    assert made[0].batch_size == 1
+    assert search.recommendation() == ("eager", 1)
+    assert {p.batch_size for p in made} <= {1, 2}
+
+
+def test_failed_variant_is_dropped_and_oom_caps_the_batch():
+    sizes = (1, 2, 4, 8, 16)
+    search = BracketSearch([Arm("compile", sizes, {"compiler": "compile"}), Arm("eager", sizes, {"compiler": "eager"})])
+    search.tell("compile", 4, status="failed", cost_seconds=20)
+    search.tell("eager", 8, status="oom", cost_seconds=1)
+    assert search.allowed(search.arms["eager"]) == [1, 2, 4]
+    made = drive(search, lambda v, b: 10.0 * b)
+    assert all(p.variant == "eager" and p.batch_size <= 4 for p in made)
+
+
+def test_cost_aware_order_screens_cheap_variants_before_an_expensive_compile():
+    sizes = (1, 2, 4, 8)
+    arms = [Arm("compile", sizes, {"compiler": "compile"}), Arm("eager", sizes, {"compiler": "eager"}),
+            Arm("frozen", sizes, {"compiler": "frozen"})]
+    search = BracketSearch(arms)
+    first = search.next()
+    assert first is not None and first.variant != "compile" and first.action == "screen"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_dimension_model_predicts_an_unmeasured_combination(seed):
+    sizes = (1, 2, 4)
+    dims = [{"compiler": c, "threads": t} for c in ("eager", "frozen") for t in (1, 2)]
+    arms = [Arm(f"{d['compiler']}+threads={d['threads']}", sizes, d) for d in dims]
+    search = BracketSearch(arms)
+    truth = {"eager+threads=1": 100.0, "eager+threads=2": 180.0, "frozen+threads=1": 150.0}
+    for v, t in truth.items():
+        search.tell(v, 4, status="ok", value=t * (1 + 0.001 * seed), relative_sd=0.01, cost_seconds=2)
+    mu, _ = search._predict(search.arms["frozen+threads=2"])
+    assert math.exp(mu) == pytest.approx(150 * 180 / 100, rel=0.15)
