@@ -125,6 +125,11 @@ class SearchSettings:
     #: The parts the digest was made of (:func:`study_fingerprint`): stored with a new study, and compared
     #: part by part with a stored one so that a mismatch says what differs.
     fingerprint: Mapping[str, Any] | None = None
+    #: ``tpe`` (Optuna's sampler over (variant, batch)) or ``bracket`` (:mod:`autotune.strategy` decides).
+    strategy: str = "tpe"
+    #: Seconds of a full measurement (the recipe's ``measure.max_seconds``): the bracket strategy's
+    #: cost model and the unit of its fidelities.
+    measure_seconds: float = 10.0
 
 
 @dataclass
@@ -138,7 +143,9 @@ class SearchOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Evaluate = Callable[[int, str, int], dict[str, Any]]
+#: ``evaluate(trial, variant, batch)``; the bracket strategy also passes ``fidelity=`` (share of the full
+#: measurement time), so an evaluator used with it must accept that keyword.
+Evaluate = Callable[..., dict[str, Any]]
 
 
 def recipe_fingerprint(recipe_data: Mapping[str, Any]) -> str:
@@ -637,8 +644,17 @@ def _is_repeat(row: Mapping[str, Any]) -> bool:
 
 
 def measured_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per measured (or pruned) combination, in trial order: what the report lists."""
-    return [r for _, r in sorted(stored_rows(study).items()) if not _is_repeat(r)]
+    """One row per measured (or pruned) combination, in trial order: what the report lists.
+
+    A combination measured again at a higher fidelity (the bracket strategy's racing) keeps its latest
+    row, in the place of its first one.
+    """
+    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for _, r in sorted(stored_rows(study).items()):
+        if not _is_repeat(r):
+            key = (r.get("variant"), r.get("batch_size"))
+            latest[key] = r  # a dict keeps the first insertion's place
+    return list(latest.values())
 
 
 def _state_for(row: Mapping[str, Any]) -> TrialState:
@@ -674,8 +690,10 @@ class Search:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         on_row: Callable[[dict[str, Any]], None] | None = None,
+        specs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.space = space
+        self.specs = dict(specs or {})
         self.settings = settings
         self.evaluate = evaluate
         self.clock = clock
@@ -790,6 +808,10 @@ class Search:
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> SearchOutcome:
+        if self.settings.strategy == "bracket":
+            from autotune.strategy_loop import run_bracket
+
+            return run_bracket(self)
         t0 = self.clock()
         self._fail_stale()
         measured = self._measured()

@@ -65,10 +65,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STRATEGIES", "Arm", "BracketSearch", "Proposal", "coarse_grid", "refined_batch_sizes"]
+__all__ = ["Arm", "BracketSearch", "Proposal", "coarse_grid", "refined_batch_sizes"]
 
-#: The search strategies a recipe may name (``search.strategy``).
-STRATEGIES = ("bracket", "tpe")
 #: Prior build + gate seconds of one measurement, per compiler, until this search has seen its own.
 PRIOR_FIXED_COST = {"compile": 20.0, "export": 30.0, "onnx": 10.0, "openvino": 10.0}
 PRIOR_FIXED_COST_OTHER = 3.0
@@ -312,8 +310,9 @@ class BracketSearch:
             return sizes[0]
         coarse = [b for b in coarse_grid(arm.batch_sizes) if b in sizes] or sizes
         lead = self.leader()
+        target: float
         if lead is not None:
-            target = lead[1]
+            target = float(lead[1])
         else:
             target = 2 ** ((math.log2(coarse[0]) + math.log2(coarse[-1])) / 2)
         return min(coarse, key=lambda b: (abs(math.log2(b / target)), -b))
@@ -373,9 +372,9 @@ class BracketSearch:
                 add(arm, b, self.screen_fraction, "step", u_star + slope, max(abs(slope), 0.05))
             if not open_steps:
                 # refine: unmeasured neighbours of b* on the full grid (between coarse points)
-                i = sizes.index(b_star) if b_star in sizes else None
-                if i is not None:
-                    for j in (i - 1, i + 1):
+                k = sizes.index(b_star) if b_star in sizes else None
+                if k is not None:
+                    for j in (k - 1, k + 1):
                         if 0 <= j < len(sizes) and sizes[j] not in tried:
                             side = [x for x in good if x != b_star and (x < b_star) == (sizes[j] < b_star)]
                             gap = abs(u_star - good[min(side, key=lambda z: abs(z - b_star))].u) if side else 0.1

@@ -134,7 +134,9 @@ def load(path: Path) -> Landscape:
             feasible=bool(r.get("feasible")) if r["status"] == "ok" else False, latency=lat,
             memory=r.get("peak_memory_bytes"), fixed_cost=max(0.05, fixed), measure_cost=measure,
             dims={k: r.get(k) for k in ("compiler", "compile_mode", "precision", "memory_format", "threads")})
-    variants = list(dict.fromkeys(v for v, _ in points))
+    # a recording cut short: only the variants whose whole batch curve was recorded take part
+    variants = [v for v in dict.fromkeys(v for v, _ in points) if all((v, b) in points for b in sizes)]
+    points = {k: p for k, p in points.items() if k[0] in variants}
     batches = {v: sorted(b for w, b in points if w == v) for v in variants}
     return Landscape(doc["landscape"], objective, cons.get("max_latency_ms"), pct, cons.get("max_memory_bytes"),
                      points, variants, batches)
@@ -354,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
               f"exhaustive cost {total:.0f} s; best {land.true_best():.4g} "
               f"({'ms' if land.minimize else 'samples/s'})")
         print(f"{'method':<11} {'to<=3% median':>14} {'P90':>6} {'reached':>8} "
-              + " ".join(f"{'regret@' + format(f, '.0%'):>11}" for f in FRACTIONS) + f" {'measurements':>13} {'s/run':>6}")
+              + " ".join(f"{'regret@' + format(f, '.0%'):>11}" for f in FRACTIONS)
+              + f" {'measurements':>13} {'s/run':>6}")
         results[land.name] = {}
         for m in methods:
             t0 = time.perf_counter()

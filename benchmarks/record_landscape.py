@@ -148,7 +148,7 @@ def record(name: str, out: Path) -> None:
     doc["measure"] = measure_settings(recipe)
     # a resumed recording keeps only the points of the space as it is now
     doc["points"] = [p for p in doc["points"] if p["variant"] in variants and p["batch_size"] in space["batch_sizes"]
-                     and (p.get("cost") or {}).get("max_seconds", 1.0) == space["measure"]["max_seconds"]]
+                     and (p.get("cost") or {}).get("max_seconds") == space["measure"]["max_seconds"]]
     done = {(p["variant"], p["batch_size"]) for p in doc["points"]}
     settings = measure_settings(recipe)
     data = recipe.to_dict()

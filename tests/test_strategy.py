@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from autotune.strategy import Arm, BracketSearch, coarse_grid, refined_batch_sizes
+from tests.conftest import tiny_recipe
 
 
 def unimodal(peak: float, top: float, width: float = 1.5):
@@ -130,3 +132,40 @@ def test_per_dimension_model_predicts_an_unmeasured_combination(seed):
         search.tell(v, 4, status="ok", value=t * (1 + 0.001 * seed), relative_sd=0.01, cost_seconds=2)
     mu, _ = search._predict(search.arms["frozen+threads=2"])
     assert math.exp(mu) == pytest.approx(150 * 180 / 100, rel=0.15)
+
+
+def test_recipe_names_an_unknown_strategy(write_recipe):
+    from autotune.errors import InputError
+    from autotune.recipe import load_recipe
+
+    text = tiny_recipe().replace("[search]\n", '[search]\nstrategy = "grid"\n')
+    with pytest.raises(InputError) as err:
+        load_recipe(write_recipe(text))
+    msg = str(err.value)
+    assert "recipe.toml" in msg and "search.strategy" in msg and "bracket, tpe" in msg
+
+
+def test_the_real_tool_runs_the_bracket_strategy_end_to_end(write_recipe, tmp_path):
+    """`autotune run` on the tiny model: the bracket loop measures through the study, screens short, and the
+    report recommends a measured, feasible candidate; a second run on the same --out resumes from the study."""
+    import optuna
+
+    from autotune.cli import main
+
+    recipe = write_recipe(tiny_recipe(variants='["eager", "frozen"]', batch_sizes="[1, 2, 4, 8]", max_seconds=0.4))
+    out = tmp_path / "out"
+    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["search"]["stopped_by"] in ("converged", "exhausted")
+    rows = doc["candidates"]
+    assert len({(r["variant"], r["batch_size"]) for r in rows}) == len(rows)  # one row per combination
+    assert any(r.get("search_action") == "screen" and r.get("fidelity") == 0.25 for r in rows)
+    rec = doc["recommendation"]
+    assert rec is not None and (rec["variant"], rec["batch_size"]) in {(r["variant"], r["batch_size"]) for r in rows}
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
+    assert {"variant", "batch_size"} <= set(study.trials[0].params)
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    before = len(study.trials)
+    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0  # resume: nothing new worth it
+    again = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
+    assert len(again.trials) - before <= 2
