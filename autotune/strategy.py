@@ -74,6 +74,13 @@ PRIOR_FIXED_COST_OTHER = 3.0
 PRIOR_STEP_GAIN = 0.15
 #: Spread of the additive model's prediction before there are residuals to estimate it from.
 PRIOR_MODEL_SD = 0.35
+#: Explore phase: spread of an unmeasured batch's value around its interpolation from the variant's
+#: measured batches, per octave (log2) of distance to the nearest one, and its floor.
+EXPLORE_SD_PER_OCTAVE = 0.3
+EXPLORE_SD_FLOOR = 0.05
+#: A leader that rests on one short screen and beats every other variant's points by more than this (log
+#: units, about 10%) is a surprise: it is raced before anything else, so a lucky screen is not trusted.
+SURPRISE = 0.1
 DIMENSIONS = ("compiler", "compile_mode", "precision", "memory_format", "threads")
 _Z95 = 1.959964
 
@@ -129,7 +136,7 @@ class Proposal:
     variant: str
     batch_size: int
     fidelity: float
-    action: str  # screen | step | refine | race
+    action: str  # screen | step | refine | race | explore
     score: float = 0.0
 
 
@@ -196,6 +203,7 @@ class BracketSearch:
         self.ceiling: dict[str, int] = {}  # variant -> smallest batch known infeasible (monotone constraints)
         self.steps: list[float] = []  # log-gains of coarse steps that improved (for the prior slope)
         self.pending: set[tuple[str, int]] = set()  # proposed, not told yet (several workers)
+        self.converged = False  # the structured phase found nothing worth ``stop_ei`` (explore phase since)
 
     # -- telling ---------------------------------------------------------------------------------
     def tell(self, variant: str, batch_size: int, *, status: str, value: float | None = None,
@@ -403,17 +411,96 @@ class BracketSearch:
                 out.append((v, b))
         return out
 
+    def _explore(self, lead_u: float) -> list[Proposal]:
+        """Every unmeasured allowed point of every live variant, scored by EI per second (the explore phase).
+
+        A point of a variant with feasible measurements is predicted by interpolating ``u`` linearly on
+        log2(b) between its measured neighbours (the nearest one's ``u`` beyond the ends), with a spread
+        that grows with the log2 distance to the nearest measured batch (``EXPLORE_SD_PER_OCTAVE``), so
+        far, unexplored batches (a second peak, a dip recovered from) keep a chance, and points next to a
+        surprisingly good measurement are tried first. A variant without a feasible measurement is
+        predicted by the additive model. Scores never reach 0 (a floor proportional to the spread), so
+        the ordering stays defined and every point is eventually proposed.
+        """
+        out: list[Proposal] = []
+        for arm in self.arms.values():
+            if arm.name in self.dead:
+                continue
+            tried = {b for (v, b) in self.points if v == arm.name} | {b for (v, b) in self.pending if v == arm.name}
+            todo = [b for b in self.allowed(arm) if b not in tried]
+            if not todo:
+                continue
+            good = self._measured(arm.name)
+            model = self._predict(arm) if not good else (0.0, 0.0)
+            for b in todo:
+                if good:
+                    x = math.log2(b)
+                    lo = [m for m in good if m < b]
+                    hi = [m for m in good if m > b]
+                    if lo and hi:
+                        a, c = max(lo), min(hi)
+                        t = (x - math.log2(a)) / (math.log2(c) - math.log2(a))
+                        mu = (1 - t) * good[a].u + t * good[c].u
+                        d = min(x - math.log2(a), math.log2(c) - x)
+                    else:
+                        n = max(lo) if lo else min(hi)
+                        mu, d = good[n].u, abs(x - math.log2(n))
+                    sd = math.hypot(EXPLORE_SD_FLOOR, EXPLORE_SD_PER_OCTAVE * d)
+                else:
+                    mu, sd = model
+                gain = _ei(mu, sd, lead_u) if math.isfinite(lead_u) else 1.0
+                cost = self._cost(arm, b, self.screen_fraction)
+                out.append(Proposal(arm.name, b, self.screen_fraction, "explore", max(gain, 1e-9 * sd) / cost))
+        return out
+
+    def _confirm(self, key: tuple[str, int] | None) -> Proposal | None:
+        """Race ``key`` (the leader or the recommendation) one step toward full fidelity, if it is below it."""
+        if key is None or key in self.pending:
+            return None
+        p = self.points[key]
+        if p.fidelity >= 1.0 - 1e-9:
+            return None
+        return Proposal(key[0], key[1], min(1.0 - p.fidelity, max(p.fidelity, self.screen_fraction)), "race")
+
     def next(self) -> Proposal | None:
-        """The action with the best expected gain per second, or None when none is worth taking."""
+        """What to measure next; None only when every allowed point is measured and no contender is left to race.
+
+        1. the structured phase (screen / step / refine / race), while its best action is worth
+           ``stop_ei``; before anything else, a leader that rests on one short screen and beats every
+           other variant's points by more than ``SURPRISE`` is raced, so a lucky screen is not trusted;
+        2. then the leader and the recommendation are raced to full fidelity (``self.converged`` is set);
+        3. then the explore phase (:meth:`_explore`), over every unmeasured point, for as long as the caller's
+           budget lasts: given the exhaustive budget this measures everything;
+        4. at the end, every point measured below full fidelity whose CI still reaches the leader's is raced.
+        """
+        lead = self.leader()
+        if lead is not None and lead not in self.pending:
+            p = self.points[lead]
+            others = [q.u for k, q in self.points.items()
+                      if k[0] != lead[0] and q.ok and q.feasible and k[0] not in self.dead]
+            if p.fidelity <= self.screen_fraction + 1e-9 and others and p.u - max(others) > SURPRISE:
+                return self._confirm(lead)
         cands = self.candidates()
         best = max(cands, key=lambda c: c.score) if cands else None
         if best is not None:
             cost = self._cost(self.arms[best.variant], best.batch_size, best.fidelity)
             if best.score * cost >= self.stop_ei:
                 return best
-        # nothing left worth its time: the recommendation gets its full measurement (one confirm)
-        rec = self.recommendation()
-        if rec is not None and rec not in self.pending and self.points[rec].fidelity < 1.0 - 1e-9:
-            p = self.points[rec]
-            return Proposal(rec[0], rec[1], min(1.0 - p.fidelity, max(p.fidelity, self.screen_fraction)), "race")
+        self.converged = True
+        for key in (lead, self.recommendation()):
+            conf = self._confirm(key)
+            if conf is not None:
+                return conf
+        lead_u = self.points[lead].u if lead else -math.inf
+        explore = self._explore(lead_u)
+        if explore:
+            return max(explore, key=lambda c: c.score)
+        if lead is None:
+            return None
+        lead_low = self.points[lead].low
+        rest = [(k, q) for k, q in self.points.items() if q.ok and q.feasible and k[0] not in self.dead
+                and k not in self.pending and q.fidelity < 1.0 - 1e-9 and q.high >= lead_low]
+        if rest:
+            k, _ = max(rest, key=lambda kq: kq[1].u)
+            return self._confirm(k)
         return None

@@ -16,13 +16,16 @@ def unimodal(peak: float, top: float, width: float = 1.5):
     return lambda b: top * math.exp(-((math.log2(b) - math.log2(peak)) / width) ** 2)
 
 
-def drive(search: BracketSearch, value, *, limit: int = 200, sd: float = 0.01, latency=None, slo=None,
+def drive(search: BracketSearch, value, *, limit: int = 200, sd: float = 0.01, latency=None, slo=None, explore=False,
           cost: float = 1.0):
-    """Run the search to its end against ``value(variant, batch)``; returns the proposals made."""
+    """Run the search against ``value(variant, batch)``; returns the proposals made.
+
+    It stops at the end of the structured phase (the first ``explore`` proposal), as a search whose budget
+    ends there would; ``explore=True`` runs it to its very end (every point measured)."""
     made = []
     for _ in range(limit):
         p = search.next()
-        if p is None:
+        if p is None or (p.action == "explore" and not explore):
             break
         made.append(p)
         v = value(p.variant, p.batch_size)
@@ -156,16 +159,56 @@ def test_the_real_tool_runs_the_bracket_strategy_end_to_end(write_recipe, tmp_pa
     out = tmp_path / "out"
     assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0
     doc = json.loads((out / "report.json").read_text())
-    assert doc["search"]["stopped_by"] in ("converged", "exhausted")
+    # it does not stop while the budget lasts and points are unmeasured: 8 points, 8 trials at most
+    assert doc["search"]["stopped_by"] in ("exhausted", "max_trials")
     rows = doc["candidates"]
     assert len({(r["variant"], r["batch_size"]) for r in rows}) == len(rows)  # one row per combination
-    assert any(r.get("search_action") == "screen" and r.get("fidelity") == 0.25 for r in rows)
+    # short measurements (screens at 0.25, races of 0.25-0.5 on top); the rows are each combination's last
+    assert any(r.get("search_action") in ("screen", "race", "step", "explore") and r.get("fidelity") < 1 for r in rows)
     rec = doc["recommendation"]
     assert rec is not None and (rec["variant"], rec["batch_size"]) in {(r["variant"], r["batch_size"]) for r in rows}
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
     assert {"variant", "batch_size"} <= set(study.trials[0].params)
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
     before = len(study.trials)
-    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0  # resume: nothing new worth it
+    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0  # resume: a few races at most
     again = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
     assert len(again.trials) - before <= 2
+
+
+def test_does_not_stop_while_points_are_unmeasured_and_degrades_to_exhaustive():
+    sizes = (1, 2, 4, 8, 16)
+    arms = [Arm("eager", sizes, {"compiler": "eager"}), Arm("frozen", sizes, {"compiler": "frozen"})]
+    search = BracketSearch(arms)
+    values = {"eager": unimodal(4, 100.0), "frozen": unimodal(4, 200.0)}
+    made = drive(search, lambda v, b: values[v](b), explore=True)
+    assert search.converged
+    assert {(p.variant, p.batch_size) for p in made} == {(a.name, b) for a in arms for b in sizes}
+    assert search.next() is None  # only once everything is measured and no contender is left to race
+    assert search.recommendation() == ("frozen", 4)
+
+
+def test_explore_finds_a_second_peak_off_the_unimodal_assumption():
+    sizes = refined_batch_sizes([2**i for i in range(8)])  # 1..128, 14 points
+    first = unimodal(peak=4, top=100.0)
+
+    def curve(b: int) -> float:  # a local peak at 4, a dip, then the real peak at 128 (after a cache regime change)
+        return 150.0 if b == 128 else (120.0 if b == 96 else first(b))
+
+    search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
+    structured = drive(search, lambda v, b: curve(b))
+    assert search.recommendation() == ("eager", 4)  # the structured phase stops at the local peak...
+    made = drive(search, lambda v, b: curve(b), explore=True)
+    assert search.recommendation() == ("eager", 128)  # ...the explore phase goes on and finds the other one
+    assert len(structured) + len(made) <= 2 * len(sizes) + 6
+
+
+def test_a_single_surprising_screen_is_raced_before_it_is_trusted():
+    sizes = (1, 2, 4)
+    arms = [Arm("a", sizes, {"compiler": "eager"}), Arm("b", sizes, {"compiler": "frozen"})]
+    search = BracketSearch(arms)
+    for b in sizes:
+        search.tell("a", b, status="ok", value=100.0, relative_sd=0.02, cost_seconds=2, fidelity=1.0)
+    search.tell("b", 2, status="ok", value=140.0, relative_sd=0.04, cost_seconds=2, fidelity=0.25)  # a lucky screen?
+    nxt = search.next()
+    assert nxt is not None and (nxt.variant, nxt.batch_size, nxt.action) == ("b", 2, "race")
