@@ -33,9 +33,11 @@ Algorithm (log-space values: ``u = log(throughput)``, or ``-log(latency)`` for t
 higher is better; ``sd`` from the 95% CI)::
 
     leader L = best feasible point by its pooled estimate (inverse-variance over its measurements)
-    actions, for every live variant (not failed/rejected):
-        screen   (unmeasured variant): its start batch (latency: the smallest; throughput: the best batch of
-                 the best bracketed variant so far, else the middle of the coarse grid);
+    0. surprise: L rests on one short screen and beats every other variant's points by > SURPRISE (0.1):
+       race L first (a lucky screen is re-measured before it is trusted)
+    1. structured phase, actions for every live variant (not failed/rejected):
+        screen   (unmeasured variant): its start batch (latency: the smallest; throughput: the batch of
+                 the leader so far, else the largest coarse batch, as the tpe strategy's prior);
                  gain ~ N(additive-model prediction, model sd)
         step     (bracket open toward a neighbour coarse point, below the first infeasible batch):
                  gain ~ N(u(b*) + slope, |slope|), slope from this variant's last step, else the median
@@ -45,8 +47,17 @@ higher is better; ``sd`` from the 95% CI)::
         race     (a point measured below full fidelity whose 95% CI reaches the leader's): the same point
                  at twice the fidelity; gain ~ N(u, sd) against L (for the leader: its closest rival's)
     score = EI(gain; L) / expected cost(action)           EI: expected improvement over L, log units
-    pick the highest score; when every EI < ``stop_ei`` (nothing left that is worth its time), race the
-    recommendation alone up to full fidelity (its number is then as trustworthy as any), then stop
+    pick the highest score while its EI >= ``stop_ei``; else ``converged`` (the structured phase is done):
+    2. race L and the recommendation up to full fidelity (their numbers are then as trustworthy as any)
+    3. explore phase, never stopping while the caller's budget lasts and points are unmeasured: every
+       unmeasured allowed point of every live variant, gain ~ N(mu, sd) where mu interpolates u linearly
+       on log2(b) between the variant's measured neighbours (the nearest one's u beyond the ends) and
+       sd = hypot(0.05, 0.3 x log2 distance to the nearest measured batch) (a variant with no feasible
+       point: the additive model); score = EI / cost (floored, so every point is eventually proposed);
+       after each explore result the structured actions are scored again first (a surprising point
+       opens its own steps, refinement and race)
+    4. every point below full fidelity whose CI still reaches L's is raced; then None (given the
+       exhaustive budget, the search has measured everything: it degrades to exhaustive)
 
 The recommendation is the feasible point with the best lower 95% bound (the tool's
 :func:`autotune.candidate.pessimistic_score` rule), so a lucky short screen does not win alone.
@@ -322,7 +333,7 @@ class BracketSearch:
         if lead is not None:
             target = float(lead[1])
         else:
-            target = 2 ** ((math.log2(coarse[0]) + math.log2(coarse[-1])) / 2)
+            target = float(coarse[-1])
         return min(coarse, key=lambda b: (abs(math.log2(b / target)), -b))
 
     # -- proposing -------------------------------------------------------------------------------
