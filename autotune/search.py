@@ -954,8 +954,9 @@ def run_bracket(search: Search) -> SearchOutcome:
             fail stale trials; tell the strategy every stored row it has not seen (this run, earlier, others)
             stop on the time budget / max_trials
             mark combinations RUNNING elsewhere as pending in the strategy
-            proposal = strategy.next()        (screen | step | refine | race, with a fidelity)
-            none: wait while others measure, else stop ("converged": nothing left worth its time)
+            proposal = strategy.next()        (screen | step | refine | race | explore, with a fidelity)
+            none: wait while others measure, else stop ("exhausted": every combination measured and no
+                  contender left to race; "converged" only if some combination was never proposable)
             enqueue (variant, batch); ask; heartbeat;
             a combination stored already and not a race -> a repeat, told as such (no measurement)
             else row = evaluate(trial, variant, batch, fidelity=...); row["fidelity"], row["search_action"]
