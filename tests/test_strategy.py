@@ -92,8 +92,15 @@ def test_honours_a_latency_slo_during_the_search():
     search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
     made = drive(search, lambda v, b: curve(b), latency=latency, slo=60.0)
     assert search.recommendation() == ("eager", 16)
-    above = [p.batch_size for p in made if p.batch_size > 32]
-    assert not above, above  # one infeasible batch (32) caps the variant: nothing above it is tried
+    # it starts at the largest batch (the throughput prior); each infeasible batch caps the variant: nothing at
+    # or above the smallest infeasible batch seen so far is ever proposed again
+    cap = math.inf
+    for p in made:
+        assert p.batch_size < cap, (p, cap)
+        if latency("eager", p.batch_size) > 60.0:
+            cap = min(cap, p.batch_size)
+    made_all = drive(search, lambda v, b: curve(b), latency=latency, slo=60.0, explore=True)
+    assert all(p.batch_size <= 16 for p in made_all)
 
 
 def test_latency_objective_starts_small_and_minimises():
@@ -190,16 +197,17 @@ def test_does_not_stop_while_points_are_unmeasured_and_degrades_to_exhaustive():
 
 def test_explore_finds_a_second_peak_off_the_unimodal_assumption():
     sizes = refined_batch_sizes([2**i for i in range(8)])  # 1..128, 14 points
-    first = unimodal(peak=4, top=100.0)
 
-    def curve(b: int) -> float:  # a local peak at 4, a dip, then the real peak at 128 (after a cache regime change)
-        return 150.0 if b == 128 else (120.0 if b == 96 else first(b))
+    first = unimodal(peak=64, top=100.0)
+
+    def curve(b: int) -> float:  # a local peak at 64, a dip below it, and the real peak at batch 2
+        return 150.0 if b == 2 else (120.0 if b in (1, 3) else first(b))
 
     search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
     structured = drive(search, lambda v, b: curve(b))
-    assert search.recommendation() == ("eager", 4)  # the structured phase stops at the local peak...
+    assert search.recommendation() == ("eager", 64)  # the structured phase stops at the local peak...
     made = drive(search, lambda v, b: curve(b), explore=True)
-    assert search.recommendation() == ("eager", 128)  # ...the explore phase goes on and finds the other one
+    assert search.recommendation() == ("eager", 2)  # ...the explore phase goes on and finds the other one
     assert len(structured) + len(made) <= 2 * len(sizes) + 6
 
 
