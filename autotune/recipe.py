@@ -30,6 +30,9 @@ The format (every field documented in README.md)::
     time_budget_s = 120
     max_trials = 0                         # 0: no limit besides the time budget
     seed = 0
+    strategy = "bracket"                   # bracket (autotune.strategy: per-variant batch bracketing,
+                                           # short screens raced by CI, gain per second) | tpe (Optuna's
+                                           # TPE, NSGA-II for pareto, over (variant, batch) pairs)
 
     [constraints]
     max_latency_ms = 50.0                  # SLO on the latency percentile below
@@ -70,6 +73,7 @@ from autotune.sizes import parse_size
 from autotune.vocab import MODES as MODES
 from autotune.vocab import OBJECTIVES as OBJECTIVES
 from autotune.vocab import PERCENTILES as PERCENTILES
+from autotune.vocab import STRATEGIES as STRATEGIES
 
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 INTEGER_DTYPES = ("int64", "int32")
@@ -112,6 +116,7 @@ class SearchSpec:
     #: Finalists whose paired throughput (or latency) ratio to the leader is within this fraction
     #: are a tie, decided by the tie-break (autotune.showdown).
     equivalence_margin: float = 0.02
+    strategy: str = "bracket"
 
 
 @dataclass(frozen=True)
@@ -453,6 +458,7 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         max_trials=r.positive("max_trials", int, 0, allow_zero=True),
         seed=r.get("seed", int, 0),
         equivalence_margin=_fraction(r, "equivalence_margin", SearchSpec.equivalence_margin),
+        strategy=r.choice("strategy", STRATEGIES, SearchSpec.strategy),
     )
 
 

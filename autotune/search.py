@@ -62,6 +62,7 @@ from sqlalchemy.engine import make_url
 from autotune.candidate import constraint_values, directions, objective_values, skipped_record
 from autotune.errors import InputError
 from autotune.recipe import Constraints
+from autotune.strategy import Arm, BracketSearch
 
 if TYPE_CHECKING:
     from autotune.recipe import Recipe
@@ -125,6 +126,11 @@ class SearchSettings:
     #: The parts the digest was made of (:func:`study_fingerprint`): stored with a new study, and compared
     #: part by part with a stored one so that a mismatch says what differs.
     fingerprint: Mapping[str, Any] | None = None
+    #: ``tpe`` (Optuna's sampler over (variant, batch)) or ``bracket`` (:mod:`autotune.strategy` decides).
+    strategy: str = "tpe"
+    #: Seconds of a full measurement (the recipe's ``measure.max_seconds``): the bracket strategy's
+    #: cost model and the unit of its fidelities.
+    measure_seconds: float = 10.0
 
 
 @dataclass
@@ -138,7 +144,9 @@ class SearchOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Evaluate = Callable[[int, str, int], dict[str, Any]]
+#: ``evaluate(trial, variant, batch)``; the bracket strategy also passes ``fidelity=`` (share of the full
+#: measurement time), so an evaluator used with it must accept that keyword.
+Evaluate = Callable[..., dict[str, Any]]
 
 
 def recipe_fingerprint(recipe_data: Mapping[str, Any]) -> str:
@@ -637,8 +645,17 @@ def _is_repeat(row: Mapping[str, Any]) -> bool:
 
 
 def measured_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per measured (or pruned) combination, in trial order: what the report lists."""
-    return [r for _, r in sorted(stored_rows(study).items()) if not _is_repeat(r)]
+    """One row per measured (or pruned) combination, in trial order: what the report lists.
+
+    A combination measured again at a higher fidelity (the bracket strategy's racing) keeps its latest
+    row, in the place of its first one.
+    """
+    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for _, r in sorted(stored_rows(study).items()):
+        if not _is_repeat(r):
+            key = (r.get("variant"), r.get("batch_size"))
+            latest[key] = r  # a dict keeps the first insertion's place
+    return list(latest.values())
 
 
 def _state_for(row: Mapping[str, Any]) -> TrialState:
@@ -674,8 +691,10 @@ class Search:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         on_row: Callable[[dict[str, Any]], None] | None = None,
+        specs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.space = space
+        self.specs = dict(specs or {})
         self.settings = settings
         self.evaluate = evaluate
         self.clock = clock
@@ -790,6 +809,8 @@ class Search:
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> SearchOutcome:
+        if self.settings.strategy == "bracket":
+            return run_bracket(self)
         t0 = self.clock()
         self._fail_stale()
         measured = self._measured()
@@ -876,3 +897,157 @@ class Search:
             return skipped_record(first, trial=number, batch_size=batch, status="pruned",
                                   reason=f"variant {first['status']} at batch {first['batch_size']}: {first['reason']}")
         return None
+
+
+# -- the bracket strategy's loop (search.strategy = "bracket") ------------------------------------------
+
+#: Share of the full measurement time a first measurement (a screen) gets.
+SCREEN_FRACTION = 0.25
+
+
+def _value(row: dict[str, Any], objective: str, percentile: str) -> float | None:
+    if row.get("status") != "ok":
+        return None
+    if objective == "latency":
+        v = (row.get("latency_ms") or {}).get(percentile)
+    else:
+        v = row.get("throughput")
+    return float(v) if v is not None else None
+
+
+def _ci(row: dict[str, Any], objective: str, value: float | None) -> tuple[float, float] | None:
+    ci = row.get("throughput_ci")
+    tp = row.get("throughput")
+    if not ci or ci[0] is None or ci[1] is None or not tp or value is None:
+        return None
+    if objective == "latency":  # the same relative width on the latency percentile
+        lo, hi = float(ci[0]) / tp, float(ci[1]) / tp
+        return (value / hi, value / lo) if lo > 0 else None
+    return float(ci[0]), float(ci[1])
+
+
+def tell_row(strategy: BracketSearch, row: dict[str, Any], *, objective: str, percentile: str) -> None:
+    value = _value(row, objective, percentile)
+    ci = _ci(row, objective, value)
+    cost = row.get("search_seconds")
+    status = row["status"] if row["status"] != "pruned" else "pruned"
+    strategy.tell(row["variant"], int(row["batch_size"]), status=status, value=value, ci=ci,
+                  feasible=bool(row.get("feasible")) if row["status"] == "ok" else False,
+                  cost_seconds=float(cost) if cost is not None else None,
+                  fidelity=float(row.get("fidelity") or 1.0))
+
+
+def run_bracket(search: Search) -> SearchOutcome:
+    """The study's loop when ``search.strategy = "bracket"``: :mod:`autotune.strategy` decides, Optuna records.
+
+    The strategy is pure logic; this loop keeps everything the study gives the ``tpe`` loop
+    (:meth:`autotune.search.Search.run`): each measurement is an Optuna trial (enqueued with the strategy's
+    (variant, batch), then asked, so the study's parameters stay ``variant`` and ``batch_size`` and a resumed
+    or joining run reads them as before), a heartbeat from ask to tell, stale trials failed, the row in the
+    trial's user attributes, results of earlier runs and of other workers read back from the storage and
+    told to the strategy before each decision, combinations in flight elsewhere left alone.
+
+    Algorithm::
+
+        strategy = BracketSearch(arms: the space's variants with their batch sizes and dimensions)
+        loop:
+            fail stale trials; tell the strategy every stored row it has not seen (this run, earlier, others)
+            stop on the time budget / max_trials
+            mark combinations RUNNING elsewhere as pending in the strategy
+            proposal = strategy.next()        (screen | step | refine | race | explore, with a fidelity)
+            none: wait while others measure, else stop ("exhausted": every combination measured and no
+                  contender left to race; "converged" only if some combination was never proposable)
+            enqueue (variant, batch); ask; heartbeat;
+            a combination stored already and not a race -> a repeat, told as such (no measurement)
+            else row = evaluate(trial, variant, batch, fidelity=...); row["fidelity"], row["search_action"]
+            tell the row (COMPLETE with values and constraints, or FAIL/PRUNED), tell the strategy
+
+    Several workers on one storage each run this loop with their own strategy, fed from the shared rows,
+    so they avoid each other's in-flight combinations and learn from each other's results; what one
+    proposes is what its own strategy judges best given everything stored, not a shared plan.
+    """
+    s = search.settings
+    arms = [Arm(v, tuple(search.space.batch_sizes.get(v, ())), dict(search.specs.get(v) or {}))
+            for v in search.space.variants]
+    strategy = BracketSearch(arms, objective=s.objective, screen_fraction=SCREEN_FRACTION,
+                             full_measure_seconds=s.measure_seconds)
+    told: set[int] = set()
+    t0 = search.clock()
+    measured_now = 0
+    stopped_by = "converged"
+    pct = s.constraints.latency_percentile
+
+    def sync() -> None:
+        for number, row in sorted(stored_rows(search.study).items()):
+            if number in told or "repeat_of_trial" in row:
+                continue
+            told.add(number)
+            if row["variant"] in strategy.arms:
+                tell_row(strategy, row, objective=s.objective, percentile=pct)
+
+    try:
+        search._fail_stale()
+        while True:
+            search._fail_stale()
+            sync()
+            if search.clock() - t0 >= s.time_budget_s:
+                stopped_by = "time_budget"
+                break
+            if s.max_trials and measured_now >= s.max_trials:
+                stopped_by = "max_trials"
+                break
+            in_flight = {c for c in search._in_flight() if c[0] is not None}
+            strategy.pending = {(str(v), int(b)) for v, b in in_flight if b is not None}
+            proposal = strategy.next()
+            if proposal is None:
+                if in_flight:  # others are measuring: their results may change what is worth doing
+                    left = s.time_budget_s - (search.clock() - t0)
+                    search.sleep(max(0.0, min(IN_FLIGHT_POLL_S, left)))
+                    continue
+                measured = search._measured()
+                everything = all(c in measured for c in search.space.combos())
+                stopped_by = "exhausted" if everything else "converged"
+                break
+            combo = (proposal.variant, proposal.batch_size)
+            search.study.enqueue_trial({"variant": combo[0], "batch_size": combo[1]})
+            trial = search._ask(_distributions(search, combo))
+            try:
+                with search._heartbeat(trial):
+                    got = (trial.params["variant"], int(trial.params["batch_size"]))
+                    race = proposal.action == "race" and got == combo
+                    row = None if race else search._row_without_running(trial.number, got)
+                    if row is not None:
+                        search._tell(trial, row)
+                        told.add(trial.number)
+                        if "repeat_of_trial" not in row:
+                            tell_row(strategy, row, objective=s.objective, percentile=pct)
+                        continue
+                    fidelity = proposal.fidelity if got == combo else SCREEN_FRACTION
+                    start = search.clock()
+                    row = search.evaluate(trial.number, *got, fidelity=fidelity)
+                    row = {**row, "fidelity": round(fidelity, 4), "search_action": proposal.action
+                           if got == combo else "screen", "search_seconds": round(search.clock() - start, 3)}
+                    search._tell(trial, row)
+                    told.add(trial.number)
+            except BaseException:
+                search._fail(trial)
+                raise
+            tell_row(strategy, row, objective=s.objective, percentile=pct)
+            measured_now += 1
+            if search.on_row is not None:
+                search.on_row(row)
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+    return SearchOutcome(rows=measured_rows(search.study), stopped_by=stopped_by,
+                         wall_seconds=search.clock() - t0, sampler="BracketSearch", measured_this_run=measured_now,
+                         trials=len(search.study.trials),
+                         extra={"strategy": "bracket", "screen_fraction": SCREEN_FRACTION})
+
+
+def _distributions(search: Search, combo: tuple[str, int]) -> dict[str, Any]:
+    """The space's distributions, with the proposed batch among the choices (a refinement point may not be)."""
+    dists = dict(search.space.distributions())
+    sizes = list(dists["batch_size"].choices)
+    if combo[1] not in sizes:
+        dists["batch_size"] = CategoricalDistribution(sorted({*(int(str(x)) for x in sizes), combo[1]}))
+    return dists

@@ -36,6 +36,7 @@ from autotune.search import (
     study_fingerprint,
     verify_join,
 )
+from autotune.strategy import refined_batch_sizes
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
 from autotune.version import __version__
 
@@ -103,6 +104,9 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                 on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
             runner.recycle("probe")  # its memory back before timing starts
             batch_sizes = boundary.batch_sizes
+            if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
+                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, v))
+                               for v, b in batch_sizes.items()}
         else:
             fixed = tuple(recipe.search.batch_sizes)
             batch_sizes = {v: fixed for v in workload.variants}
@@ -112,7 +116,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         settings = _settings(recipe, storage=storage, study_name=study_name,
                              time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
                              fingerprint=fingerprint)
-        search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict())
+        search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict(),
+                        specs=workload.specs)
         search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
         search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
         if boundary.key is not None:  # the documents and what decided them, for the next resume
@@ -201,9 +206,12 @@ def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, 
     recipe_data = recipe.to_dict()
     settings = measure_settings(recipe)
 
-    def evaluate(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
+    def evaluate(trial: int, variant: str, batch_size: int, *, fidelity: float = 1.0) -> dict[str, Any]:
+        # fidelity: share of the full measurement time (the bracket strategy screens short, races longer)
+        at = settings if fidelity >= 1.0 else {**settings, "max_seconds": settings["max_seconds"] * fidelity,
+                                                "per_call_seconds": settings["per_call_seconds"] * fidelity}
         res = runner.call({"op": "measure", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
-                           "settings": settings}, timeout=recipe.measure.timeout_s)
+                           "settings": at}, timeout=recipe.measure.timeout_s)
         return candidate_record(trial=trial, variant=variant, spec=specs[variant], batch_size=batch_size,
                                 result=res, constraints=recipe.constraints)
 
@@ -216,10 +224,10 @@ def _run_search(search: Search, recipe: Recipe, *, on_event: OnEvent | None) -> 
     rows: list[dict[str, Any]] = []
     evaluate = search.evaluate
 
-    def tracked(trial: int, variant: str, batch_size: int) -> dict[str, Any]:
+    def tracked(trial: int, variant: str, batch_size: int, **kwargs: Any) -> dict[str, Any]:
         emit(on_event, "candidate_start", f"{variant}@{batch_size}", variant=variant, batch_size=batch_size,
              total=total)
-        row = evaluate(trial, variant, batch_size)
+        row = evaluate(trial, variant, batch_size, **kwargs)
         rows.append(row)
         best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
         emit(on_event, "candidate_done", f"{variant}@{batch_size}: {row['status']}", variant=variant,
@@ -290,7 +298,8 @@ def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: f
         recipe = replace(recipe, search=replace(recipe.search, time_budget_s=budget))
         settings = _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,
                              fingerprint=fingerprint)
-        search = Search(space, settings, _evaluator(runner, recipe, workload.specs))
+        search = Search(space, settings, _evaluator(runner, recipe, workload.specs),
+                        specs=workload.specs)
         return _run_search(search, recipe, on_event=on_event)
 
 
@@ -300,7 +309,12 @@ def _settings(recipe: Recipe, *, storage: str, study_name: str, time_budget: flo
         objective=recipe.search.objective, constraints=recipe.constraints, storage=storage,
         study_name=study_name, recipe_fingerprint=fingerprint_digest(fingerprint), fingerprint=fingerprint,
         time_budget_s=max(0.0, time_budget), max_trials=recipe.search.max_trials, seed=recipe.search.seed,
+        strategy=recipe.search.strategy, measure_seconds=recipe.measure.max_seconds,
     )
+
+
+def _granularity(boundary: BoundaryOutcome, variant: str) -> int:
+    return int((boundary.documents.get(variant) or {}).get("granularity") or 1)
 
 
 def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:

@@ -13,6 +13,9 @@ from typing import Literal, get_args
 #: What the search optimises (``search.objective``).
 Objective = Literal["throughput", "latency", "pareto"]
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
+#: How the search picks what to measure next (``search.strategy``): :mod:`autotune.strategy`, :mod:`autotune.search`.
+Strategy = Literal["bracket", "tpe"]
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 #: What a single measurement times for (``measure.mode``).
 Mode = Literal["throughput", "latency"]
 MODES: tuple[Mode, ...] = get_args(Mode)
