@@ -173,7 +173,7 @@ class ProgressBar:
 
     def __call__(self, event: Any) -> None:
         data = event.data
-        if event.kind in ("boundary", "showdown"):
+        if event.kind in ("boundary", "showdown", "artifact"):
             print(f"{event.message} ...", file=sys.stderr, flush=True)
         elif event.kind == "candidate_start":
             self._bar(data["total"]).set_postfix_str(f"now: {event.message} | best: {self.best}", refresh=True)

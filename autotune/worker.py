@@ -476,7 +476,26 @@ def op_parse_variant(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "spec": spec.to_dict(), "name": spec.name}
 
 
+def op_artifact(state: WorkerState, req: dict[str, Any]) -> dict[str, Any]:
+    """Save the recommendation's deployable artifact into ``directory`` and profile it and eager at its batch
+    (:func:`autotune.artifact.deploy`; one build serves both, each part reports its own failure)."""
+    from autotune.artifact import deploy
+
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"])
+    _with_threads(spec, state)
+    try:
+        example = make_inputs(lw.recipe.inputs, batch_size=int(req["batch_size"]), device=lw.device, seed=BUILD_SEED)
+        return deploy(lw.model, example, spec=spec, device=lw.device, backend=lw.backend,
+                      directory=req.get("directory"), profile=bool(req.get("profile", True)),
+                      iterations=int(req.get("iterations") or 10))
+    finally:
+        torch.set_num_threads(state.default_threads)
+        reset_compiler_state()
+
+
 OPS: dict[str, Callable[[WorkerState, dict[str, Any]], dict[str, Any]]] = {
+    "artifact": op_artifact,
     "hello": op_hello,
     "validate": op_validate,
     "measure": op_measure,
