@@ -33,13 +33,15 @@ def numpy_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
              '    """A random batch like the one autotune measured (normal floats, uniform tokens)."""',
              "    return ("]
     for spec in inputs:
-        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])])
+        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])]) + (
+            "" if spec.get("shape") else ",")
         dtype = str(spec.get("dtype") or "float32")
         np_dtype = _NUMPY_DTYPES.get(dtype, "np.float32")
         if dtype.startswith(("float", "bfloat")):
-            expr = f"_rng.standard_normal(({shape},), dtype=np.float32).astype({np_dtype})"
+            cast = "" if np_dtype == "np.float32" else f".astype({np_dtype})"
+            expr = f"_rng.standard_normal(({shape}), dtype=np.float32){cast}"
         else:
-            expr = f"_rng.integers(0, {int(spec.get('vocab_size') or 2)}, ({shape},), dtype={np_dtype})"
+            expr = f"_rng.integers(0, {int(spec.get('vocab_size') or 2)}, ({shape}), dtype={np_dtype})"
         lines.append(f"        {expr},  # {spec.get('name') or 'input'}")
     return [*lines, "    )"]
 
@@ -50,14 +52,15 @@ def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
              '    """A random batch like the one autotune measured (normal floats, uniform tokens)."""',
              "    return ("]
     for spec in inputs:
-        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])])
+        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])]) + (
+            "" if spec.get("shape") else ",")
         dtype = str(spec.get("dtype") or "float32")
         dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
         if dtype.startswith(("float", "bfloat")):
-            expr = f"torch.randn({shape}, device=device).to({dtype_expr})"
+            expr = f"torch.randn(({shape}), device=device).to({dtype_expr})"
         else:
             high = int(spec.get("vocab_size") or 2)
-            expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
+            expr = f"torch.randint(0, {high}, ({shape}), device=device, dtype={dtype_expr})"
         lines.append(f"        {expr},  # {spec.get('name') or 'input'}")
     return [*lines, "    )"]
 
