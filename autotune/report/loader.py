@@ -124,7 +124,7 @@ def openvino_lines(*, config: str, requests: str, model: str) -> list[str]:
     ]
 
 
-def _torch_prepare_lines(rec: Mapping[str, Any], *, runtime_autocast: bool) -> list[str]:
+def torch_prepare_lines(rec: Mapping[str, Any], *, runtime_autocast: bool) -> list[str]:
     precision = str(rec.get("precision") or "fp32")
     reduced = _REDUCED.get(precision.removeprefix("autocast-"))
     lines = ["def _prepare(inputs):",
@@ -200,7 +200,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         body += [f"device = torch.device({device!r})"]
         if is_int(rec.get("threads")):
             body.append(f"torch.set_num_threads({rec['threads']})")
-        body += ["", "", *_torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", ""]
+        body += ["", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", ""]
         if kind == "aoti":
             body += ["def load():",
                      '    """The AOTInductor package (runs on a machine like the one it was compiled on)."""',
@@ -224,4 +224,5 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     return "\n".join([*head, *body, *tail]) + "\n"
 
 
-__all__ = ["loader_script", "numpy_input_lines", "onnx_lines", "openvino_lines", "torch_input_lines"]
+__all__ = ["loader_script", "numpy_input_lines", "onnx_lines", "openvino_lines", "torch_input_lines",
+           "torch_prepare_lines"]

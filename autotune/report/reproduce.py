@@ -177,6 +177,24 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
     ]
 
 
+def _seed(recipe: Mapping[str, Any]) -> int:
+    seed = (recipe.get("search") or {}).get("seed") if isinstance(recipe.get("search"), Mapping) else None
+    return seed if is_int(seed) else 0
+
+
+def _loader_tail(lines: list[str], rec: Mapping[str, Any], inputs: Any, *, runtime_autocast: bool) -> str:
+    """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one batch."""
+    from autotune.report.loader import torch_input_lines, torch_prepare_lines
+
+    return "\n".join([
+        *lines, "", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", "",
+        "def load():", '    """The model built above, called as autotune measured it."""', "    return _call(model)",
+        "", "", *torch_input_lines(inputs), "", "", 'if __name__ == "__main__":', "    predict = load()",
+        "    outputs = predict(*make_inputs())", "    synchronize()",
+        "    flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]",
+        '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat))']) + "\n"
+
+
 def model_script(doc: Mapping[str, Any], section: Mapping[str, Any] | None = None) -> str:
     """The artifact of an eager / torch.compile recommendation: the code that builds it and runs one batch."""
     del section  # the code depends on the recommendation and the recipe only
@@ -240,16 +258,16 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
     lines = [
         *header,
         *stdlib,
-        "import time",
+        *(["import time"] if timed else []),
         "",
         *runtime_imports,
         "import torch",
         *import_lines,
         "",
         f"BATCH_SIZE = {batch}",
-        "ITERATIONS = 50",
+        *(["ITERATIONS = 50"] if timed else []),
         "",
-        "torch.manual_seed(0)",
+        f"torch.manual_seed({_seed(recipe)})  # the seed autotune built the model with (random weights match)",
     ]
     if is_int(rec.get("threads")):
         lines.append(f"torch.set_num_threads({rec['threads']})")
@@ -276,21 +294,22 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
     if memory_format == "channels_last":
         lines.append("model = model.to(memory_format=torch.channels_last)")
 
-    lines += ["", "inputs = ("]
-    for spec in recipe.get("inputs") or []:
-        shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
-        dtype = str(spec.get("dtype") or "float32")
-        dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
-        if dtype in _FLOAT_DTYPES:
-            cast = reduced if reduced and not autocast else dtype_expr
-            expr = f"torch.randn({shape}, device=device, dtype={cast})"
-            if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
-                expr += ".contiguous(memory_format=torch.channels_last)"
-        else:
-            high = spec.get("vocab_size") or 2
-            expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
-        lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
-    lines += [")", ""]
+    if timed:  # the loader (timed=False) makes its inputs in make_inputs()
+        lines += ["", "inputs = ("]
+        for spec in recipe.get("inputs") or []:
+            shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
+            dtype = str(spec.get("dtype") or "float32")
+            dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
+            if dtype in _FLOAT_DTYPES:
+                cast = reduced if reduced and not autocast else dtype_expr
+                expr = f"torch.randn({shape}, device=device, dtype={cast})"
+                if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
+                    expr += ".contiguous(memory_format=torch.channels_last)"
+            else:
+                high = spec.get("vocab_size") or 2
+                expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
+            lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
+        lines += [")", ""]
 
     # autocast: eager/script enter it around every call; the graph compilers get it baked in
     # through a wrapper module (as autotune.variants does).
@@ -340,12 +359,10 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
         ]
     elif runtime:
         lines += ["", "def run():", "    return predict(*arrays)"]
-    else:
+    elif timed:
         lines += ["", "def run():", f"    with {context}:", "        return model(*inputs)"]
     if not timed:
-        return "\n".join([*lines, "", "", 'if __name__ == "__main__":', "    outputs = run()", "    synchronize()",
-                          "    flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]",
-                          '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat))']) + "\n"
+        return _loader_tail(lines, rec, recipe.get("inputs") or [], runtime_autocast=runtime_autocast)
     lines += [
         "",
         "",
