@@ -18,6 +18,7 @@ from autotune.errors import InputError
 from autotune.report.document import normalise_report
 from autotune.report.format import fmt_ms, fmt_rate, latency_ms
 from autotune.report.schema import is_int
+from autotune.report.snippets import onnx_lines, openvino_lines, torch_input_lines, torch_prepare_lines
 
 _FLOAT_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
 #: Names the generated script defines itself; a factory imported under one of them is renamed.
@@ -134,8 +135,6 @@ def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
 
 def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str) -> list[str]:
     """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
-    from autotune.report.loader import onnx_lines, openvino_lines
-
     if compiler == "onnx":
         return [
             "# torch.onnx.export with the dynamo exporter, fixed shapes (autotune falls back to dynamo=False,",
@@ -184,8 +183,6 @@ def _seed(recipe: Mapping[str, Any]) -> int:
 
 def _loader_tail(lines: list[str], rec: Mapping[str, Any], inputs: Any, *, runtime_autocast: bool) -> str:
     """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one batch."""
-    from autotune.report.loader import torch_input_lines, torch_prepare_lines
-
     return "\n".join([
         *lines, "", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", "",
         "def load():", '    """The model built above, called as autotune measured it."""', "    return _call(model)",
