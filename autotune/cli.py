@@ -215,6 +215,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     doc = result.report
     print(console_table(doc))
     print(f"\nreports: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
+    artifact = doc.get("artifact")
+    if isinstance(artifact, dict):
+        if artifact.get("status") == "ok":
+            print(f"artifact: {out / str(artifact['dir'])}/ ({artifact.get('kind')}, "
+                  f"{int(artifact.get('size_bytes') or 0):,} bytes; load it with {artifact.get('loader')})")
+        else:
+            print(f"artifact: not written: {artifact.get('reason')}")
     if doc["search"]["stopped_by"] == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE
