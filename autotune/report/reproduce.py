@@ -2,7 +2,10 @@
 
 The script mirrors how autotune builds a variant (``autotune.workload`` for the factory,
 ``autotune.variants`` for the order: eval, device, precision, memory format, then the compiler)
-without importing autotune, so it can be pasted anywhere torch is installed.
+without importing autotune, so it can be pasted anywhere torch is installed. For ``onnx`` / ``openvino``
+recommendations it exports / converts the fp32 model as :mod:`autotune.runtimes` does and times the
+runtime's session with the measured options (numpy arrays in and out). With ``timed=False`` it is the
+artifact of an eager / torch.compile recommendation (:mod:`autotune.report.loader`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ _RESERVED_NAMES = {
     "importlib",
     "factory",
     "AutocastModel",
+    # the runtimes' reproduction code and the loader's interface
+    "np", "ort", "ov", "arrays", "predict", "load", "make_inputs", "THREADS", "CONFIG", "REQUESTS", "ov_model",
+    "probe",
 }
 _REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 #: Compilers run by another runtime: the model is exported from fp32 torch, the runtime takes numpy arrays.
