@@ -176,7 +176,7 @@ class ProgressBar:
 
     def __call__(self, event: Any) -> None:
         data = event.data
-        if event.kind in ("boundary", "showdown"):
+        if event.kind in ("boundary", "showdown", "artifact"):
             print(f"{event.message} ...", file=sys.stderr, flush=True)
         elif event.kind == "candidate_start":
             self._bar(data["total"]).set_postfix_str(f"now: {event.message} | best: {self.best}", refresh=True)
@@ -218,6 +218,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     doc = result.report
     print(console_table(doc))
     print(f"\nreports: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
+    artifact = doc.get("artifact")
+    if isinstance(artifact, dict):
+        if artifact.get("status") == "ok":
+            print(f"artifact: {out / str(artifact['dir'])}/ ({artifact.get('kind')}, "
+                  f"{int(artifact.get('size_bytes') or 0):,} bytes; load it with {artifact.get('loader')})")
+        else:
+            print(f"artifact: not written: {artifact.get('reason')}")
     if doc["search"]["stopped_by"] == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 #: What happened. ``candidate_start`` / ``candidate_done`` carry ``variant``, ``batch_size``,
 #: ``total`` (candidates in the space) and, when done, ``row`` (the candidate record) and ``best``.
-EventKind = Literal["validated", "boundary", "candidate_start", "candidate_done", "showdown", "done"]
+EventKind = Literal["validated", "boundary", "candidate_start", "candidate_done", "showdown", "artifact", "done"]
 
 
 @dataclass(frozen=True)

@@ -211,10 +211,12 @@ def runtime_unavailable_reason(spec: RuntimeSpec, *, device: str, input_ndims: S
 
 
 def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str,
-                  notes: list[str]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+                  notes: list[str], keep_artifact: bool = False) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
     """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes and load it in the
-    runtime; return the inner callable (torch tensors in, the eager output structure out) and what
-    must stay alive with it (the temporary directory holding the exported files).
+    runtime; return the inner callable (torch tensors in, the eager output structure out), what
+    must stay alive with it (the temporary directory holding the exported files), and with
+    ``keep_artifact`` what a deployment saves (the ``.onnx`` path; the ``ov.Model`` as compiled, which
+    is otherwise dropped after compiling: it holds a copy of the weights), else None.
 
     Raises :class:`VariantError` with a one-line summary when a stage fails.
     """
@@ -238,8 +240,11 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
                            "cannot reproduce")
     if spec.compiler == "onnx":
         inner, kept = _build_onnx(spec, model, example, device=device, threads=threads, notes=notes)
+        artifact = os.path.join(kept[0].name, "model.onnx") if keep_artifact else None
     else:
         inner, kept = _build_openvino(spec, model, example, threads=threads, notes=notes)
+        artifact = kept[-1] if keep_artifact else None
+        kept = kept[:-1]
     n_out = len(flat_ref)
 
     def call(*args: Any) -> Any:
@@ -248,7 +253,7 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
             raise VariantError(f"{spec.name}: the runtime returned {len(flat)} outputs, eager {n_out}")
         return pytree.tree_unflatten(flat, treespec)
 
-    return call, kept
+    return call, kept, artifact
 
 
 # ---- ONNX Runtime ---------------------------------------------------------------------------------
@@ -287,6 +292,23 @@ _ORT_TO_TORCH = {
 }
 
 
+def onnx_session_options(spec: RuntimeSpec, threads: int) -> Any:
+    """The ``SessionOptions`` an onnx variant runs with (also used to profile its artifact)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3  # errors only: its warnings go to stderr, not into notes
+    if spec.compile_mode == "parallel":
+        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        opts.inter_op_num_threads = threads
+    else:
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.inter_op_num_threads = 1
+    return opts
+
+
 def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str, threads: int,
                 notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     import onnxruntime as ort
@@ -296,16 +318,7 @@ def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, devi
     try:
         path = os.path.join(tmp.name, "model.onnx")
         export_onnx(model, example, path, notes)
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads
-        opts.log_severity_level = 3  # errors only: its warnings go to stderr, not into notes
-        if spec.compile_mode == "parallel":
-            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-            opts.inter_op_num_threads = threads
-        else:
-            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            opts.inter_op_num_threads = 1
+        opts = onnx_session_options(spec, threads)
         dev = torch.device(device)
         providers: list[Any] = ["CPUExecutionProvider"]
         if dev.type == "cuda":
@@ -375,14 +388,22 @@ def _largest_divisor_at_most(b: int, n: int) -> int:
     return max(k for k in range(1, max(1, min(b, n)) + 1) if b % k == 0)
 
 
+def openvino_config(spec: RuntimeSpec, threads: int) -> dict[str, Any]:
+    """The ``compile_model`` configuration an openvino variant runs with (also written into its loader)."""
+    hint = "THROUGHPUT" if spec.compile_mode == "throughput" else "LATENCY"
+    return {"PERFORMANCE_HINT": hint, "INFERENCE_NUM_THREADS": threads,
+            "INFERENCE_PRECISION_HINT": _OV_PRECISION[spec.precision]}
+
+
 def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, threads: int,
                     notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
+    """The run function and what it keeps alive; the last kept item is the converted ``ov.Model`` (reshaped
+    to the compiled shapes), which :func:`build_runtime` drops unless an artifact is wanted."""
     import openvino as ov
     import torch
 
-    hint = "THROUGHPUT" if spec.compile_mode == "throughput" else "LATENCY"
-    config = {"PERFORMANCE_HINT": hint, "INFERENCE_NUM_THREADS": threads,
-              "INFERENCE_PRECISION_HINT": _OV_PRECISION[spec.precision]}
+    config = openvino_config(spec, threads)
+    hint = config["PERFORMANCE_HINT"]
     core = ov.Core()
     converted = silenced_build("openvino.convert_model", notes,
                                 lambda: ov.convert_model(model, example_input=example))
@@ -408,7 +429,7 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
                for o in compiled.outputs):
             notes.append(f"openvino: one call = the batch of {b} as {k} requests of {chunk} in an "
                          f"AsyncInferQueue of {k} (OPTIMAL_NUMBER_OF_INFER_REQUESTS={n_requests})")
-            return _openvino_queue_call(compiled, k, chunk), (compiled,)
+            return _openvino_queue_call(compiled, k, chunk), (compiled, converted)
         compiled = compile_for(b)
         notes.append("openvino: outputs are not batched along dim 0, so a call is one request")
     elif hint == "THROUGHPUT":
@@ -423,7 +444,7 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
         request.infer([a.contiguous().numpy() for a in args], share_inputs=True)
         return [torch.from_numpy(request.get_output_tensor(i).data) for i in range(n_out)]
 
-    return run, (compiled, request)
+    return run, (compiled, request, converted)
 
 
 def _openvino_queue_call(compiled: Any, k: int, chunk: int) -> Callable[..., list[Any]]:
@@ -458,6 +479,8 @@ __all__ = [
     "build_runtime",
     "export_onnx",
     "missing_packages",
+    "onnx_session_options",
+    "openvino_config",
     "runtime_unavailable_reason",
     "static_unavailable_reason",
 ]

@@ -53,6 +53,9 @@ class RunOptions:
     study_name: str | None = None
     #: Progress events (autotune.events); None: silent. The CLI passes its tqdm bar.
     on_event: OnEvent | None = None
+    #: Save the recommendation's deployable artifact into ``out_dir/artifact`` and profile it against eager
+    #: (:mod:`autotune.artifact`); after the reports are written once, so a failure here loses nothing.
+    artifact: bool = True
 
 
 def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: ValidatedWorkload, recipe: Recipe,
@@ -141,6 +144,12 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                                        "startup_seconds": worker_stats.startup_seconds,
                                        "crashes": worker_stats.crashes})
     write_reports(doc, out)
+    if options.artifact and outcome.stopped_by != "interrupted" and doc.get("recommendation") is not None:
+        from autotune.artifact import write_deployment
+
+        emit(options.on_event, "artifact", f"artifact and profile of {doc['recommendation']['variant']}")
+        write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
+        write_reports(doc, out)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
 

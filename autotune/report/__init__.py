@@ -21,7 +21,8 @@ Modules, each depending only on those above it:
 - ``document``: ``normalise_report``, the canonical report.json text, ``load_report``.
 - ``format``: number formatting and small accessors shared by every rendering.
 - ``analysis``: ``rank_candidates`` and the sentences that explain the recommendation.
-- ``reproduce``: ``measure_command`` and ``reproduce_code``.
+- ``snippets``, ``reproduce``, ``loader``: code fragments; ``measure_command`` and ``reproduce_code``;
+  ``loader_script`` (``artifact/load.py``).
 - ``plots``: ``render_plots`` (matplotlib, imported lazily).
 - ``console``, ``sections`` + ``markdown`` / ``html``: the renderings.
 - ``write``: ``write_reports``, the files on disk.

@@ -64,6 +64,8 @@ _ORDER_TOP = (
     "environment",
     "search",
     "recommendation",
+    "artifact",
+    "profile",
     "candidates",
     "pareto",
     "batch_boundary",

@@ -29,12 +29,15 @@ from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
     SHOWDOWN_HEADERS,
+    artifact_summary,
     boundary_summary,
     byline,
     candidate_rows,
     environment_rows,
     headline,
     probe_rows,
+    profile_summary,
+    profile_tables,
     recipe_rows,
     showdown_rows,
     showdown_summary,
@@ -102,6 +105,10 @@ _NUMERIC_HEADERS = {
     "compile",
     "warmup",
     "time",
+    "self CPU ms/forward",
+    "% of self CPU",
+    "calls/forward",
+    "self device ms/forward",
 }
 
 
@@ -129,8 +136,9 @@ def _html_kv(rows: Sequence[tuple[str, str]]) -> str:
 
 
 def _html_inline_md(text: str) -> str:
-    """Escape, then turn the ``**bold**`` used by shared sentences into <strong>."""
-    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _h(text))
+    """Escape, then turn the ``**bold**`` and ```code``` used by shared sentences into <strong> and <code>."""
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _h(text))
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
 def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
@@ -179,6 +187,12 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             + "".join(f"<li>{_h(p)}</li>" for p in why_points(doc, rec))
             + "</ul></section>"
         )
+        summary = artifact_summary(doc)
+        if summary is not None:
+            parts.append(f"<h2>Deployable artifact</h2><p>{_html_inline_md(summary)}</p>")
+            code = (doc.get("artifact") or {}).get("loader_code")
+            if code:
+                parts.append(f"<pre><code>{_h(code)}</code></pre>")
     else:
         groups = failure_groups(doc.get("candidates") or [])
         items = (
@@ -199,6 +213,13 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
     if showdown:
         parts.append(f"<h2>Showdown</h2><p>{_h(showdown_summary(doc))}</p>"
                      f'<div class="scroll">{_html_table(SHOWDOWN_HEADERS, showdown)}</div>')
+
+    summary = profile_summary(doc)
+    if summary is not None:
+        parts.append(f"<h2>Profile: where the time goes</h2><p>{_h(summary)}</p>")
+        for title_text, headers, rows, caption in profile_tables(doc):
+            table = _html_table(headers, rows) if rows else "<p>No operators recorded.</p>"
+            parts.append(f"<h3>{_h(title_text)}</h3>{table}<p class='muted small'>{_h(caption)}</p>")
 
     if plots:
         parts.append('<h2>Plots</h2><div class="plots">')

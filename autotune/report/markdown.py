@@ -14,12 +14,15 @@ from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
     SHOWDOWN_HEADERS,
+    artifact_summary,
     boundary_summary,
     byline,
     candidate_rows,
     environment_rows,
     headline,
     probe_rows,
+    profile_summary,
+    profile_tables,
     recipe_rows,
     showdown_rows,
     showdown_summary,
@@ -41,6 +44,28 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _artifact_md(doc: Mapping[str, Any]) -> list[str]:
+    summary = artifact_summary(doc)
+    if summary is None:
+        return []
+    out = ["## Deployable artifact", "", summary, ""]
+    code = (doc.get("artifact") or {}).get("loader_code")
+    if code:
+        out += ["```python", str(code).rstrip(), "```", ""]
+    return out
+
+
+def _profile_md(doc: Mapping[str, Any]) -> list[str]:
+    summary = profile_summary(doc)
+    if summary is None:
+        return []
+    out = ["## Profile: where the time goes", "", summary, ""]
+    for title_text, headers, rows, caption in profile_tables(doc):
+        out += [f"### {title_text}", "", _md_table(headers, rows) if rows else "No operators recorded.", "",
+                f"_{caption}_", ""]
+    return out
+
+
 def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) -> str:
     """report.md for a normalised document (see ``render_markdown``)."""
     rec = doc.get("recommendation")
@@ -59,6 +84,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
             "",
         ]
         out += ["### Why", ""] + [f"- {point}" for point in why_points(doc, rec)] + [""]
+        out += _artifact_md(doc)
     else:
         out += [
             "## No feasible configuration",
@@ -76,6 +102,8 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     showdown = showdown_rows(doc)
     if showdown:
         out += ["## Showdown", "", str(showdown_summary(doc)), "", _md_table(SHOWDOWN_HEADERS, showdown), ""]
+
+    out += _profile_md(doc)
 
     if plot_files:
         out += ["## Plots", ""]

@@ -2,7 +2,10 @@
 
 The script mirrors how autotune builds a variant (``autotune.workload`` for the factory,
 ``autotune.variants`` for the order: eval, device, precision, memory format, then the compiler)
-without importing autotune, so it can be pasted anywhere torch is installed.
+without importing autotune, so it can be pasted anywhere torch is installed. For ``onnx`` / ``openvino``
+recommendations it exports / converts the fp32 model as :mod:`autotune.runtimes` does and times the
+runtime's session with the measured options (numpy arrays in and out). With ``timed=False`` it is the
+artifact of an eager / torch.compile recommendation (:mod:`autotune.report.loader`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from autotune.errors import InputError
 from autotune.report.document import normalise_report
 from autotune.report.format import fmt_ms, fmt_rate, latency_ms
 from autotune.report.schema import is_int
+from autotune.report.snippets import onnx_lines, openvino_lines, torch_input_lines, torch_prepare_lines
 
 _FLOAT_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
 #: Names the generated script defines itself; a factory imported under one of them is renamed.
@@ -35,8 +39,14 @@ _RESERVED_NAMES = {
     "importlib",
     "factory",
     "AutocastModel",
+    # the runtimes' reproduction code and the loader's interface
+    "np", "ort", "ov", "arrays", "predict", "load", "make_inputs", "THREADS", "CONFIG", "REQUESTS", "ov_model",
+    "probe",
 }
 _REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
+#: Compilers run by another runtime: the model is exported from fp32 torch, the runtime takes numpy arrays.
+_RUNTIMES = ("onnx", "openvino")
+_OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 def measure_line(doc: Mapping[str, Any]) -> str | None:
@@ -129,8 +139,73 @@ def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
     return [f"# compiler {compiler!r} is not known to this report version: apply it here"]
 
 
-def reproduce_script(doc: Mapping[str, Any]) -> str:
-    """``reproduce_code`` for a normalised document."""
+def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str) -> list[str]:
+    """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
+    if compiler == "onnx":
+        return [
+            "# torch.onnx.export with the dynamo exporter, fixed shapes (autotune falls back to dynamo=False,",
+            "# opset_version=17 when it fails; the report's notes say whether it did)",
+            "with torch.no_grad():",
+            '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False)',
+            "arrays = [x.cpu().contiguous().numpy() for x in inputs]",
+            "",
+            "",
+            *onnx_lines(mode=mode, threads="THREADS", path='"model.onnx"', device=device),
+            "",
+            "",
+            "predict = load()",
+            "",
+        ]
+    hint = "THROUGHPUT" if mode == "throughput" else "LATENCY"
+    return [
+        "# openvino.convert_model from the module, reshaped to the batch's static shapes",
+        "ov_model = ov.convert_model(model, example_input=inputs)",
+        "ov_model.reshape({i: list(x.shape) for i, x in enumerate(inputs)})",
+        f'CONFIG = {{"PERFORMANCE_HINT": "{hint}", "INFERENCE_NUM_THREADS": THREADS, '
+        f'"INFERENCE_PRECISION_HINT": "{_OV_PRECISION.get(precision, "f32")}"}}',
+        "REQUESTS = 1",
+        'if CONFIG["PERFORMANCE_HINT"] == "THROUGHPUT":',
+        "    # as autotune measures it: the batch split over the largest divisor <= OpenVINO's optimal number",
+        "    # of requests, run at once on an AsyncInferQueue",
+        '    probe = ov.Core().compile_model(ov_model, "CPU", CONFIG)',
+        '    n = int(probe.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))',
+        "    REQUESTS = max(k for k in range(1, max(1, min(BATCH_SIZE, n)) + 1) if BATCH_SIZE % k == 0)",
+        "    ov_model.reshape({i: [BATCH_SIZE // REQUESTS, *x.shape[1:]] for i, x in enumerate(inputs)})",
+        "arrays = [x.cpu().contiguous().numpy() for x in inputs]",
+        "",
+        "",
+        *openvino_lines(config="CONFIG", requests="REQUESTS", model="ov_model"),
+        "",
+        "",
+        "predict = load()",
+        "",
+    ]
+
+
+def _seed(recipe: Mapping[str, Any]) -> int:
+    seed = (recipe.get("search") or {}).get("seed") if isinstance(recipe.get("search"), Mapping) else None
+    return seed if is_int(seed) else 0
+
+
+def _loader_tail(lines: list[str], rec: Mapping[str, Any], inputs: Any, *, runtime_autocast: bool) -> str:
+    """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one batch."""
+    return "\n".join([
+        *lines, "", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", "",
+        "def load():", '    """The model built above, called as autotune measured it."""', "    return _call(model)",
+        "", "", *torch_input_lines(inputs), "", "", 'if __name__ == "__main__":', "    predict = load()",
+        "    outputs = predict(*make_inputs())", "    synchronize()",
+        "    flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]",
+        '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat))']) + "\n"
+
+
+def model_script(doc: Mapping[str, Any], section: Mapping[str, Any] | None = None) -> str:
+    """The artifact of an eager / torch.compile recommendation: the code that builds it and runs one batch."""
+    del section  # the code depends on the recommendation and the recipe only
+    return reproduce_script(doc, timed=False)
+
+
+def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
+    """``reproduce_code`` for a normalised document (``timed=False``: build and run one batch, no timing)."""
     rec = doc.get("recommendation")
     if rec is None:
         raise InputError("recommendation: the report has none, so there is nothing to reproduce")
@@ -141,11 +216,13 @@ def reproduce_script(doc: Mapping[str, Any]) -> str:
     tokens = _variant_tokens(rec)
     compiler = str(
         rec.get("compiler")
-        or next(iter(sorted(tokens & {"eager", "script", "trace", "frozen", "export"})), "eager")
+        or next(iter(sorted(tokens & {"eager", "script", "trace", "frozen", "export"})), None)
+        or next((t.partition(":")[0] for t in sorted(tokens) if t.partition(":")[0] in _RUNTIMES), "eager")
     ).lower()
+    runtime = compiler in _RUNTIMES
     precision = str(rec.get("precision") or "fp32").lower()
     autocast = precision.startswith("autocast")
-    reduced = _REDUCED.get(precision.removeprefix("autocast-"))
+    reduced = None if runtime else _REDUCED.get(precision.removeprefix("autocast-"))
     memory_format = str(rec.get("memory_format") or "contiguous").lower()
     cuda_graphs = bool(rec.get("cuda_graphs")) or "cudagraphs" in tokens
     import_lines, callee = _factory_lines(model_spec)
@@ -162,26 +239,43 @@ def reproduce_script(doc: Mapping[str, Any]) -> str:
         )
         if any(needle in line for line in import_lines)
     ]
+    if timed:
+        header = [
+            f"# Reproduce autotune's recommendation for {recipe.get('name') or 'this recipe'!s}: "
+            f"{rec['variant']} at batch size {batch}.",
+            f"# autotune measured {measured}",
+            f"# on {summary_line(doc.get('environment') or {})}.",
+            "# For a measurement with warmup detection and confidence intervals run:",
+            f"#   {measure_line(doc)}",
+        ]
+    else:
+        header = [
+            f"# autotune's artifact for {recipe.get('name') or 'this recipe'!s}: {rec['variant']} at batch size "
+            f"{batch}.",
+            f"# {'torch.compile' if compiler == 'compile' else 'eager'} has no file form, so the artifact is this "
+            "code: the recipe's factory with the variant's transformations.",
+            "# It builds the model and runs one batch (python load.py); it needs torch and the factory's package.",
+        ]
+    runtime_imports = {"onnx": ["import numpy as np", "import onnxruntime as ort"],
+                       "openvino": ["import numpy as np", "import openvino as ov"]}.get(compiler, [])
     lines = [
-        f"# Reproduce autotune's recommendation for {recipe.get('name') or 'this recipe'!s}: "
-        f"{rec['variant']} at batch size {batch}.",
-        f"# autotune measured {measured}",
-        f"# on {summary_line(doc.get('environment') or {})}.",
-        "# For a measurement with warmup detection and confidence intervals run:",
-        f"#   {measure_line(doc)}",
+        *header,
         *stdlib,
-        "import time",
+        *(["import time"] if timed else []),
         "",
+        *runtime_imports,
         "import torch",
         *import_lines,
         "",
         f"BATCH_SIZE = {batch}",
-        "ITERATIONS = 50",
+        *(["ITERATIONS = 50"] if timed else []),
         "",
-        "torch.manual_seed(0)",
+        f"torch.manual_seed({_seed(recipe)})  # the seed autotune built the model with (random weights match)",
     ]
     if is_int(rec.get("threads")):
         lines.append(f"torch.set_num_threads({rec['threads']})")
+    if runtime:
+        lines.append("THREADS = torch.get_num_threads()  # the runtime's pool, set explicitly as autotune does")
     if device == "auto":
         lines.append('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")')
     else:
@@ -203,21 +297,22 @@ def reproduce_script(doc: Mapping[str, Any]) -> str:
     if memory_format == "channels_last":
         lines.append("model = model.to(memory_format=torch.channels_last)")
 
-    lines += ["", "inputs = ("]
-    for spec in recipe.get("inputs") or []:
-        shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
-        dtype = str(spec.get("dtype") or "float32")
-        dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
-        if dtype in _FLOAT_DTYPES:
-            cast = reduced if reduced and not autocast else dtype_expr
-            expr = f"torch.randn({shape}, device=device, dtype={cast})"
-            if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
-                expr += ".contiguous(memory_format=torch.channels_last)"
-        else:
-            high = spec.get("vocab_size") or 2
-            expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
-        lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
-    lines += [")", ""]
+    if timed:  # the loader (timed=False) makes its inputs in make_inputs()
+        lines += ["", "inputs = ("]
+        for spec in recipe.get("inputs") or []:
+            shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
+            dtype = str(spec.get("dtype") or "float32")
+            dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
+            if dtype in _FLOAT_DTYPES:
+                cast = reduced if reduced and not autocast else dtype_expr
+                expr = f"torch.randn({shape}, device=device, dtype={cast})"
+                if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
+                    expr += ".contiguous(memory_format=torch.channels_last)"
+            else:
+                high = spec.get("vocab_size") or 2
+                expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
+            lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
+        lines += [")", ""]
 
     # autocast: eager/script enter it around every call; the graph compilers get it baked in
     # through a wrapper module (as autotune.variants does).
@@ -240,7 +335,9 @@ def reproduce_script(doc: Mapping[str, Any]) -> str:
     context = "torch.inference_mode()" + (
         f", torch.autocast(device.type, dtype={reduced})" if runtime_autocast else ""
     )
-    build = _compiler_lines(compiler, rec.get("compile_mode"))
+    build = [] if runtime else _compiler_lines(compiler, rec.get("compile_mode"))
+    if runtime:
+        lines += _runtime_lines(compiler, rec.get("compile_mode"), precision, device)
     if any(line and not line.startswith("#") for line in build):
         lines += ["with torch.no_grad():", *("    " + line if line else "" for line in build), ""]
     else:
@@ -263,8 +360,12 @@ def reproduce_script(doc: Mapping[str, Any]) -> str:
             "    graph.replay()",
             "    return static_outputs",
         ]
-    else:
+    elif runtime:
+        lines += ["", "def run():", "    return predict(*arrays)"]
+    elif timed:
         lines += ["", "def run():", f"    with {context}:", "        return model(*inputs)"]
+    if not timed:
+        return _loader_tail(lines, rec, recipe.get("inputs") or [], runtime_autocast=runtime_autocast)
     lines += [
         "",
         "",

@@ -239,6 +239,59 @@ _SEARCH = _record(
         "stopped_by": (_nullable(_STR), False),
     }
 )
+#: The deployable artifact's kinds (``autotune.artifact.KINDS``' values) and the sections' statuses.
+ARTIFACT_KINDS = ("torchscript", "aoti", "onnx", "openvino", "code")
+SECTION_STATUSES = ("ok", "failed")
+_NN_NUMBER = _nullable(_NUMBER)
+_ARTIFACT = _record(
+    {
+        "status": (_one_of(SECTION_STATUSES), True),
+        "reason": (_nullable(_STR), False),
+        "variant": (_nullable(_STR), False),
+        "batch_size": (_nullable(_POSITIVE_INT), False),
+        "kind": (_nullable(_one_of(ARTIFACT_KINDS)), False),
+        "format": (_nullable(_STR), False),
+        "dir": (_nullable(_STR), False),
+        "loader": (_nullable(_STR), False),
+        "loader_code": (_nullable(_STR), False),
+        "files": (_nullable(_list_of(_record({"name": (_STR, True), "bytes": (_INT, True)}))), False),
+        "size_bytes": (_NN_NUMBER, False),
+        "build_seconds": (_NN_NUMBER, False),
+        "save_seconds": (_NN_NUMBER, False),
+        "wall_seconds": (_NN_NUMBER, False),
+        "threads": (_nullable(_POSITIVE_INT), False),
+        "runtime": (_nullable(_ANY_MAPPING), False),
+        "notes": (_nullable(_list_of(_STR)), False),
+    }
+)
+_PROFILE_ROW = _record(
+    {
+        "name": (_STR, True),
+        "calls": (_NN_NUMBER, False),
+        "self_cpu_ms": (_NN_NUMBER, False),
+        "self_device_ms": (_NN_NUMBER, False),
+    }
+)
+_PROFILE_TABLE = _record(
+    {
+        "role": (_STR, True),
+        "variant": (_STR, True),
+        "source": (_nullable(_STR), False),
+        "iterations": (_nullable(_POSITIVE_INT), False),
+        "total_self_cpu_ms": (_NN_NUMBER, False),
+        "total_self_device_ms": (_NN_NUMBER, False),
+        "rows": (_list_of(_PROFILE_ROW), True),
+        "note": (_nullable(_STR), False),
+    }
+)
+_PROFILE = _record(
+    {
+        "status": (_one_of(SECTION_STATUSES), True),
+        "reason": (_nullable(_STR), False),
+        "batch_size": (_nullable(_POSITIVE_INT), False),
+        "tables": (_list_of(_PROFILE_TABLE), False),
+    }
+)
 _SCHEMA = _kind(lambda v: is_int(v) and v == SCHEMA_VERSION, f"schema version {SCHEMA_VERSION}")
 _DOCUMENT = _record(
     {
@@ -252,6 +305,9 @@ _DOCUMENT = _record(
         "candidates": (_list_of(_candidate), True),
         "recommendation": (_nullable(_candidate), True),
         "showdown": (_nullable(_ANY_MAPPING), False),
+        # optional additions within schema 1 (older readers ignore unknown fields; older reports lack them)
+        "artifact": (_nullable(_ARTIFACT), False),
+        "profile": (_nullable(_PROFILE), False),
         "pareto": (_nullable(_list_of(_INT)), False),
         "notes": (_nullable(_list_of(_STR)), False),
     }

@@ -359,3 +359,86 @@ def latency_label(c: Mapping[str, Any]) -> str:
     if c.get("latency_source") == "per_call":
         return "per-call timings"
     return ""
+
+
+# ---- the deployable artifact and the profiler tables ---------------------------------------------
+
+
+def artifact_summary(doc: Mapping[str, Any]) -> str | None:
+    """What was saved for the recommendation, where, and how big (None when the run made no artifact)."""
+    section = doc.get("artifact")
+    if not isinstance(section, Mapping):
+        return None
+    where = f"{section.get('dir') or 'artifact'}/"
+    if section.get("status") != "ok":
+        return f"No artifact was written: {section.get('reason') or 'unknown reason'}. Everything measured stands."
+    files = [f for f in section.get("files") or [] if f.get("name") != section.get("loader")]
+    listing = ", ".join(f"{f['name']} ({fmt_bytes(f['bytes'])})" for f in files) or "no model file"
+    text = (f"{section.get('variant')} at batch size {section.get('batch_size')}, saved as "
+            f"{section.get('format') or section.get('kind')} in `{where}`: {listing}")
+    if section.get("kind") != "code":
+        text += f"; size on disk {fmt_bytes(section.get('size_bytes'))}"
+    if is_number(section.get("build_seconds")):
+        text += f"; built in {fmt_seconds(section['build_seconds'])} (build and first call)"
+    if is_number(section.get("save_seconds")):
+        text += f", saved in {fmt_seconds(section['save_seconds'])}"
+    text += f". `{where}{section.get('loader') or 'load.py'}` loads it and runs one batch"
+    text += " (it imports no autotune)."
+    rec = doc.get("recommendation") or {}
+    if (section.get("variant"), section.get("batch_size")) != (rec.get("variant"), rec.get("batch_size")):
+        text += (f" Note: the recommendation is now {rec.get('variant')} at batch {rec.get('batch_size')} "
+                 "(re-rendered with more trials); run `autotune run` again to rebuild the artifact.")
+    return text
+
+
+PROFILE_HEADERS = ["operator", "self CPU ms/forward", "% of self CPU", "calls/forward"]
+
+
+def _calls(value: Any) -> str:
+    if not is_number(value):
+        return DASH
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def profile_tables(doc: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]], str]]:
+    """(title, headers, rows, caption) of each profiler table (the recommendation's, then eager's)."""
+    profile = doc.get("profile")
+    if not isinstance(profile, Mapping):
+        return []
+    out = []
+    for table in profile.get("tables") or []:
+        device = is_number(table.get("total_self_device_ms"))
+        headers = PROFILE_HEADERS + (["self device ms/forward"] if device else [])
+        total = table.get("total_self_cpu_ms")
+        rows = []
+        for r in table.get("rows") or []:
+            share = f"{100 * r['self_cpu_ms'] / total:.1f}" if is_number(r.get("self_cpu_ms")) and is_number(
+                total) and total > 0 else DASH
+            row = [str(r.get("name")), f"{r['self_cpu_ms']:.3f}" if is_number(r.get("self_cpu_ms")) else DASH,
+                   share, _calls(r.get("calls"))]
+            if device:
+                row.append(f"{r['self_device_ms']:.3f}" if is_number(r.get("self_device_ms")) else DASH)
+            rows.append(row)
+        caption = (f"{table.get('source') or 'profiler'}, {table.get('iterations')} calls after warmup at batch "
+                   f"{profile.get('batch_size')}; total self time {fmt_ms(total)} ms per forward"
+                   + (f", device {fmt_ms(table.get('total_self_device_ms'))} ms" if device else "")
+                   + (f". {table['note']}" if table.get("note") else "") + ".")
+        title = f"{table.get('role')}: {table.get('variant')}"
+        out.append((title, headers, rows, caption))
+    return out
+
+
+def profile_summary(doc: Mapping[str, Any]) -> str | None:
+    """The sentence above the profiler tables: what they are, and what failed."""
+    profile = doc.get("profile")
+    if not isinstance(profile, Mapping):
+        return None
+    text = ("Top 10 operators by self time, for the recommendation and for eager at the same batch (same "
+            "threads). The profiler adds overhead per operator: these tables say where time goes, the "
+            "candidates table says how fast. ONNX Runtime and OpenVINO are profiled by their own profilers "
+            "(torch.profiler sees only the tensor conversion at their boundary).")
+    if profile.get("status") != "ok":
+        text = f"No profile: {profile.get('reason') or 'unknown reason'}."
+    elif profile.get("reason"):
+        text += f" Not shown: {profile['reason']}."
+    return text

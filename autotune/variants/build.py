@@ -55,6 +55,12 @@ class BuiltVariant:
     device: str = "cpu"
     #: Built for the example's shapes: a new batch size needs a new build (or recompiles).
     shape_specialized: bool = False
+    #: What a deployment saves of this build, with ``keep_artifact=True`` (:mod:`autotune.artifact` writes it):
+    #: the TorchScript module; for ``frozen`` the ``torch.jit.save`` bytes of the frozen module taken before
+    #: ``optimize_for_inference`` (which works in place, and whose output does not load back); the path of the
+    #: AOTInductor ``.pt2`` or of the exported ``.onnx``; the OpenVINO ``ov.Model`` as compiled. None for eager
+    #: and torch.compile (no file form) and without ``keep_artifact``.
+    artifact: Any = field(default=None, repr=False)
     _keepalive: tuple[Any, ...] = field(default=(), repr=False)
 
     def prepare_inputs(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -185,6 +191,7 @@ def build_variant(
     example_inputs: tuple[torch.Tensor, ...],
     *,
     device: str,
+    keep_artifact: bool = False,
 ) -> BuiltVariant:
     """Build ``spec`` from ``model`` (never mutated) for inputs like ``example_inputs`` (fp32, on device).
 
@@ -208,6 +215,10 @@ def build_variant(
     freezing and export need ordinary tensors, and a deep copy made in inference mode would turn the
     weights into inference tensors. Calls run in inference mode (``fn`` enters it).
 
+    ``keep_artifact`` keeps what a deployment would save in :attr:`BuiltVariant.artifact`; off by default,
+    because for ``frozen`` (a serialisation) and ``openvino`` (the converted model) it costs time and memory
+    that a candidate's build and footprint must not include.
+
     Availability is not checked here (call :func:`available` first); whatever torch can build is
     built. Raises :class:`VariantError` with a one-line summary when a stage fails;
     ``torch.OutOfMemoryError`` propagates unchanged so the caller can classify it as ``oom``.
@@ -218,6 +229,7 @@ def build_variant(
     dev = torch.device(device)
     notes: list[str] = []
     keepalive: list[Any] = []
+    artifact: Any = None
     reduced = _dtype_of(spec.precision)
     autocast = spec.precision.startswith("autocast")
     t0 = time.perf_counter()
@@ -254,19 +266,22 @@ def build_variant(
             inner = m
         elif spec.compiler == "script":
             inner = _script(m, notes)
+            artifact = inner if keep_artifact else None
         elif spec.compiler == "trace":
             inner = silenced_build(
                 "torch.jit.trace", notes,
                 lambda: torch.jit.trace(target, example, check_trace=False, strict=False),
             )
+            artifact = inner if keep_artifact else None
         elif spec.compiler == "frozen":
             scripted = _script_or_trace(target, example, notes, prefer_trace=target is not m)
             if target is not m:
                 notes.append("frozen+autocast is built from torch.jit.trace (autocast baked into the graph)")
-            inner = silenced_build(
-                "torch.jit.freeze/optimize_for_inference", notes,
-                lambda: torch.jit.optimize_for_inference(torch.jit.freeze(scripted.eval())),
-            )
+            frozen = silenced_build("torch.jit.freeze", notes, lambda: torch.jit.freeze(scripted.eval()))
+            if keep_artifact:
+                artifact = _jit_bytes(frozen)
+            inner = silenced_build("torch.jit.optimize_for_inference", notes,
+                                   lambda: torch.jit.optimize_for_inference(frozen))
         elif spec.compiler == "compile":
             mode = spec.compile_mode or "default"
             inner = silenced_build(f"torch.compile(mode={mode})", notes,
@@ -277,10 +292,12 @@ def build_variant(
         elif spec.compiler == "export":
             inner, tmp = _build_export(target, example, notes, single_threaded=spec.cuda_graphs)
             keepalive.append(tmp)
+            artifact = os.path.join(tmp.name, "model.pt2") if keep_artifact else None
         elif spec.is_runtime:
             from autotune.runtimes import build_runtime
 
-            inner, kept = build_runtime(spec, m, example, device=device, notes=notes)
+            inner, kept, artifact = build_runtime(spec, m, example, device=device, notes=notes,
+                                                  keep_artifact=keep_artifact)
             keepalive.extend(kept)
         else:  # pragma: no cover - VariantSpec validates the compiler
             raise VariantError(f"unknown compiler {spec.compiler!r}")
@@ -317,8 +334,19 @@ def build_variant(
         notes=tuple(notes),
         device=str(dev),
         shape_specialized=spec.compiler in ("compile", "export") or spec.is_runtime or spec.cuda_graphs,
+        artifact=artifact,
         _keepalive=tuple(keepalive),
     )
+
+
+def _jit_bytes(module: Any) -> bytes:
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    return buffer.getvalue()
 
 
 def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 _T0 = time.perf_counter()
 
@@ -54,6 +54,8 @@ from autotune.variants import (  # noqa: E402
     reset_compiler_state,
 )
 from autotune.worker.protocol import (  # noqa: E402
+    ArtifactRequest,
+    ArtifactResult,
     DeviceMemoryRequest,
     DeviceMemoryResult,
     HelloRequest,
@@ -409,8 +411,28 @@ def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVaria
     return {"status": "ok", "spec": spec.to_dict(), "name": spec.name}
 
 
+def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
+    """Save the recommendation's deployable artifact into ``directory`` and profile it and eager at its batch
+    (:func:`autotune.artifact.deploy`; one build serves both, each part reports its own failure)."""
+    from autotune.artifact import deploy
+
+    lw = state.workload(req["recipe"])
+    spec = VariantSpec.parse(req["variant"])
+    _with_threads(spec, state)
+    try:
+        example = make_inputs(lw.recipe.inputs, batch_size=int(req["batch_size"]), device=lw.device, seed=BUILD_SEED)
+        result = deploy(lw.model, example, spec=spec, device=lw.device, backend=lw.backend,
+                        directory=req.get("directory"), profile=bool(req.get("profile", True)),
+                        iterations=int(req.get("iterations") or 10))
+        return cast(ArtifactResult, result)
+    finally:
+        torch.set_num_threads(state.default_threads)
+        reset_compiler_state()
+
+
 #: Each op's function; a request's ``op`` picks one (the request's type is the op's: see the signatures).
 OPS: dict[OpName, Callable[[WorkerState, Any], Result]] = {
+    "artifact": op_artifact,
     "hello": op_hello,
     "validate": op_validate,
     "measure": op_measure,

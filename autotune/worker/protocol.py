@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 #: The ops a worker serves (:data:`autotune.worker.ops.OPS` maps each to its function).
-OpName = Literal["hello", "validate", "measure", "probe", "device_memory", "parse_variant", "stage", "slice"]
+OpName = Literal["hello", "validate", "measure", "probe", "device_memory", "parse_variant", "stage", "slice",
+                 "artifact"]
 OP_NAMES: tuple[OpName, ...] = get_args(OpName)
 
 #: Worker roles. A ``probe`` worker pins allocator settings the memory probes need; a ``measure``
@@ -110,8 +111,21 @@ class SliceRequest(TypedDict):
     id: NotRequired[int]
 
 
+class ArtifactRequest(TypedDict):
+    """Build the recommendation once, save it into ``directory`` (None: no artifact) and profile it and eager."""
+
+    op: Literal["artifact"]
+    recipe: dict[str, Any]
+    variant: str
+    batch_size: int
+    directory: str | None
+    profile: NotRequired[bool]  # True by default
+    iterations: NotRequired[int]  # profiled forward passes, 10 by default
+    id: NotRequired[int]
+
+
 Request = (HelloRequest | ValidateRequest | MeasureRequest | ProbeRequest | DeviceMemoryRequest
-           | ParseVariantRequest | StageRequest | SliceRequest)
+           | ParseVariantRequest | StageRequest | SliceRequest | ArtifactRequest)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,8 +219,15 @@ class ProbeOutcome(Outcome, total=False):
     excluded_bytes: int
 
 
+class ArtifactResult(TypedDict):
+    """op ``artifact``: each part's own status and reason (``autotune.artifact.deploy``); None when not asked."""
+
+    artifact: dict[str, Any] | None
+    profile: NotRequired[dict[str, Any] | None]
+
+
 Result = (HelloResult | ValidateResult | DeviceMemoryResult | ParseVariantResult | Outcome | MeasureOutcome
-          | StageOutcome | SliceOutcome | ProbeOutcome)
+          | StageOutcome | SliceOutcome | ProbeOutcome | ArtifactResult)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,277 @@
+"""The deployable artifact: the recommendation saved in the form a service loads, without autotune.
+
+``autotune run`` ends with one more worker request (op ``artifact``, :func:`deploy`): the recommended
+variant is built again at the recommended batch size by :func:`autotune.variants.build_variant` (the
+same builder the measurement used, with ``keep_artifact=True``), and what it built is saved into a
+directory of ``--out``; the same build is then profiled (:mod:`autotune.profiling`) next to eager.
+
+What is saved, per compiler (``KINDS``):
+
+* ``script`` / ``trace`` / ``frozen`` → ``model.pt`` (``torch.jit.save``). For ``frozen`` the frozen
+  module is saved *before* ``torch.jit.optimize_for_inference``: that pass rewrites the graph with
+  MKLDNN-packed constants that ``torch.jit.load`` cannot read back ("required keyword attribute 'value'
+  is undefined", torch 2.14), so the loader runs the pass after loading (deterministic; outputs match).
+* ``export`` → ``model.pt2``, the AOTInductor package the measurement compiled
+  (``torch._inductor.aoti_compile_and_package``; it builds with the machine's C++ compiler, and the
+  package only runs on a machine like this one: same CPU ISA / GPU architecture and a compatible torch).
+  Load with ``torch._inductor.aoti_load_package``.
+* ``onnx`` → ``model.onnx`` (and ``model.onnx.data`` when the exporter stores weights externally), the
+  file the measured session ran; the loader opens an ``InferenceSession`` with the measured options.
+* ``openvino`` → ``model.xml`` + ``model.bin`` (``openvino.save_model`` with ``compress_to_fp16=False``:
+  its default would halve the weights to fp16, a different model than the one measured), the
+  ``ov.Model`` as compiled (static shapes); the loader compiles it with the measured configuration.
+* ``eager`` / ``compile`` have no file form: the artifact is the code (:mod:`autotune.report.loader`
+  writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
+
+Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
+parent from the document, so ``autotune report`` shows the same text. Fixed shapes: runtimes and AOTI
+are built for the recommended batch size, so the loader makes inputs of exactly that shape.
+
+A failure here (an export that does not serialise, a full disk, a crash) is reported in the document's
+``artifact`` section with the reason; the run and everything it measured stand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: The artifact's directory inside ``--out``, and the loader's file name in it.
+ARTIFACT_DIR = "artifact"
+LOADER_NAME = "load.py"
+#: compiler -> kind of artifact.
+KINDS: dict[str, str] = {
+    "eager": "code", "compile": "code", "script": "torchscript", "trace": "torchscript", "frozen": "torchscript",
+    "export": "aoti", "onnx": "onnx", "openvino": "openvino",
+}
+#: What each kind is, in the report's words.
+FORMATS: dict[str, str] = {
+    "torchscript": "TorchScript (torch.jit.save)",
+    "aoti": "AOTInductor package (.pt2, torch._inductor.aoti_compile_and_package)",
+    "onnx": "ONNX model (torch.onnx.export), run by ONNX Runtime",
+    "openvino": "OpenVINO IR (openvino.save_model, fp32 weights)",
+    "code": "no file form: the code that builds it (factory, transformations, torch.compile)",
+}
+
+
+def kind_of(compiler: str) -> str:
+    return KINDS.get(compiler, "code")
+
+
+def directory_files(directory: Path) -> list[dict[str, Any]]:
+    """``[{"name", "bytes"}]`` of the regular files in ``directory``, by name."""
+    return [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(directory.iterdir()) if p.is_file()]
+
+
+def save_artifact(built: Any, directory: Path) -> dict[str, Any]:
+    """Write ``built.artifact`` (a :class:`autotune.variants.BuiltVariant` built with ``keep_artifact``) into
+    ``directory``; return the kind, the files written and the runtime options a loader needs."""
+    import torch
+
+    spec = built.spec
+    kind = kind_of(spec.compiler)
+    directory.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runtime: dict[str, Any] = {}
+    threads = spec.threads or torch.get_num_threads()
+    if kind == "torchscript":
+        target = directory / "model.pt"
+        if isinstance(built.artifact, bytes):  # frozen: serialised before optimize_for_inference
+            target.write_bytes(built.artifact)
+        else:
+            torch.jit.save(built.artifact, str(target))
+        runtime["optimize_for_inference"] = spec.compiler == "frozen"
+    elif kind == "aoti":
+        shutil.copyfile(built.artifact, directory / "model.pt2")
+    elif kind == "onnx":
+        source = Path(built.artifact).parent  # the exporter's directory: model.onnx and its external data
+        for name in os.listdir(source):
+            shutil.copyfile(source / name, directory / name)
+        from autotune.runtimes import onnx_session_options
+
+        opts = onnx_session_options(spec, threads)
+        runtime.update(execution_mode=opts.execution_mode.name, intra_op_num_threads=opts.intra_op_num_threads,
+                       inter_op_num_threads=opts.inter_op_num_threads, graph_optimization_level="ORT_ENABLE_ALL")
+    elif kind == "openvino":
+        import openvino as ov
+
+        from autotune.runtimes import openvino_config
+
+        ov.save_model(built.artifact, str(directory / "model.xml"), compress_to_fp16=False)
+        runtime["config"] = openvino_config(spec, threads)
+        first = built.artifact.inputs[0].get_partial_shape() if built.artifact.inputs else None
+        runtime["request_batch"] = (int(first[0].get_length()) if first is not None and first.rank.get_length() > 0
+                                    and first[0].is_static else None)
+    return {"kind": kind, "format": FORMATS[kind], "files": directory_files(directory),
+            "save_seconds": time.perf_counter() - t0, "threads": threads, "runtime": runtime}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _profile(built: Any, prepared: tuple[Any, ...], *, device_type: str, backend: Any,
+             iterations: int) -> dict[str, Any]:
+    """The table of one built variant: the runtime's own profiler for runtimes, else torch.profiler."""
+    from autotune import profiling
+
+    spec = built.spec
+    if spec.compiler == "onnx" and built.artifact is not None:
+        from autotune.runtimes import onnx_session_options
+
+        arrays = [a.cpu().contiguous().numpy() for a in prepared]
+        return profiling.onnx_table(built.artifact, onnx_session_options(spec, spec.threads or _threads()), arrays,
+                                    providers=["CPUExecutionProvider"], iterations=iterations)
+    if spec.compiler == "openvino" and built.artifact is not None:
+        from autotune.runtimes import openvino_config
+
+        arrays = [a.contiguous().numpy() for a in prepared]
+        return profiling.openvino_table(built.artifact, openvino_config(spec, spec.threads or _threads()), arrays,
+                                        iterations=iterations)
+    return profiling.torch_table(lambda: built.fn(*prepared), device_type=device_type,
+                                 synchronize=backend.synchronize, iterations=iterations)
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, directory: str | None,
+           profile: bool, iterations: int) -> dict[str, Any]:
+    """Build ``spec`` once (``keep_artifact``), save it into ``directory`` (None: no artifact), profile it and
+    eager (with the same threads) at the same batch; each part fails on its own, with its reason.
+
+    ``inputs`` are the example batch (fp32, on the device) the measurement built the variant on.
+    Returns ``{"artifact": {...} | None, "profile": {...} | None}``.
+    """
+    import torch
+
+    from autotune.variants import VariantSpec, build_variant, reset_compiler_state
+
+    out: dict[str, Any] = {"artifact": None, "profile": None}
+    tables: list[dict[str, Any]] = []
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            built = build_variant(spec, model, inputs, device=str(device), keep_artifact=directory is not None)
+            prepared = built.prepare_inputs(inputs)
+            built.fn(*prepared)  # the first call: torch.compile compiles here, like the measured one
+            backend.synchronize()
+        build_seconds = time.perf_counter() - t0
+    except Exception as exc:  # any build failure (VariantError, a runtime's own) is reported, never raised
+        reason = f"building {spec.name} failed: {_one_line(exc)}"
+        return {"artifact": {"status": "failed", "reason": reason} if directory is not None else None,
+                "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
+    if directory is not None:
+        try:
+            saved = save_artifact(built, Path(directory))
+            out["artifact"] = {"status": "ok", "reason": "", "build_seconds": build_seconds, **saved,
+                               "notes": list(built.notes)}
+        except Exception as exc:
+            out["artifact"] = {"status": "failed", "reason": f"saving {spec.name} failed: {_one_line(exc)}",
+                               "build_seconds": build_seconds}
+    if not profile:
+        return out
+    device_type = torch.device(device).type
+
+    def table(role: str, current: Any, current_inputs: tuple[Any, ...]) -> None:
+        try:
+            with torch.inference_mode():
+                got = _profile(current, current_inputs, device_type=device_type, backend=backend,
+                               iterations=iterations)
+            tables.append({"role": role, "variant": current.spec.name, **got})
+        except Exception as exc:  # a table that cannot be made is a note, not a failure
+            notes.append(f"{role} ({current.spec.name}): profiling failed: {_one_line(exc)}")
+
+    table("recommendation", built, prepared)
+    del built, prepared  # the recommendation's memory back before eager is built
+    if spec.compiler in ("compile", "export"):
+        reset_compiler_state()
+    eager_spec = VariantSpec(compiler="eager", threads=spec.threads)
+    try:
+        with torch.inference_mode():
+            eager = build_variant(eager_spec, model, inputs, device=str(device))
+            eager_inputs = eager.prepare_inputs(inputs)
+        table("eager", eager, eager_inputs)
+    except Exception as exc:
+        notes.append(f"eager: building it failed: {_one_line(exc)}")
+    out["profile"] = {"status": "ok" if tables else "failed", "reason": "; ".join(notes),
+                      "batch_size": int(inputs[0].shape[0]) if inputs and inputs[0].dim() else None,
+                      "tables": tables}
+    return out
+
+
+
+
+# --------------------------------------------------------------------------------------------------
+# The parent's side (no torch): ask a fresh worker, put the directory in place, write the loader
+# --------------------------------------------------------------------------------------------------
+
+
+def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_dir: Path, *, make_runner: Any,
+                     timeout: float, profile: bool = True) -> None:
+    """Build the recommendation's artifact into ``out_dir/artifact`` and its profile; set ``doc["artifact"]`` and
+    ``doc["profile"]``. Never raises for a failure of the build, the profile or the worker (the sections then
+    say why): the run and its measurements stand.
+
+    The worker writes into a fresh temporary directory next to ``artifact/``; it replaces ``artifact/`` only
+    once complete, so a failed build never leaves half an artifact, nor an old run's artifact beside a
+    report that recommends something else.
+    """
+    from autotune.errors import AutotuneError
+    from autotune.report.loader import loader_script
+
+    rec = doc.get("recommendation")
+    if not isinstance(rec, Mapping):
+        return
+    variant, batch = str(rec["variant"]), int(rec["batch_size"])
+    final = out_dir / ARTIFACT_DIR
+    staging = out_dir / f".{ARTIFACT_DIR}.{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    t0 = time.monotonic()
+    try:
+        with make_runner() as runner:
+            res = runner.call({"op": "artifact", "recipe": dict(recipe_data), "variant": variant, "batch_size": batch,
+                               "directory": str(staging), "profile": profile}, timeout=timeout)
+    except AutotuneError as exc:
+        res = {"status": "failed", "reason": str(exc)}
+    wall = time.monotonic() - t0
+    if "artifact" not in res:  # the worker crashed, timed out or refused: nothing it wrote is trusted
+        reason = f"the artifact worker failed: {res.get('reason') or 'no reason given'}"
+        res = {"artifact": {"status": "failed", "reason": reason},
+               "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
+    section = dict(res.get("artifact") or {"status": "failed", "reason": "no artifact section in the reply"})
+    section.update(variant=variant, batch_size=batch, dir=ARTIFACT_DIR, loader=LOADER_NAME,
+                   wall_seconds=round(wall, 3))
+    shutil.rmtree(final, ignore_errors=True)
+    if section.get("status") == "ok":
+        try:
+            staging.mkdir(parents=True, exist_ok=True)
+            doc["artifact"] = section
+            text = loader_script(doc) or ""
+            (staging / LOADER_NAME).write_text(text, encoding="utf-8")
+            os.replace(staging, final)
+            section["files"] = directory_files(final)
+            section["size_bytes"] = sum(f["bytes"] for f in section["files"] if f["name"] != LOADER_NAME)
+            section["loader_code"] = text
+        except OSError as exc:
+            section = {**section, "status": "failed", "reason": f"writing {final} failed: {exc.strerror or exc}"}
+    shutil.rmtree(staging, ignore_errors=True)
+    doc["artifact"] = section
+    if profile:
+        prof = res.get("profile")
+        doc["profile"] = dict(prof) if isinstance(prof, Mapping) else {
+            "status": "failed", "reason": "no profile in the reply", "tables": []}
+        doc["profile"].setdefault("batch_size", batch)
+
+
+__all__ = ["ARTIFACT_DIR", "FORMATS", "KINDS", "LOADER_NAME", "deploy", "directory_files", "kind_of",
+           "save_artifact", "write_deployment"]

@@ -1,0 +1,275 @@
+"""The deployable artifact, its loader, the profiler tables and the runtime reproduction code.
+
+The central check: the artifact of a recommendation, loaded by its own ``load.py`` in a **fresh process
+that cannot import autotune** (only torch, or onnxruntime / openvino and numpy), computes what eager
+computes, within the correctness gate's tolerances for the variant's precision.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from autotune.artifact import ARTIFACT_DIR, LOADER_NAME, write_deployment
+from autotune.correctness import compare_outputs, tolerance_for
+from autotune.errors import InputError
+from autotune.recipe import load_recipe
+from autotune.report import normalise_report, render_html, render_markdown
+from autotune.report.loader import loader_script
+from autotune.report.reproduce import reproduce_code
+from autotune.runner import Runner
+from autotune.variants import VariantSpec
+from autotune.workload import build_model, make_inputs
+from tests.conftest import tiny_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_ONNX = all(__import__("importlib").util.find_spec(m) for m in ("onnxruntime", "onnx", "onnxscript"))
+HAVE_OPENVINO = __import__("importlib").util.find_spec("openvino") is not None
+needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="onnx extras not installed (make install)")
+needs_openvino = pytest.mark.skipif(not HAVE_OPENVINO, reason="openvino not installed (make install)")
+
+#: Runs in the fresh process: autotune is blocked, load.py is loaded by path, the inputs come from .npy files.
+FRESH = r"""
+import runpy, sys
+from pathlib import Path
+import numpy as np
+sys.modules["autotune"] = None  # the artifact must load and run without autotune
+directory, n_in = Path(sys.argv[1]), int(sys.argv[2])
+ns = runpy.run_path(str(directory / "load.py"), run_name="artifact_load")
+predict = ns["load"]()
+arrays = [np.load(directory.parent / f"in{i}.npy") for i in range(n_in)]
+if "ort" in ns or "ov" in ns:
+    outputs = predict(*arrays)
+else:
+    import torch
+    outputs = predict(*[torch.from_numpy(a) for a in arrays])
+flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+for i, o in enumerate(flat):
+    np.save(directory.parent / f"out{i}.npy", o.detach().float().cpu().numpy() if hasattr(o, "detach") else o)
+print(len(flat), "autotune" in sys.modules and sys.modules["autotune"] is not None)
+"""
+
+
+def _recipe(tmp_path: Path, **kw: Any) -> Any:
+    text = tiny_recipe(**kw).replace("@MODELS@", str(ROOT / "tests" / "models"))
+    path = tmp_path / "recipe.toml"
+    path.write_text(text)
+    return load_recipe(path)
+
+
+def _document(recipe: Any, variant: str, batch: int) -> dict[str, Any]:
+    spec = VariantSpec.parse(variant)
+    data = recipe.to_dict()
+    data["device_resolved"] = "cpu"
+    return {"recipe": data, "recommendation": {"variant": spec.name, "batch_size": batch, **spec.to_dict()}}
+
+
+def _check_fresh_process(recipe: Any, out: Path, spec: VariantSpec, batch: int) -> None:
+    """Load ``out/artifact`` in a fresh process without autotune; compare with eager fp32 in this one."""
+    inputs = make_inputs(recipe.inputs, batch_size=batch, device=torch.device("cpu"), seed=7)
+    for i, x in enumerate(inputs):
+        np.save(out / f"in{i}.npy", x.numpy())
+    proc = subprocess.run([sys.executable, "-I", "-c", FRESH, str(out / ARTIFACT_DIR), str(len(inputs))],
+                          capture_output=True, text=True, timeout=300, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    n_out, had_autotune = proc.stdout.split()[-2:]
+    assert had_autotune == "False"
+    model = build_model(recipe, device=torch.device("cpu"))
+    with torch.inference_mode():
+        reference = model(*inputs)
+    flat_ref = list(reference) if isinstance(reference, (list, tuple)) else [reference]
+    got = [torch.from_numpy(np.load(out / f"out{i}.npy")) for i in range(int(n_out))]
+    assert len(got) == len(flat_ref)
+    result = compare_outputs(flat_ref, got, tolerance=tolerance_for(spec.precision))
+    assert result.passed, result.reason
+
+
+def _deploy(tmp_path: Path, variant: str, batch: int = 4, *, profile: bool = False, **kw: Any) -> tuple[Any, dict]:
+    recipe = _recipe(tmp_path, **kw)
+    doc = _document(recipe, variant, batch)
+    write_deployment(recipe.to_dict(), doc, tmp_path, make_runner=Runner, timeout=600, profile=profile)
+    return recipe, doc
+
+
+# ---- the artifact of each kind, loaded in a fresh process -----------------------------------------
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize(("variant", "model_file"), [
+    ("frozen", "model.pt"), ("script", "model.pt"), ("trace", "model.pt"),
+    pytest.param("onnx", "model.onnx", marks=needs_onnx),
+    pytest.param("openvino", "model.xml", marks=needs_openvino),
+    pytest.param("openvino:throughput", "model.xml", marks=needs_openvino),
+])
+def test_artifact_loads_in_a_fresh_process_and_matches_eager(tmp_path: Path, variant: str, model_file: str) -> None:
+    recipe, doc = _deploy(tmp_path, variant)
+    section = doc["artifact"]
+    assert section["status"] == "ok", section
+    names = {f["name"] for f in section["files"]}
+    assert {model_file, LOADER_NAME} <= names
+    assert section["size_bytes"] == sum(f["bytes"] for f in section["files"] if f["name"] != LOADER_NAME) > 0
+    assert (tmp_path / ARTIFACT_DIR / LOADER_NAME).read_text() == section["loader_code"]
+    assert not list(tmp_path.glob(f".{ARTIFACT_DIR}.*")), "the staging directory is left behind"
+    _check_fresh_process(recipe, tmp_path, VariantSpec.parse(variant), 4)
+    normalise_report({**_minimal_report(doc), "artifact": section})  # the section fits the schema
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["export", "compile", "eager+threads=1"])
+def test_slow_artifacts_load_in_a_fresh_process(tmp_path: Path, variant: str) -> None:
+    recipe, doc = _deploy(tmp_path, variant)
+    assert doc["artifact"]["status"] == "ok", doc["artifact"]
+    if variant == "export":
+        _check_fresh_process(recipe, tmp_path, VariantSpec.parse(variant), 4)
+    else:  # code: the script builds the model from the factory and runs one batch
+        proc = subprocess.run([sys.executable, str(tmp_path / ARTIFACT_DIR / LOADER_NAME)], capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0 and "outputs: (4, 4)" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.worker
+def test_profile_tables_for_the_recommendation_and_eager(tmp_path: Path) -> None:
+    _, doc = _deploy(tmp_path, "frozen", profile=True)
+    profile = doc["profile"]
+    assert profile["status"] == "ok" and profile["batch_size"] == 4, profile
+    roles = [(t["role"], t["variant"], t["source"]) for t in profile["tables"]]
+    assert roles == [("recommendation", "frozen", "torch.profiler"), ("eager", "eager", "torch.profiler")]
+    for table in profile["tables"]:
+        assert 0 < len(table["rows"]) <= 10 and table["iterations"] >= 3
+        times = [r["self_cpu_ms"] for r in table["rows"]]
+        assert times == sorted(times, reverse=True) and all(r["calls"] > 0 for r in table["rows"])
+    doc = normalise_report({**_minimal_report(doc), "artifact": doc["artifact"], "profile": profile})
+    md = render_markdown(doc)
+    assert "## Profile: where the time goes" in md and "### eager: eager" in md and "aten::" in md
+    assert "## Deployable artifact" in md and "model.pt" in md and "torch.jit.load" in md
+    html = render_html(doc, plots={})
+    assert "Deployable artifact" in html and "<code>artifact/load.py</code>" in html and "calls/forward" in html
+
+
+@pytest.mark.worker
+@needs_onnx
+def test_runtime_profile_comes_from_the_runtime(tmp_path: Path) -> None:
+    _, doc = _deploy(tmp_path, "onnx", profile=True)
+    rec_table = doc["profile"]["tables"][0]
+    assert rec_table["source"].startswith("onnxruntime") and any(r["name"] == "Conv" for r in rec_table["rows"])
+
+
+@pytest.mark.worker
+def test_a_failed_build_is_reported_and_leaves_no_artifact(tmp_path: Path) -> None:
+    (tmp_path / ARTIFACT_DIR).mkdir()
+    (tmp_path / ARTIFACT_DIR / "stale.pt").write_text("an older run's artifact")
+    _, doc = _deploy(tmp_path, "trace", profile=True, kwargs='kwargs = { crash = "raise" }')
+    assert doc["artifact"]["status"] == "failed" and "deliberate failure" in doc["artifact"]["reason"], doc
+    assert doc["artifact"]["reason"].startswith("building trace failed")
+    assert doc["profile"]["status"] == "failed"
+    assert not (tmp_path / ARTIFACT_DIR).exists()
+    md = render_markdown(normalise_report({**_minimal_report(doc), "artifact": doc["artifact"]}))
+    assert "No artifact was written" in md
+
+
+def test_a_crashed_worker_is_a_failed_section(tmp_path: Path) -> None:
+    class Crashing:
+        def __enter__(self) -> Crashing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def call(self, message: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+            (Path(message["directory"])).mkdir()
+            return {"status": "failed", "reason": "worker died with SIGSEGV"}
+
+    recipe = _recipe(tmp_path)
+    doc = _document(recipe, "frozen", 4)
+    write_deployment(recipe.to_dict(), doc, tmp_path, make_runner=Crashing, timeout=1)
+    assert doc["artifact"]["status"] == "failed" and "SIGSEGV" in doc["artifact"]["reason"]
+    assert doc["profile"]["status"] == "failed"
+    assert list(tmp_path.iterdir()) == [tmp_path / "recipe.toml"]
+
+
+# ---- a real tuning ---------------------------------------------------------------------------------
+
+
+@pytest.mark.worker
+def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) -> None:
+    from autotune.tuner import RunOptions, run_tuning
+
+    recipe = _recipe(tmp_path, variants='["eager", "frozen"]', batch_sizes="[4]", time_budget_s=60)
+    doc = run_tuning(recipe, RunOptions(out_dir=tmp_path / "out"))
+    rec, section = doc["recommendation"], doc["artifact"]
+    assert section["status"] == "ok" and (section["variant"], section["batch_size"]) == (rec["variant"], 4)
+    stored = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert stored["artifact"]["size_bytes"] == section["size_bytes"] and stored["profile"]["status"] == "ok"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Deployable artifact" in md and section["loader_code"].splitlines()[0] in md
+    assert "## Profile: where the time goes" in md
+    assert "Deployable artifact" in (tmp_path / "out" / "report.html").read_text()
+    _check_fresh_process(recipe, tmp_path / "out", VariantSpec.parse(rec["variant"]), 4)
+
+
+# ---- pure: loader text, schema, reproduction code --------------------------------------------------
+
+
+def _minimal_report(doc: dict[str, Any]) -> dict[str, Any]:
+    rec = {**doc["recommendation"], "status": "ok", "throughput": 100.0}
+    return {"schema": 1, "recipe": doc["recipe"], "environment": {}, "search": {}, "candidates": [rec],
+            "recommendation": rec}
+
+
+@pytest.mark.parametrize(("variant", "kind", "runtime", "needle"), [
+    ("frozen+threads=1", "torchscript", {"optimize_for_inference": True}, "torch.jit.optimize_for_inference"),
+    ("script+autocast-bf16", "torchscript", {}, "torch.autocast(device.type, dtype=torch.bfloat16)"),
+    ("trace+bf16+channels_last", "torchscript", {}, "memory_format=torch.channels_last"),
+    ("export", "aoti", {}, "aoti_load_package"),
+    ("onnx:parallel", "onnx", {"intra_op_num_threads": 2}, "ORT_PARALLEL"),
+    ("openvino:throughput", "openvino", {"config": {"PERFORMANCE_HINT": "THROUGHPUT"}, "request_batch": 2},
+     "requests = 4"),
+    ("compile:max-autotune", "code", {}, "torch.compile(model, mode='max-autotune', dynamic=False)"),
+])
+def test_loader_text_compiles_and_names_what_it_loads(tmp_path: Path, variant: str, kind: str,
+                                                      runtime: dict[str, Any], needle: str) -> None:
+    recipe = _recipe(tmp_path)
+    doc = _document(recipe, variant, 8)
+    doc["artifact"] = {"status": "ok", "kind": kind, "variant": variant, "batch_size": 8, "threads": 2,
+                       "runtime": runtime, "files": [], "format": kind}
+    text = loader_script(doc)
+    assert text is not None and needle in text, text
+    compile(text, "load.py", "exec")
+    imports = [line.split()[1] for line in text.splitlines() if line.lstrip().startswith(("import ", "from "))]
+    assert imports and not any(name.split(".")[0] == "autotune" for name in imports), imports
+
+
+def test_report_schema_takes_the_sections_and_names_a_bad_field(tmp_path: Path) -> None:
+    doc = _minimal_report(_document(_recipe(tmp_path), "frozen", 4))
+    ok = normalise_report({**doc, "artifact": {"status": "ok", "kind": "torchscript", "size_bytes": 10,
+                                               "files": [{"name": "model.pt", "bytes": 10}]},
+                           "profile": {"status": "ok", "tables": [{"role": "eager", "variant": "eager", "rows": [
+                               {"name": "aten::addmm", "calls": 1, "self_cpu_ms": 0.5}]}]}})
+    assert ok["artifact"]["kind"] == "torchscript"
+    with pytest.raises(InputError, match=r"report\.artifact\.kind: expected one of"):
+        normalise_report({**doc, "artifact": {"status": "ok", "kind": "pickle"}})
+    with pytest.raises(InputError, match=r"report\.profile\.tables\[0\]\.rows: required field missing"):
+        normalise_report({**doc, "profile": {"status": "ok", "tables": [{"role": "eager", "variant": "eager"}]}})
+    assert "artifact" not in normalise_report(doc)  # reports without the sections still load
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize("variant", [pytest.param("onnx", marks=needs_onnx),
+                                     pytest.param("openvino:throughput", marks=needs_openvino)])
+def test_reproduce_code_for_a_runtime_recommendation_runs(tmp_path: Path, variant: str) -> None:
+    doc = _minimal_report(_document(_recipe(tmp_path), variant, 4))
+    code = reproduce_code(doc)
+    assert "placeholder" not in code and "not known to this report version" not in code
+    script = tmp_path / "reproduce.py"
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "samples/s" in proc.stdout
