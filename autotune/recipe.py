@@ -30,9 +30,10 @@ The format (every field documented in README.md)::
     time_budget_s = 120
     max_trials = 0                         # 0: no limit besides the time budget
     seed = 0
-    strategy = "bracket"                   # bracket (autotune.strategy: per-variant batch bracketing,
-                                           # short screens raced by CI, gain per second) | tpe (Optuna's
-                                           # TPE, NSGA-II for pareto, over (variant, batch) pairs)
+    strategy = "tpe"                       # tpe (Optuna's TPE, NSGA-II for pareto, over (variant, batch)
+                                           # pairs, each measured in full) | bracket (experimental:
+                                           # autotune.strategy, per-variant batch bracketing, short screens
+                                           # raced by CI, gain per second)
 
     [constraints]
     max_latency_ms = 50.0                  # SLO on the latency percentile below
@@ -116,7 +117,7 @@ class SearchSpec:
     #: Finalists whose paired throughput (or latency) ratio to the leader is within this fraction
     #: are a tie, decided by the tie-break (autotune.showdown).
     equivalence_margin: float = 0.02
-    strategy: str = "bracket"
+    strategy: str = "tpe"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ def write_recipe(tmp_path: Path):
 
 def tiny_recipe(*, name: str = "tiny", kwargs: str = "", variants: str = '["eager", "frozen"]',
                 batch_sizes: str = "[1, 4]", time_budget_s: float = 120, max_seconds: float = 0.4,
-                ci_target: float = 0.05, rounds: int = 2, round_seconds: float = 0.1, processes: int = 1) -> str:
+                ci_target: float = 0.05, rounds: int = 2, round_seconds: float = 0.1, processes: int = 1,
+                strategy: str | None = None) -> str:
     """TOML of a recipe for the tiny conv model in tests/models/broken.py (list fields as TOML text)."""
     return f"""
 name = "{name}"
@@ -59,6 +60,7 @@ shape = [3, 8, 8]
 variants = {variants}
 batch_sizes = {batch_sizes}
 time_budget_s = {time_budget_s}
+{f'strategy = "{strategy}"' if strategy else ""}
 [measure]
 max_seconds = {max_seconds}
 ci_target = {ci_target}

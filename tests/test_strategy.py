@@ -162,7 +162,8 @@ def test_the_real_tool_runs_the_bracket_strategy_end_to_end(write_recipe, tmp_pa
 
     from autotune.cli import main
 
-    recipe = write_recipe(tiny_recipe(variants='["eager", "frozen"]', batch_sizes="[1, 2, 4, 8]", max_seconds=0.4))
+    recipe = write_recipe(tiny_recipe(variants='["eager", "frozen"]', batch_sizes="[1, 2, 4, 8]", max_seconds=0.4,
+                                      strategy="bracket"))
     out = tmp_path / "out"
     assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0
     doc = json.loads((out / "report.json").read_text())
