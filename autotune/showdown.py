@@ -20,7 +20,8 @@ Algorithm::
                 at least `min_finalists`, at most `max_finalists`
     stage:   `processes` (2) fresh measure workers per finalist: build the variant, first call,
              warm up; round r uses worker r mod processes
-    rounds:  repeat until R undisturbed rounds (at most 3R rounds, or the deadline):
+    rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI
+             straddles 1 - margin: see :func:`undecided`); at most 3R rounds, or the deadline:
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
                  and the CPU others used meanwhile (autotune.contention)
@@ -316,7 +317,14 @@ def run_showdown(
         rng = random.Random(settings.seed)
         r = 0
         limit = MAX_ROUNDS_FACTOR * settings.rounds + settings.processes
-        while (sum(not d for d in disturbed[settings.processes:]) < settings.rounds and r < limit
+
+        def settled() -> bool:  # enough undisturbed rounds, and no tie decision left to a coin flip
+            if sum(not d for d in disturbed[settings.processes:]) < settings.rounds:
+                return False
+            verdict = _verdict(staged, dropped, per_round, latency, _compared_rounds(disturbed, settings), settings)
+            return verdict is None or not undecided(verdict)
+
+        while (not settled() and r < limit
                and (settings.deadline is None or time.monotonic() < settings.deadline or r < 2)):
             r += 1
             order = [k for k in staged if k not in dropped]
@@ -346,11 +354,8 @@ def run_showdown(
         for group in runners.values():
             for runner in group:
                 runner.close()
-    alive = [k for k in staged if k not in dropped]
     burn_in = min(settings.processes, max(0, len(disturbed) - 2))
-    used = [i for i, d in enumerate(disturbed) if not d and i >= burn_in]
-    if len(used) < 2:
-        used = list(range(burn_in, len(disturbed)))
+    used = _compared_rounds(disturbed, settings)
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
         "seed": settings.seed, "processes": settings.processes,
@@ -362,12 +367,39 @@ def run_showdown(
         "rounds_compared": used,
         "dropped": dropped, "verdict": None,
     }
-    if len(alive) >= 2 and used:
-        contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
-                                     [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
-        doc["verdict"] = compare(contenders, objective=settings.objective, margin=settings.margin,
-                                 seed=settings.seed).to_dict()
+    verdict = _verdict(staged, dropped, per_round, latency, used, settings)
+    doc["verdict"] = None if verdict is None else verdict.to_dict()
     return doc
+
+
+def _compared_rounds(disturbed: Sequence[bool], settings: ShowdownSettings) -> list[int]:
+    """Indices of the rounds compared: after the burn-in, the undisturbed ones (all if fewer than 2 are)."""
+    burn_in = min(settings.processes, max(0, len(disturbed) - 2))
+    used = [i for i, d in enumerate(disturbed) if not d and i >= burn_in]
+    return used if len(used) >= 2 else list(range(burn_in, len(disturbed)))
+
+
+def _verdict(staged: Mapping[str, Mapping[str, Any]], dropped: Mapping[str, str],
+             per_round: Mapping[str, Sequence[float]], latency: Mapping[str, Sequence[float]],
+             used: Sequence[int], settings: ShowdownSettings) -> Verdict | None:
+    alive = [k for k in staged if k not in dropped]
+    if len(alive) < 2 or not used:
+        return None
+    contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
+                                 [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
+    return compare(contenders, objective=settings.objective, margin=settings.margin, seed=settings.seed)
+
+
+def undecided(verdict: Verdict) -> bool:
+    """Whether some finalist's tie is a coin flip: its ratio CI straddles ``1 - margin``.
+
+    Such a finalist is tied only because the rounds cannot yet tell (the CI reaches the margin
+    but also goes below it); more rounds narrow the CI, so the showdown keeps going (up to
+    ``MAX_ROUNDS_FACTOR`` x the rounds asked, or its deadline) instead of letting noise decide
+    whether a slower variant is picked for simplicity.
+    """
+    floor = 1.0 - verdict.margin
+    return any(s.key != verdict.leader and s.ratio_ci[0] < floor <= s.ratio_ci[1] for s in verdict.standings)
 
 
 def recommendation(rows: Sequence[Mapping[str, Any]], showdown: Mapping[str, Any] | None,

@@ -165,3 +165,57 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     assert v["pick"] == "frozen@1" and not v["tie"]
     eager = next(s for s in v["standings"] if s["key"] == "eager@1")
     assert eager["ratio"] == pytest.approx(0.91, rel=1e-6)  # the busy rounds did not move it
+
+
+def test_a_tie_that_is_a_coin_flip_is_undecided() -> None:
+    """A CI straddling 1 - margin is undecided; a clear loss or a clear tie is not."""
+    from autotune.showdown import undecided
+
+    lead = _contender("frozen@1", 1.0, compiler="frozen")
+    # 5% slower with 6% noise per round: the CI reaches 0.98 and goes below it
+    coin = compare([lead, _contender("eager@1", 1.05, noise=0.06, seed=3)], margin=0.02)
+    lo, hi = coin.standing("eager@1").ratio_ci
+    assert lo < 0.98 <= hi and undecided(coin)
+    assert not undecided(compare([lead, _contender("eager@1", 1.25, noise=0.01)], margin=0.02))  # clearly slower
+    assert not undecided(compare([lead, _contender("eager@1", 1.001)], margin=0.02))  # clearly the same
+
+
+class _NoisyRunner:
+    """Slices around a level with seeded per-slice noise (for the undecided-tie extension)."""
+
+    def __init__(self, seconds: float, noise: float, seed: int) -> None:
+        self.seconds, self.noise = seconds, noise
+        self.rng = np.random.default_rng(seed)
+
+    def call(self, message: dict, *, timeout: float) -> dict:
+        if message["op"] == "stage":
+            return {"status": "ok"}
+        s = self.seconds * (1.0 + self.noise * self.rng.standard_normal())
+        return {"status": "ok", "seconds_per_call": s, "load": {"foreign_cores": 0.0, "disturbed": False}}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_showdown_runs_more_rounds_while_a_tie_is_a_coin_flip() -> None:
+    """eager 6% slower, 3% noise per slice: 4 rounds leave its tie undecided, so rounds go on (up to 3x) until
+    they settle it (eager not tied: frozen, the faster, is picked); with no noise 4 rounds are enough."""
+    from autotune.showdown import MAX_ROUNDS_FACTOR, ShowdownSettings, run_showdown
+
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "frozen", 106, 0.01)]
+    settings = ShowdownSettings(rounds=4, round_seconds=0.1, margin=0.02, objective="throughput",
+                                latency_percentile="p99", timeout_s=10, processes=1)
+
+    def run(noise: float) -> dict:
+        seeds = iter([11, 12])
+        speeds = iter([0.0106, 0.0100])
+        return run_showdown(rows, recipe_data={}, settings=settings,
+                            make_runner=lambda: _NoisyRunner(next(speeds), noise, next(seeds)))
+
+    quiet = run(0.0)
+    assert quiet["rounds_run"] == 4 + 1  # the rounds asked for, after the process's burn-in round
+    noisy = run(0.03)
+    assert 4 + 1 < noisy["rounds_run"] <= MAX_ROUNDS_FACTOR * 4 + 1
+    eager = next(s for s in noisy["verdict"]["standings"] if s["key"] == "eager@1")
+    assert eager["ratio_ci"][1] < 0.98  # settled: shown slower than the margin
+    assert noisy["verdict"]["pick"] == "frozen@1" and not noisy["verdict"]["tie"]
