@@ -10,14 +10,19 @@ _REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 _NUMPY_DTYPES = {"float32": "np.float32", "float16": "np.float16", "int64": "np.int64", "int32": "np.int32"}
 
 
+def _shape_expr(spec: Mapping[str, Any]) -> str:
+    """The batch's shape as code: ``batch_size, 3, 64, 64`` (``batch_size,`` for a per-sample scalar)."""
+    dims = [str(int(d)) for d in spec.get("shape") or []]
+    return ", ".join(["batch_size", *dims]) + ("" if dims else ",")
+
+
 def numpy_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
     """``make_inputs(batch_size)`` returning numpy arrays in the recipe's dtypes (runtimes take numpy)."""
     lines = ["_rng = np.random.default_rng(0)", "", "", "def make_inputs(batch_size=BATCH_SIZE):",
              '    """A random batch like the one autotune measured (normal floats, uniform tokens)."""',
              "    return ("]
     for spec in inputs:
-        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])]) + (
-            "" if spec.get("shape") else ",")
+        shape = _shape_expr(spec)
         dtype = str(spec.get("dtype") or "float32")
         np_dtype = _NUMPY_DTYPES.get(dtype, "np.float32")
         if dtype.startswith(("float", "bfloat")):
@@ -35,8 +40,7 @@ def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
              '    """A random batch like the one autotune measured (normal floats, uniform tokens)."""',
              "    return ("]
     for spec in inputs:
-        shape = ", ".join(["batch_size", *(str(int(d)) for d in spec.get("shape") or [])]) + (
-            "" if spec.get("shape") else ",")
+        shape = _shape_expr(spec)
         dtype = str(spec.get("dtype") or "float32")
         dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
         if dtype.startswith(("float", "bfloat")):
