@@ -142,44 +142,33 @@ def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
 def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str) -> list[str]:
     """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
     if compiler == "onnx":
-        return [
+        convert = [
             "# torch.onnx.export with the dynamo exporter, fixed shapes (autotune falls back to dynamo=False,",
             "# opset_version=17 when it fails; the report's notes say whether it did)",
             "with torch.no_grad():",
             '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False)',
-            "arrays = [x.cpu().contiguous().numpy() for x in inputs]",
-            "",
-            "",
-            *onnx_lines(mode=mode, threads="THREADS", path='"model.onnx"', device=device),
-            "",
-            "",
-            "predict = load()",
-            "",
         ]
-    hint = "THROUGHPUT" if mode == "throughput" else "LATENCY"
-    return [
-        "# openvino.convert_model from the module, reshaped to the batch's static shapes",
-        "ov_model = ov.convert_model(model, example_input=inputs)",
-        "ov_model.reshape({i: list(x.shape) for i, x in enumerate(inputs)})",
-        f'CONFIG = {{"PERFORMANCE_HINT": "{hint}", "INFERENCE_NUM_THREADS": THREADS, '
-        f'"INFERENCE_PRECISION_HINT": "{_OV_PRECISION.get(precision, "f32")}"}}',
-        "REQUESTS = 1",
-        'if CONFIG["PERFORMANCE_HINT"] == "THROUGHPUT":',
-        "    # as autotune measures it: the batch split over the largest divisor <= OpenVINO's optimal number",
-        "    # of requests, run at once on an AsyncInferQueue",
-        '    probe = ov.Core().compile_model(ov_model, "CPU", CONFIG)',
-        '    n = int(probe.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))',
-        "    REQUESTS = max(k for k in range(1, max(1, min(BATCH_SIZE, n)) + 1) if BATCH_SIZE % k == 0)",
-        "    ov_model.reshape({i: [BATCH_SIZE // REQUESTS, *x.shape[1:]] for i, x in enumerate(inputs)})",
-        "arrays = [x.cpu().contiguous().numpy() for x in inputs]",
-        "",
-        "",
-        *openvino_lines(config="CONFIG", requests="REQUESTS", model="ov_model"),
-        "",
-        "",
-        "predict = load()",
-        "",
-    ]
+        load = onnx_lines(mode=mode, threads="THREADS", path='"model.onnx"', device=device)
+    else:
+        hint = "THROUGHPUT" if mode == "throughput" else "LATENCY"
+        convert = [
+            "# openvino.convert_model from the module, reshaped to the batch's static shapes",
+            "ov_model = ov.convert_model(model, example_input=inputs)",
+            "ov_model.reshape({i: list(x.shape) for i, x in enumerate(inputs)})",
+            f'CONFIG = {{"PERFORMANCE_HINT": "{hint}", "INFERENCE_NUM_THREADS": THREADS, '
+            f'"INFERENCE_PRECISION_HINT": "{_OV_PRECISION.get(precision, "f32")}"}}',
+            "REQUESTS = 1",
+            'if CONFIG["PERFORMANCE_HINT"] == "THROUGHPUT":',
+            "    # as autotune measures it: the batch split over the largest divisor <= OpenVINO's optimal number",
+            "    # of requests, run at once on an AsyncInferQueue",
+            '    probe = ov.Core().compile_model(ov_model, "CPU", CONFIG)',
+            '    n = int(probe.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))',
+            "    REQUESTS = max(k for k in range(1, max(1, min(BATCH_SIZE, n)) + 1) if BATCH_SIZE % k == 0)",
+            "    ov_model.reshape({i: [BATCH_SIZE // REQUESTS, *x.shape[1:]] for i, x in enumerate(inputs)})",
+        ]
+        load = openvino_lines(config="CONFIG", requests="REQUESTS", model="ov_model")
+    return [*convert, "arrays = [x.cpu().contiguous().numpy() for x in inputs]", "", "", *load, "", "",
+            "predict = load()", ""]
 
 
 def _seed(recipe: Mapping[str, Any]) -> int:
