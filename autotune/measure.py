@@ -4,7 +4,7 @@ Algorithm (per candidate)::
 
     prepare inputs on the device (outside timing)
     first  = time one call, synchronised            # compile / lazy init, reported apart
-    second = time one call, synchronised
+    second = the fastest of three more calls, synchronised   # one descheduled call would make k = 1
     k      = 1 in latency mode, else ceil(block_target / second)   # iterations per sample
     detector = OnlineDetector(ci_target, floor_seconds=min(1.5 s, max_seconds / 2))
     repeat:

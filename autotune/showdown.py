@@ -354,7 +354,7 @@ def run_showdown(
         for group in runners.values():
             for runner in group:
                 runner.close()
-    burn_in = min(settings.processes, max(0, len(disturbed) - 2))
+    burn_in = _burn_in(disturbed, settings)
     used = _compared_rounds(disturbed, settings)
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
@@ -372,9 +372,14 @@ def run_showdown(
     return doc
 
 
+def _burn_in(disturbed: Sequence[bool], settings: ShowdownSettings) -> int:
+    """Rounds never compared: every process's first slice (fewer when fewer than that + 2 rounds ran)."""
+    return min(settings.processes, max(0, len(disturbed) - 2))
+
+
 def _compared_rounds(disturbed: Sequence[bool], settings: ShowdownSettings) -> list[int]:
     """Indices of the rounds compared: after the burn-in, the undisturbed ones (all if fewer than 2 are)."""
-    burn_in = min(settings.processes, max(0, len(disturbed) - 2))
+    burn_in = _burn_in(disturbed, settings)
     used = [i for i, d in enumerate(disturbed) if not d and i >= burn_in]
     return used if len(used) >= 2 else list(range(burn_in, len(disturbed)))
 
