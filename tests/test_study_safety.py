@@ -407,11 +407,11 @@ def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
 def fill(directory: Path) -> Path:
     """Write a file until the file system says ENOSPC; returns it."""
     filler = directory / "filler"
-    with filler.open("wb") as fh:
+    # unbuffered: a buffered file would flush its tail again on close and raise ENOSPC there
+    with filler.open("wb", buffering=0) as fh:
         try:
             while True:
                 fh.write(b"\0" * 65536)
-                fh.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return filler
