@@ -240,13 +240,14 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
         else:
             res = runner.call({"op": "parse_variant", "variant": variant, "device": workload.device,
                                "recipe": rec.to_dict()}, timeout=120)
-            if res.get("status") != "ok":
-                raise InputError(f"variant: {res.get('reason')}")
+            if res["status"] != "ok":
+                raise InputError(f"variant: {res['reason']}")
             spec = dict(res["spec"])
-        res = runner.call({"op": "measure", "recipe": rec.to_dict(), "variant": variant, "batch_size": batch_size,
-                           "settings": measure_settings(rec)}, timeout=rec.measure.timeout_s)
+        outcome = runner.call({"op": "measure", "recipe": rec.to_dict(), "variant": variant,
+                               "batch_size": batch_size, "settings": measure_settings(rec)},
+                              timeout=rec.measure.timeout_s)
     return CandidateResult.from_row(candidate_record(trial=0, variant=variant, spec=spec, batch_size=batch_size,
-                                                     result=res, constraints=rec.constraints))
+                                                     result=outcome, constraints=rec.constraints))
 
 
 def analyze_warmup(values: Sequence[float], *, margin: float | None = None) -> Any:

@@ -36,9 +36,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.runner import Runner
 
 #: The artifact's directory inside ``--out``, and the loader's file name in it.
 ARTIFACT_DIR = "artifact"
@@ -216,8 +219,8 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
 # --------------------------------------------------------------------------------------------------
 
 
-def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_dir: Path, *, make_runner: Any,
-                     timeout: float, profile: bool = True) -> None:
+def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_dir: Path, *,
+                     make_runner: Callable[[], Runner], timeout: float, profile: bool = True) -> None:
     """Build the recommendation's artifact into ``out_dir/artifact`` and its profile; set ``doc["artifact"]`` and
     ``doc["profile"]``. Never raises for a failure of the build, the profile or the worker (the sections then
     say why): the run and its measurements stand.
@@ -244,7 +247,7 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_di
     except AutotuneError as exc:
         res = {"status": "failed", "reason": str(exc)}
     wall = time.monotonic() - t0
-    if "artifact" not in res:  # the worker crashed, timed out or refused: nothing it wrote is trusted
+    if "status" in res:  # a CallFailure: the worker crashed, timed out or refused: nothing it wrote is trusted
         reason = f"the artifact worker failed: {res.get('reason') or 'no reason given'}"
         res = {"artifact": {"status": "failed", "reason": reason},
                "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}

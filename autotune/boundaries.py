@@ -30,7 +30,7 @@ from autotune.batch import (
 from autotune.device_names import is_accelerator
 from autotune.errors import BatchSearchError, VariantError
 from autotune.recipe import Recipe
-from autotune.runner import Runner
+from autotune.runner import Runner, WorkerCrash
 from autotune.validation import ValidatedWorkload
 
 #: Default CPU memory budget: this fraction of the memory available when the run starts.
@@ -113,7 +113,7 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
             timeout=recipe.measure.timeout_s,
         )
         crash = res.get("crash")
-        if crash is not None and crash.killed_by_kernel:
+        if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
         if res["status"] == "failed":
             raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
@@ -213,7 +213,9 @@ def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
     """Accelerator memory free to a fresh process now (our idle measure worker closed first)."""
     runner.recycle("measure")  # its context and validated model are not a deployment's to share
     res = runner.call({"op": "device_memory", "recipe": recipe.to_dict()}, timeout=recipe.measure.timeout_s)
-    free = res.get("free_bytes")
+    if "status" in res:  # a CallFailure: the free memory is not known
+        return None
+    free = res["free_bytes"]
     return int(free) if free is not None else None
 
 

@@ -20,10 +20,36 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Literal, NotRequired, TypedDict, cast, overload
 
 from autotune.errors import InputError, WorkerError
-from autotune.worker.protocol import ROLE_OF_OP, ROLES, HelloResult, Request, Response, Role
+from autotune.worker.protocol import (
+    ROLE_OF_OP,
+    ROLES,
+    ArtifactRequest,
+    ArtifactResult,
+    DeviceMemoryRequest,
+    DeviceMemoryResult,
+    HelloRequest,
+    HelloResult,
+    MeasureOutcome,
+    MeasureRequest,
+    Outcome,
+    ParseVariantRequest,
+    ParseVariantResult,
+    ProbeOutcome,
+    ProbeRequest,
+    Request,
+    Response,
+    Result,
+    Role,
+    SliceOutcome,
+    SliceRequest,
+    StageOutcome,
+    StageRequest,
+    ValidateRequest,
+    ValidateResult,
+)
 
 #: Seconds a fresh worker may take to import torch and answer "hello".
 STARTUP_TIMEOUT = 120.0
@@ -50,6 +76,19 @@ class WorkerCrashed(WorkerError):
     def __init__(self, crash: WorkerCrash) -> None:
         super().__init__(crash.reason)
         self.crash = crash
+
+
+class CallFailure(TypedDict):
+    """What :meth:`Runner.call` returns instead of the op's result when the worker could not give one:
+    it crashed or timed out (``crash`` set), or the op raised something other than an input error.
+
+    Ops whose result has no ``status`` (hello, validate, device_memory, artifact) tell it apart with
+    ``"status" in res``; the candidate ops' outcomes have ``status`` anyway (``failed`` here).
+    """
+
+    status: Literal["failed"]
+    reason: str
+    crash: NotRequired[WorkerCrash]
 
 
 class WorkerProcess:
@@ -210,10 +249,31 @@ class Runner:
             if worker is not None:
                 worker.close()
 
-    def call(self, message: Request, *, timeout: float) -> dict[str, Any]:
+    # One overload per op: the request's TypedDict picks the result type (the worker's op function in
+    # autotune.worker.ops returns the same), or a CallFailure when the worker failed the call.
+    @overload
+    def call(self, message: HelloRequest, *, timeout: float) -> HelloResult | CallFailure: ...
+    @overload
+    def call(self, message: ValidateRequest, *, timeout: float) -> ValidateResult | CallFailure: ...
+    @overload
+    def call(self, message: MeasureRequest, *, timeout: float) -> MeasureOutcome | Outcome | CallFailure: ...
+    @overload
+    def call(self, message: ProbeRequest, *, timeout: float) -> ProbeOutcome | CallFailure: ...
+    @overload
+    def call(self, message: DeviceMemoryRequest, *, timeout: float) -> DeviceMemoryResult | CallFailure: ...
+    @overload
+    def call(self, message: ParseVariantRequest, *, timeout: float) -> ParseVariantResult | CallFailure: ...
+    @overload
+    def call(self, message: StageRequest, *, timeout: float) -> StageOutcome | Outcome | CallFailure: ...
+    @overload
+    def call(self, message: SliceRequest, *, timeout: float) -> SliceOutcome | CallFailure: ...
+    @overload
+    def call(self, message: ArtifactRequest, *, timeout: float) -> ArtifactResult | CallFailure: ...
+
+    def call(self, message: Request, *, timeout: float) -> Result | CallFailure:
         """Send ``message`` to the worker of its op's role; the op's result (its type in
-        :mod:`autotune.worker.protocol`), or a failed :class:`~autotune.worker.protocol.Outcome` with ``crash``."""
-        role = ROLE_OF_OP.get(str(message.get("op")), "measure")
+        :mod:`autotune.worker.protocol`), or a :class:`CallFailure` (with ``crash`` when the worker died)."""
+        role = ROLE_OF_OP.get(message["op"], "measure")
         try:
             worker = self._ensure_worker(role)
         except WorkerCrashed as exc:
@@ -233,7 +293,7 @@ class Runner:
             self.recycle(role)  # an unexpected exception may have left state behind: start clean
             return {"status": "failed", "reason": f"{err['type']}: {err['message']}"
                     if not err["message"].startswith(err["type"]) else err["message"]}
-        result = cast("dict[str, Any]", resp["result"])
+        result = resp["result"]
         if result.get("dirty") or not self._reuse:
             self.recycle(role)
         return result

@@ -60,13 +60,16 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune.candidate import pessimistic_score
 from autotune.contention import DISTURBED_CORES
 from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
+
+if TYPE_CHECKING:
+    from autotune.runner import Runner
 
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
 MIN_FINALISTS = 3
@@ -275,7 +278,7 @@ def run_showdown(
     *,
     recipe_data: Mapping[str, Any],
     settings: ShowdownSettings,
-    make_runner: Callable[[], Any],
+    make_runner: Callable[[], Runner],
     on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Stage every finalist in its own worker, run the interleaved rounds, compare.
@@ -283,7 +286,7 @@ def run_showdown(
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
     why it dropped out), and the :class:`Verdict` (absent when fewer than two finalists lasted).
     """
-    runners: dict[str, list[Any]] = {}
+    runners: dict[str, list[Runner]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
     dropped: dict[str, str] = {}
     per_round: dict[str, list[float]] = {}
@@ -340,15 +343,15 @@ def run_showdown(
                 res = worker.call({"op": "slice", "seconds": settings.round_seconds, "per_call": per_call,
                                    "percentile": settings.latency_percentile},
                                   timeout=settings.round_seconds + SLICE_GRACE_S)
-                if res.get("status") != "ok":
+                if res["status"] != "ok":
                     dropped[key] = f"round {r}: {res.get('status')}: {res.get('reason')}"
                     continue
                 per_round[key].append(float(res["seconds_per_call"]))
                 load = res.get("load") or {}
                 foreign[key].append(load.get("foreign_cores"))
                 hit = hit or bool(load.get("disturbed"))
-                if res.get("latency_seconds") is not None:
-                    latency[key].append(float(res["latency_seconds"]))
+                if (latency_seconds := res.get("latency_seconds")) is not None:
+                    latency[key].append(float(latency_seconds))
             disturbed.append(hit)
     finally:
         for group in runners.values():

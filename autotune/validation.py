@@ -42,9 +42,9 @@ class ValidatedWorkload:
 def validate(runner: Runner, recipe: Recipe) -> ValidatedWorkload:
     """Build the model and run one forward in a worker; input problems raise InputError."""
     res = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=VALIDATE_TIMEOUT)
-    if res.get("status") == "failed":
+    if "status" in res:  # a CallFailure (a ValidateResult has no status)
         raise WorkloadError(f"{recipe.path}: field 'model.factory': building or running the model crashed "
-                            f"the worker: {res['reason']}")
+                            f"the worker: {res.get('reason')}")
     return ValidatedWorkload(
         device=res["device"],
         variants=tuple(res["variants"]),
