@@ -225,7 +225,7 @@ def resolve_variant(name: str, workload: Any) -> str:
 def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, device: str | None = None
             ) -> CandidateResult:
     """Build, gate and measure one configuration in a worker (any variant name, not only the recipe's)."""
-    from autotune.candidate import candidate_record
+    from autotune.candidate import candidate_row
     from autotune.runner import Runner
     from autotune.tuner import measure_settings
     from autotune.validation import validate
@@ -246,8 +246,8 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
         outcome = runner.call({"op": "measure", "recipe": rec.to_dict(), "variant": variant,
                                "batch_size": batch_size, "settings": measure_settings(rec)},
                               timeout=rec.measure.timeout_s)
-    return CandidateResult.from_row(candidate_record(trial=0, variant=variant, spec=spec, batch_size=batch_size,
-                                                     result=outcome, constraints=rec.constraints))
+    return CandidateResult.from_row(candidate_row(trial=0, variant=variant, spec=spec, batch_size=batch_size,
+                                                  result=outcome, constraints=rec.constraints))
 
 
 def analyze_warmup(values: Sequence[float], *, margin: float | None = None) -> Any:

@@ -54,8 +54,13 @@ class CandidateRow(TypedDict):
     foreign_cores: float | None
     #: set with a measurement
     iterations_per_sample: NotRequired[int]
-    #: set by the search on a row that repeats an earlier trial's measurement
-    repeat_of_trial: NotRequired[int]
+    #: set by the search on a row told only so the sampler learns: the trial it repeats, or None for a
+    #: combination outside the space (such rows never reach the report: ``autotune.search.measured_rows``)
+    repeat_of_trial: NotRequired[int | None]
+    #: set by the bracket strategy on the rows it measures (:mod:`autotune.strategy`)
+    fidelity: NotRequired[float]
+    search_action: NotRequired[str]
+    search_seconds: NotRequired[float]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -136,7 +141,12 @@ def candidate_record(
     result: Mapping[str, Any],
     constraints: Constraints,
 ) -> dict[str, Any]:
-    """:func:`candidate_row` as the plain dict the search and the report keep in their row lists."""
+    """:func:`candidate_row` as the plain dict the search and the report keep in their row lists.
+
+    Plain on purpose: the study stores rows as JSON (Optuna user attributes) and the report's rows are
+    read back from it, so a row list holds plain dicts a :class:`CandidateRow` was written as, plus
+    the strategy's keys; nothing re-checks them until the report is validated (:mod:`autotune.report.schema`).
+    """
     return cast("dict[str, Any]", candidate_row(trial=trial, variant=variant, spec=spec, batch_size=batch_size,
                                                 result=result, constraints=constraints))
 
@@ -242,7 +252,10 @@ _MEASURED_FIELDS = (
 
 def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, status: str, reason: str
                    ) -> dict[str, Any]:
-    """A row for a combination decided without running it (same variant fields as ``template``)."""
+    """A row for a combination decided without running it (same variant fields as ``template``).
+
+    A plain dict like :func:`candidate_record`'s: ``template`` is a row read back from the study.
+    """
     row = dict(template)
     row.update({k: None for k in _MEASURED_FIELDS})
     row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
