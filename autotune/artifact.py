@@ -38,9 +38,10 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from autotune.report.types import ArtifactSection, ProfileSection, ReportDocument
     from autotune.runner import Runner
 
 #: The artifact's directory inside ``--out``, and the loader's file name in it.
@@ -219,7 +220,7 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
 # --------------------------------------------------------------------------------------------------
 
 
-def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_dir: Path, *,
+def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_dir: Path, *,
                      make_runner: Callable[[], Runner], timeout: float, profile: bool = True) -> None:
     """Build the recommendation's artifact into ``out_dir/artifact`` and its profile; set ``doc["artifact"]`` and
     ``doc["profile"]``. Never raises for a failure of the build, the profile or the worker (the sections then
@@ -258,7 +259,7 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_di
     if section.get("status") == "ok":
         try:
             staging.mkdir(parents=True, exist_ok=True)
-            doc["artifact"] = section
+            doc["artifact"] = cast("ArtifactSection", section)
             text = loader_script(doc) or ""
             (staging / LOADER_NAME).write_text(text, encoding="utf-8")
             os.replace(staging, final)
@@ -268,12 +269,14 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: dict[str, Any], out_di
         except OSError as exc:
             section = {**section, "status": "failed", "reason": f"writing {final} failed: {exc.strerror or exc}"}
     shutil.rmtree(staging, ignore_errors=True)
-    doc["artifact"] = section
+    # the worker's sections are plain dicts (ArtifactResult); ArtifactSection / ProfileSection are their shapes
+    doc["artifact"] = cast("ArtifactSection", section)
     if profile:
         prof = res.get("profile")
-        doc["profile"] = dict(prof) if isinstance(prof, Mapping) else {
-            "status": "failed", "reason": "no profile in the reply", "tables": []}
-        doc["profile"].setdefault("batch_size", batch)
+        profile_section: ProfileSection = (cast("ProfileSection", dict(prof)) if isinstance(prof, Mapping) else
+                                           {"status": "failed", "reason": "no profile in the reply", "tables": []})
+        profile_section.setdefault("batch_size", batch)
+        doc["profile"] = profile_section
 
 
 __all__ = ["ARTIFACT_DIR", "FORMATS", "KINDS", "LOADER_NAME", "deploy", "directory_files", "kind_of",

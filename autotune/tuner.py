@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record, pareto_front
@@ -39,6 +39,10 @@ from autotune.search import (
 from autotune.strategy import refined_batch_sizes
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
 from autotune.version import __version__
+
+if TYPE_CHECKING:
+    from autotune.candidate import CandidateRow
+    from autotune.report.types import BoundarySection, RecipeSection, Recommendation, ReportDocument, WorkerStats
 
 TORCHSCRIPT_NOTE = (
     "torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile and torch.export; "
@@ -69,7 +73,7 @@ def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: ValidatedWor
     return rows
 
 
-def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
+def run_tuning(recipe: Recipe, options: RunOptions) -> ReportDocument:
     """Run the whole tuning and write the reports; returns the report document.
 
     ``--out`` is locked from when it exists to the end (one run per directory: :mod:`autotune.outdir`), and
@@ -81,7 +85,7 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
         return _run_tuning(recipe, options, storage, held)
 
 
-def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: contextlib.ExitStack) -> dict[str, Any]:
+def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: contextlib.ExitStack) -> ReportDocument:
     from autotune.report import write_reports
 
     t0 = time.monotonic()
@@ -144,10 +148,11 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                                        "startup_seconds": worker_stats.startup_seconds,
                                        "crashes": worker_stats.crashes})
     write_reports(doc, out)
-    if options.artifact and outcome.stopped_by != "interrupted" and doc.get("recommendation") is not None:
+    rec = doc["recommendation"]
+    if options.artifact and outcome.stopped_by != "interrupted" and rec is not None:
         from autotune.artifact import write_deployment
 
-        emit(options.on_event, "artifact", f"artifact and profile of {doc['recommendation']['variant']}")
+        emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
         write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
         write_reports(doc, out)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
@@ -326,7 +331,7 @@ def _granularity(boundary: BoundaryOutcome, variant: str) -> int:
     return int((boundary.documents.get(variant) or {}).get("granularity") or 1)
 
 
-def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
+def rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     """``autotune report DIR``: rebuild the document from the stored study (all workers' trials).
 
     report.json keeps the storage URL with its password masked, so a password-protected study is
@@ -337,7 +342,7 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
         return _rerender(out_dir, storage=storage)
 
 
-def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
+def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     from autotune.report import load_report, write_reports
     from autotune.search import measured_rows
     from autotune.showdown import recommendation
@@ -354,13 +359,15 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
         return doc
     recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
     recipe = Recipe.from_dict(recipe_data)
-    rows = measured_rows(study)
     extra = [r for r in doc["candidates"] if r["trial"] >= len(study.trials)]  # boundary failures
-    rows += extra
+    rows: list[Mapping[str, Any]] = [*measured_rows(study), *extra]
     best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
     showdown = study.user_attrs.get(SHOWDOWN_ATTR) or doc.get("showdown")
-    doc.update(candidates=rows, recommendation=recommendation(rows, showdown, best), showdown=showdown,
-               pareto=pareto_front(rows, recipe.constraints))
+    # the study's rows are plain dicts read back from its JSON (autotune.candidate.candidate_record)
+    doc["candidates"] = cast("list[CandidateRow]", rows)
+    doc["recommendation"] = cast("Recommendation | None", recommendation(rows, showdown, best))
+    doc["showdown"] = showdown
+    doc["pareto"] = pareto_front(rows, recipe.constraints)
     doc["search"]["trials"] = len(study.trials)
     doc["search"]["measurements_stopped_by"] = stop_counts(rows)
     write_reports(doc, out_dir)
@@ -369,16 +376,17 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
 
 def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[str, Any]], outcome: SearchOutcome,
                    boundaries: Mapping[str, Any], *, notes: list[str], storage: str, study_name: str,
-                   wall_seconds: float, worker_stats: Mapping[str, Any],
-                   showdown: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   wall_seconds: float, worker_stats: WorkerStats,
+                   showdown: Mapping[str, Any] | None = None) -> ReportDocument:
     from autotune.environment import fingerprint
     from autotune.showdown import recommendation
 
     objective = recipe.search.objective
     # Per-candidate notes (no steady state, speed-up over eager, CI width) are derived by the report itself.
     best = best_row(rows, objective=objective, constraints=recipe.constraints)
-    recipe_doc = recipe.to_dict()
-    recipe_doc["device_resolved"] = workload.device
+    # Recipe.to_dict() and the study's rows are plain dicts (autotune.recipe, autotune.candidate.candidate_record),
+    # the recommendation showdown.recommendation's copy of one: their shapes are the types named here.
+    recipe_doc = cast("RecipeSection", {**recipe.to_dict(), "device_resolved": workload.device})
     return {
         "schema": 1,
         "tool": {"name": "autotune", "version": __version__},
@@ -390,19 +398,19 @@ def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[
             "trials": outcome.trials, "measured_this_run": outcome.measured_this_run,
             "wall_seconds": round(wall_seconds, 3), "search_seconds": round(outcome.wall_seconds, 3),
             "sampler": outcome.sampler, "objective": objective, "study_name": study_name,
-            "storage": display_url(storage), "stopped_by": outcome.stopped_by, "workers": dict(worker_stats),
+            "storage": display_url(storage), "stopped_by": outcome.stopped_by, "workers": worker_stats.copy(),
             "measurements_stopped_by": stop_counts(rows),
         },
-        "batch_boundary": dict(boundaries),
-        "candidates": rows,
+        "batch_boundary": cast("dict[str, BoundarySection]", dict(boundaries)),
+        "candidates": cast("list[CandidateRow]", rows),
         "showdown": dict(showdown) if showdown else None,
-        "recommendation": recommendation(rows, showdown, best),
+        "recommendation": cast("Recommendation | None", recommendation(rows, showdown, best)),
         "pareto": pareto_front(rows, recipe.constraints),
         "notes": notes,
     }
 
 
-def stop_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+def stop_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """How the measured candidates stopped: on precision (the CI target), the budget, or max samples."""
     counts: dict[str, int] = {}
     for r in rows:

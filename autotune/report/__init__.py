@@ -17,6 +17,7 @@ What a reader of the rendered report should be able to answer, in this order:
 
 Modules, each depending only on those above it:
 
+- ``types``: the document as the tuner writes it, as TypedDicts (``ReportDocument``).
 - ``schema``: schema constants and ``validate_report``.
 - ``document``: ``normalise_report``, the canonical report.json text, ``load_report``.
 - ``format``: number formatting and small accessors shared by every rendering.

@@ -12,10 +12,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.errors import InputError
 from autotune.report.schema import CANDIDATE_FIELDS, PERCENTILES, REPORT_FILES, show, validate_report
+
+if TYPE_CHECKING:
+    from autotune.report.types import ReportDocument
 
 
 def _plain(value: Any, path: str) -> Any:
@@ -38,7 +41,7 @@ def _plain(value: Any, path: str) -> Any:
     raise InputError(f"{path}: cannot be stored in report.json ({type(value).__name__} {show(value)})")
 
 
-def normalise_report(doc: Mapping[str, Any]) -> dict[str, Any]:
+def normalise_report(doc: Mapping[str, Any]) -> ReportDocument:
     """A validated, JSON-able deep copy with optional sections filled in.
 
     NaN and infinities become ``null`` (JSON has no spelling for them and a NaN throughput
@@ -52,7 +55,9 @@ def normalise_report(doc: Mapping[str, Any]) -> dict[str, Any]:
         if plain.get(key) is None:
             plain[key] = default
     validate_report(plain)
-    return plain
+    # Validated against schema 1, which requires less than ReportDocument declares: a report written by an
+    # older version may lack fields added since, so readers .get() what the schema does not require.
+    return cast("ReportDocument", plain)
 
 
 
@@ -187,7 +192,7 @@ def report_json(doc: Mapping[str, Any]) -> str:
 
 
 
-def load_report(path: Path | str) -> dict[str, Any]:
+def load_report(path: Path | str) -> ReportDocument:
     """Read and validate a stored report.json (or a directory holding one); errors name the file."""
     file = Path(path)
     if file.is_dir():

@@ -153,117 +153,112 @@ def _candidate(value: Any, path: str) -> None:
         )
 
 
-_PROBE = _record(
-    {
-        "batch_size": (_POSITIVE_INT, True),
-        "fits": (_BOOL, True),
-        "peak_memory_bytes": (_nullable(_NUMBER), False),
-        "seconds": (_nullable(_NUMBER), False),
-        "error": (_nullable(_STR), False),
-    }
-)
-_BOUNDARY = _record(
-    {
-        "max_batch_size": (_nullable(_INT), False),
-        "usable_max_batch_size": (_nullable(_INT), False),
-        "headroom": (_nullable(_NUMBER), False),
-        "memory_limit_bytes": (_nullable(_NUMBER), False),
-        "memory_measured_by": (_nullable(_STR), False),
-        "footprint": (_nullable(_STR), False),
-        "granularity_source": (_nullable(_STR), False),
-        "limit_source": (_nullable(_STR), False),
-        "probes": (_list_of(_PROBE), False),
-        "model": (
-            _nullable(_record({"intercept_bytes": (_NUMBER, True), "bytes_per_sample": (_NUMBER, True)})),
-            False,
+PROBE_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "batch_size": (_POSITIVE_INT, True),
+    "fits": (_BOOL, True),
+    "peak_memory_bytes": (_nullable(_NUMBER), False),
+    "seconds": (_nullable(_NUMBER), False),
+    "error": (_nullable(_STR), False),
+}
+_PROBE = _record(PROBE_FIELDS)
+BOUNDARY_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "max_batch_size": (_nullable(_INT), False),
+    "usable_max_batch_size": (_nullable(_INT), False),
+    "headroom": (_nullable(_NUMBER), False),
+    "memory_limit_bytes": (_nullable(_NUMBER), False),
+    "memory_measured_by": (_nullable(_STR), False),
+    "footprint": (_nullable(_STR), False),
+    "granularity_source": (_nullable(_STR), False),
+    "limit_source": (_nullable(_STR), False),
+    "probes": (_list_of(_PROBE), False),
+    "model": (
+        _nullable(_record({"intercept_bytes": (_NUMBER, True), "bytes_per_sample": (_NUMBER, True)})),
+        False,
+    ),
+}
+_BOUNDARY = _record(BOUNDARY_FIELDS)
+RECIPE_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "path": (_nullable(_STR), False),
+    "name": (_nullable(_STR), False),
+    "description": (_nullable(_STR), False),
+    "device": (_nullable(_STR), False),
+    "model": (
+        _nullable(
+            _record(
+                {
+                    "factory": (_STR, True),
+                    "kwargs": (_nullable(_ANY_MAPPING), False),
+                    "base_dir": (_nullable(_STR), False),
+                }
+            )
         ),
-    }
-)
-_RECIPE = _record(
-    {
-        "path": (_nullable(_STR), False),
-        "name": (_nullable(_STR), False),
-        "description": (_nullable(_STR), False),
-        "device": (_nullable(_STR), False),
-        "model": (
-            _nullable(
+        False,
+    ),
+    "inputs": (
+        _nullable(
+            _list_of(
                 _record(
                     {
-                        "factory": (_STR, True),
-                        "kwargs": (_nullable(_ANY_MAPPING), False),
-                        "base_dir": (_nullable(_STR), False),
+                        "name": (_nullable(_STR), False),
+                        "shape": (_list_of(_POSITIVE_INT), True),
+                        "dtype": (_nullable(_STR), False),
+                        "vocab_size": (_nullable(_POSITIVE_INT), False),
                     }
                 )
-            ),
-            False,
+            )
         ),
-        "inputs": (
-            _nullable(
-                _list_of(
-                    _record(
-                        {
-                            "name": (_nullable(_STR), False),
-                            "shape": (_list_of(_POSITIVE_INT), True),
-                            "dtype": (_nullable(_STR), False),
-                            "vocab_size": (_nullable(_POSITIVE_INT), False),
-                        }
-                    )
-                )
-            ),
-            False,
+        False,
+    ),
+    "objective": (_nullable(_one_of(OBJECTIVES)), False),
+    "constraints": (
+        _nullable(
+            _record(
+                {
+                    "max_latency_ms": (_nullable(_NUMBER), False),
+                    "latency_percentile": (_nullable(_one_of(PERCENTILES)), False),
+                    "max_memory_bytes": (_nullable(_NUMBER), False),
+                }
+            )
         ),
-        "objective": (_nullable(_one_of(OBJECTIVES)), False),
-        "constraints": (
-            _nullable(
-                _record(
-                    {
-                        "max_latency_ms": (_nullable(_NUMBER), False),
-                        "latency_percentile": (_nullable(_one_of(PERCENTILES)), False),
-                        "max_memory_bytes": (_nullable(_NUMBER), False),
-                    }
-                )
-            ),
-            False,
-        ),
-        "time_budget_s": (_nullable(_NUMBER), False),
-    }
-)
-_SEARCH = _record(
-    {
-        "trials": (_nullable(_INT), False),
-        "wall_seconds": (_nullable(_NUMBER), False),
-        "sampler": (_nullable(_STR), False),
-        "objective": (_nullable(_one_of(OBJECTIVES)), False),
-        "study_name": (_nullable(_STR), False),
-        "storage": (_nullable(_STR), False),
-        "stopped_by": (_nullable(_STR), False),
-    }
-)
+        False,
+    ),
+    "time_budget_s": (_nullable(_NUMBER), False),
+}
+_RECIPE = _record(RECIPE_FIELDS)
+SEARCH_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "trials": (_nullable(_INT), False),
+    "wall_seconds": (_nullable(_NUMBER), False),
+    "sampler": (_nullable(_STR), False),
+    "objective": (_nullable(_one_of(OBJECTIVES)), False),
+    "study_name": (_nullable(_STR), False),
+    "storage": (_nullable(_STR), False),
+    "stopped_by": (_nullable(_STR), False),
+}
+_SEARCH = _record(SEARCH_FIELDS)
 #: The deployable artifact's kinds (``autotune.artifact.KINDS``' values) and the sections' statuses.
 ARTIFACT_KINDS = ("torchscript", "aoti", "onnx", "openvino", "code")
 SECTION_STATUSES = ("ok", "failed")
 _NN_NUMBER = _nullable(_NUMBER)
-_ARTIFACT = _record(
-    {
-        "status": (_one_of(SECTION_STATUSES), True),
-        "reason": (_nullable(_STR), False),
-        "variant": (_nullable(_STR), False),
-        "batch_size": (_nullable(_POSITIVE_INT), False),
-        "kind": (_nullable(_one_of(ARTIFACT_KINDS)), False),
-        "format": (_nullable(_STR), False),
-        "dir": (_nullable(_STR), False),
-        "loader": (_nullable(_STR), False),
-        "loader_code": (_nullable(_STR), False),
-        "files": (_nullable(_list_of(_record({"name": (_STR, True), "bytes": (_INT, True)}))), False),
-        "size_bytes": (_NN_NUMBER, False),
-        "build_seconds": (_NN_NUMBER, False),
-        "save_seconds": (_NN_NUMBER, False),
-        "wall_seconds": (_NN_NUMBER, False),
-        "threads": (_nullable(_POSITIVE_INT), False),
-        "runtime": (_nullable(_ANY_MAPPING), False),
-        "notes": (_nullable(_list_of(_STR)), False),
-    }
-)
+ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "status": (_one_of(SECTION_STATUSES), True),
+    "reason": (_nullable(_STR), False),
+    "variant": (_nullable(_STR), False),
+    "batch_size": (_nullable(_POSITIVE_INT), False),
+    "kind": (_nullable(_one_of(ARTIFACT_KINDS)), False),
+    "format": (_nullable(_STR), False),
+    "dir": (_nullable(_STR), False),
+    "loader": (_nullable(_STR), False),
+    "loader_code": (_nullable(_STR), False),
+    "files": (_nullable(_list_of(_record({"name": (_STR, True), "bytes": (_INT, True)}))), False),
+    "size_bytes": (_NN_NUMBER, False),
+    "build_seconds": (_NN_NUMBER, False),
+    "save_seconds": (_NN_NUMBER, False),
+    "wall_seconds": (_NN_NUMBER, False),
+    "threads": (_nullable(_POSITIVE_INT), False),
+    "runtime": (_nullable(_ANY_MAPPING), False),
+    "notes": (_nullable(_list_of(_STR)), False),
+}
+_ARTIFACT = _record(ARTIFACT_FIELDS)
 _PROFILE_ROW = _record(
     {
         "name": (_STR, True),
@@ -284,34 +279,32 @@ _PROFILE_TABLE = _record(
         "note": (_nullable(_STR), False),
     }
 )
-_PROFILE = _record(
-    {
-        "status": (_one_of(SECTION_STATUSES), True),
-        "reason": (_nullable(_STR), False),
-        "batch_size": (_nullable(_POSITIVE_INT), False),
-        "tables": (_list_of(_PROFILE_TABLE), False),
-    }
-)
+PROFILE_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "status": (_one_of(SECTION_STATUSES), True),
+    "reason": (_nullable(_STR), False),
+    "batch_size": (_nullable(_POSITIVE_INT), False),
+    "tables": (_list_of(_PROFILE_TABLE), False),
+}
+_PROFILE = _record(PROFILE_FIELDS)
 _SCHEMA = _kind(lambda v: is_int(v) and v == SCHEMA_VERSION, f"schema version {SCHEMA_VERSION}")
-_DOCUMENT = _record(
-    {
-        "schema": (_SCHEMA, True),
-        "tool": (_nullable(_ANY_MAPPING), False),
-        "created": (_nullable(_STR), False),
-        "recipe": (_RECIPE, True),
-        "environment": (_ANY_MAPPING, True),
-        "search": (_SEARCH, True),
-        "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
-        "candidates": (_list_of(_candidate), True),
-        "recommendation": (_nullable(_candidate), True),
-        "showdown": (_nullable(_ANY_MAPPING), False),
-        # optional additions within schema 1 (older readers ignore unknown fields; older reports lack them)
-        "artifact": (_nullable(_ARTIFACT), False),
-        "profile": (_nullable(_PROFILE), False),
-        "pareto": (_nullable(_list_of(_INT)), False),
-        "notes": (_nullable(_list_of(_STR)), False),
-    }
-)
+DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "schema": (_SCHEMA, True),
+    "tool": (_nullable(_ANY_MAPPING), False),
+    "created": (_nullable(_STR), False),
+    "recipe": (_RECIPE, True),
+    "environment": (_ANY_MAPPING, True),
+    "search": (_SEARCH, True),
+    "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
+    "candidates": (_list_of(_candidate), True),
+    "recommendation": (_nullable(_candidate), True),
+    "showdown": (_nullable(_ANY_MAPPING), False),
+    # optional additions within schema 1 (older readers ignore unknown fields; older reports lack them)
+    "artifact": (_nullable(_ARTIFACT), False),
+    "profile": (_nullable(_PROFILE), False),
+    "pareto": (_nullable(_list_of(_INT)), False),
+    "notes": (_nullable(_list_of(_STR)), False),
+}
+_DOCUMENT = _record(DOCUMENT_FIELDS)
 
 
 def validate_report(doc: Mapping[str, Any]) -> None:
