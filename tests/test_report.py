@@ -1,6 +1,6 @@
 """Tests of autotune.report: validation, the three report files, plots, console table, reproduce code.
 
-The synthetic document below has the shape autotune.tuner.build_document produces (rows as
+The synthetic document below has the shape autotune.run_document.build_document produces (rows as
 autotune.candidate.candidate_record makes them). Expected values are computed from the document
 in each test, never typed in.
 
