@@ -351,7 +351,7 @@ def _describe_row(row: dict[str, Any]) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.tuner import rerender
+    from autotune.run_document import rerender
 
     doc = rerender(args.dir, storage=args.storage)
     from autotune.report import console_table

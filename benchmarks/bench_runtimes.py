@@ -96,7 +96,7 @@ def run_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
     settings = ShowdownSettings(rounds=args.rounds, round_seconds=args.round_seconds, margin=0.02,
                                 objective="throughput", latency_percentile="p99", timeout_s=600.0,
                                 seed=args.seed, processes=2)
-    recipe_data = {k: v for k, v in report["recipe"].items() if k != "device_resolved"}  # as tuner.rerender
+    recipe_data = {k: v for k, v in report["recipe"].items() if k != "device_resolved"}  # as run_document.rerender
     doc = run_showdown(rows, recipe_data=recipe_data, settings=settings, make_runner=Runner,
                        on_progress=lambda text: print(f"  {model}: {text}", flush=True))
     return {"model": model, "batch_size": MODELS[model][1], "candidates": report["candidates"],

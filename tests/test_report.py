@@ -1,6 +1,6 @@
 """Tests of autotune.report: validation, the three report files, plots, console table, reproduce code.
 
-The synthetic document below has the shape autotune.tuner.build_document produces (rows as
+The synthetic document below has the shape autotune.run_document.build_document produces (rows as
 autotune.candidate.candidate_record makes them). Expected values are computed from the document
 in each test, never typed in.
 
@@ -588,11 +588,14 @@ def test_trace_plot_without_iterations_per_sample(document: dict[str, Any]) -> N
 
 
 def test_report_module_imports_neither_torch_nor_optuna(tmp_path: Path) -> None:
+    # The document travels as JSON: the child imports only autotune.report (never this test module).
+    doc_path = tmp_path / "document.json"
+    doc_path.write_text(json.dumps(degenerate_document()), encoding="utf-8")
     script = (
-        "import sys\n"
+        "import json, sys\n"
         "from autotune.report import write_reports\n"
-        "from tests.test_report import degenerate_document\n"
-        f"write_reports(degenerate_document(), {str(tmp_path)!r})\n"
+        f"doc = json.loads(open({str(doc_path)!r}, encoding='utf-8').read())\n"
+        f"write_reports(doc, {str(tmp_path / 'out')!r})\n"
         "print(sorted(m for m in ('torch', 'optuna') if m in sys.modules))\n"
     )
     root = Path(__file__).resolve().parents[1]

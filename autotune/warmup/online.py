@@ -3,6 +3,10 @@
 :class:`OnlineDetector` reruns the offline :func:`~autotune.warmup.offline.analyze` on a
 geometric schedule and adds the stop gates of its risk model (its docstring has both);
 :func:`replay` feeds a recorded series through it.
+
+Why one module (~430 lines): it is one class; its private methods are the steps and stop gates of its
+pseudo-code and share the detector's running state (schedule, steady start, restarts), so they are only
+understood read beside it. A fifth of the length is the class docstring's risk model and pseudo-code.
 """
 
 from __future__ import annotations

@@ -1,0 +1,130 @@
+"""The recipe's values: frozen dataclasses, one per table of the TOML file, and their JSON form.
+
+A parsed recipe is a value, shared by the parent and every worker: :meth:`Recipe.to_dict` is what
+report.json stores and what a worker request carries, :meth:`Recipe.from_dict` reads it back. The
+defaults here are the format's defaults (:mod:`autotune.recipe.parse` fills a missing key from them);
+what each field means is in :mod:`autotune.recipe` and README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
+INTEGER_DTYPES = ("int64", "int32")
+DEFAULT_MAX_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where the model comes from: ``module:function`` or ``file.py:function`` plus kwargs."""
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: str = "."  # directory of the recipe: file factories are relative to it
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One positional input of ``forward``: per-sample shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    vocab_size: int | None = None
+
+    @property
+    def is_integer(self) -> bool:
+        return self.dtype in INTEGER_DTYPES
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    variants: tuple[str, ...] = ("eager",)
+    precisions: tuple[str, ...] = ("fp32",)
+    memory_formats: tuple[str, ...] = ("contiguous",)
+    batch_sizes: tuple[int, ...] | Literal["auto"] = "auto"
+    objective: str = "throughput"
+    time_budget_s: float = 300.0
+    max_trials: int = 0
+    seed: int = 0
+    #: Finalists whose paired throughput (or latency) ratio to the leader is within this fraction
+    #: are a tie, decided by the tie-break (autotune.showdown).
+    equivalence_margin: float = 0.02
+    strategy: str = "tpe"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_latency_ms: float | None = None
+    latency_percentile: str = "p99"
+    max_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    granularity: int | None = None  # None: the device's default (see autotune.boundaries.granularity_for)
+    memory_budget_bytes: int | None = None
+    headroom: float = 0.10
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    mode: str = "throughput"
+    ci_target: float = 0.01
+    max_seconds: float = 10.0
+    timeout_s: float = 600.0
+    #: Showdown: interleaved rounds over the finalists (0: no showdown) and seconds per slice.
+    rounds: int = 6
+    round_seconds: float = 0.5
+    #: Showdown: fresh worker processes per finalist (rounds alternate between them).
+    processes: int = 2
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: str
+    name: str
+    description: str
+    device: str
+    model: ModelSpec
+    inputs: tuple[InputSpec, ...]
+    search: SearchSpec = SearchSpec()
+    constraints: Constraints = Constraints()
+    batch: BatchSpec = BatchSpec()
+    measure: MeasureSpec = MeasureSpec()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, used in report.json and to hand the recipe to a worker."""
+        data = asdict(self)
+        data["model"]["kwargs"] = dict(self.model.kwargs)
+        data["inputs"] = [dict(asdict(i), shape=list(i.shape)) for i in self.inputs]
+        sb = self.search.batch_sizes
+        data["search"]["batch_sizes"] = sb if isinstance(sb, str) else list(sb)
+        for key in ("variants", "precisions", "memory_formats"):
+            data["search"][key] = list(data["search"][key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
+        """Inverse of :meth:`to_dict` (trusted input: what to_dict produced)."""
+        sd = dict(data["search"])
+        for key in ("variants", "precisions", "memory_formats"):
+            sd[key] = tuple(sd[key])
+        if not isinstance(sd["batch_sizes"], str):
+            sd["batch_sizes"] = tuple(sd["batch_sizes"])
+        return cls(
+            path=data["path"],
+            name=data["name"],
+            description=data["description"],
+            device=data["device"],
+            model=ModelSpec(**data["model"]),
+            inputs=tuple(InputSpec(**dict(i, shape=tuple(i["shape"]))) for i in data["inputs"]),
+            search=SearchSpec(**sd),
+            constraints=Constraints(**data["constraints"]),
+            batch=BatchSpec(**data["batch"]),
+            measure=MeasureSpec(**data["measure"]),
+        )

@@ -1,0 +1,105 @@
+"""The final showdown: finalists re-measured in randomized, interleaved rounds, compared in pairs.
+
+Why: the search measures each candidate once, in one contiguous window of a few seconds. On a
+shared machine a busy neighbour or a clock change during that window is charged to that one
+candidate, and its within-window CI cannot see it: three runs of the demo crowned three
+different winners while each run's CIs were +-1-6%. Following Abedi & Brecht ("Conducting
+repeatable experiments in highly variable cloud computing environments", ICPE 2017), the
+finalists are re-measured in several rounds, each round visiting every finalist once in a fresh
+random order, so slow periods of the machine are spread over all of them. The winner is decided
+by a *paired* comparison over rounds (each round's ratio to the leader measured in that same
+round), which cancels what a round shares, and finalists within a practical-equivalence margin
+are a tie broken by a documented rule instead of by noise.
+
+Algorithm::
+
+    finalists = feasible ok rows ranked by the search's pessimistic score;
+                the leader, every row whose throughput CI still reaches the leader's
+                (upper bound >= leader's lower bound), every row whose screening window
+                other processes disturbed (> 0.1 core: its number says little),
+                at least `min_finalists`, at most `max_finalists`
+    stage:   `processes` (2) fresh measure workers per finalist: build the variant, first call,
+             warm up; round r uses worker r mod processes
+    rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI
+             straddles 1 - margin: see :func:`undecided`); at most 3R rounds, or the deadline:
+                 for each finalist in a seeded random order: time one slice
+                 (round_seconds of back-to-back calls) -> seconds per call in round r,
+                 and the CPU others used meanwhile (autotune.contention)
+                 a round in which any slice saw > 0.1 core of foreign CPU is "disturbed";
+                 the first `processes` rounds are burn-in (every process's first slice:
+                 a fresh process's allocator is still settling) and never compared
+             compare on the undisturbed rounds (all rounds if fewer than 2 are)
+    compare (pure, :func:`compare`):
+        perf[c][r] = throughput (samples/s), or 1 / latency percentile for a latency objective
+        leader     = argmax over c of median_r (log perf[c][r] - log perf[L0][r]), where L0 is
+                     the best by median log perf (paired against a common reference)
+        ratio[c]   = exp(median_r (log perf[c][r] - log perf[leader][r]))    # paired
+        ci[c]      = percentile bootstrap of that median over resampled rounds (paired: the
+                     same rounds for c and the leader)
+        (medians, not means: a round a neighbour hit unevenly moves a mean, not a median)
+        tie        = {c : upper end of ci[c] >= 1 - margin}: not shown to be slower than the
+                     leader by more than the margin (a finalist whose processes or rounds
+                     disagree gets a wide CI and stays in the tie rather than losing by luck)
+        pick       = min over tie of (simplicity, p99 latency, peak memory)
+        simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
+                    precision, then contiguous before channels_last
+
+Where each part lives (this package re-exports the public names):
+
+* :mod:`~autotune.showdown.paired`: the pure half (no workers, no I/O): the finalists, the paired comparison
+  (:func:`compare`, the bootstrap CI of each ratio), the tie rule, :func:`undecided` and the
+  :func:`recommendation`; tested without a worker;
+* :mod:`~autotune.showdown.rounds`: the orchestration: the staged workers, the interleaved rounds, the
+  burn-in and disturbed rounds (:func:`run_showdown`).
+
+``rounds`` -> ``paired``, never back. The pure module is not called ``compare``: the package re-exports
+the function :func:`compare`, which would shadow a submodule of that name.
+"""
+
+from __future__ import annotations
+
+from autotune.showdown.paired import (
+    MAX_FINALISTS,
+    MIN_FINALISTS,
+    N_BOOT,
+    SIMPLICITY,
+    Contender,
+    Standing,
+    Verdict,
+    candidate_key,
+    compare,
+    contender_from,
+    recommendation,
+    select_finalists,
+    simplicity,
+    undecided,
+)
+from autotune.showdown.rounds import (
+    MAX_ROUNDS_FACTOR,
+    SLICE_GRACE_S,
+    ShowdownSettings,
+    estimated_seconds,
+    run_showdown,
+)
+
+__all__ = [
+    "MAX_FINALISTS",
+    "MAX_ROUNDS_FACTOR",
+    "MIN_FINALISTS",
+    "N_BOOT",
+    "SIMPLICITY",
+    "SLICE_GRACE_S",
+    "Contender",
+    "ShowdownSettings",
+    "Standing",
+    "Verdict",
+    "candidate_key",
+    "compare",
+    "contender_from",
+    "estimated_seconds",
+    "recommendation",
+    "run_showdown",
+    "select_finalists",
+    "simplicity",
+    "undecided",
+]

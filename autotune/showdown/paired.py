@@ -1,0 +1,223 @@
+"""The showdown's statistics (pure, no workers): which rows are finalists, the paired comparison of their
+rounds, the tie rule and the recommendation it makes.
+
+The pseudo-code is in :mod:`autotune.showdown` (``compare``); :mod:`autotune.showdown.rounds` produces the
+rounds this module compares.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autotune.candidate import pessimistic_score
+from autotune.contention import DISTURBED_CORES
+from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
+
+#: Finalists re-measured at least / at most (when that many feasible candidates exist).
+MIN_FINALISTS = 3
+MAX_FINALISTS = 6
+#: Bootstrap resamples of the rounds for the ratio's CI.
+N_BOOT = 2000
+#: Compiler families from simplest to most involved to deploy (the first tie-break).
+#: The runtimes come last: deploying them adds a runtime, an export step and a second set of kernels.
+SIMPLICITY = {"eager": 0, "script": 1, "trace": 1, "frozen": 2, "compile": 3, "export": 3,
+              "onnx": 4, "openvino": 4}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One finalist's rounds: seconds per call in each round, plus what the tie-break needs."""
+
+    key: str
+    batch_size: int
+    seconds_per_call: tuple[float, ...]
+    simplicity: tuple[int, ...]
+    p99_ms: float = math.inf
+    peak_memory_bytes: float = math.inf
+    latency_seconds: tuple[float, ...] = ()  # per round: the objective's latency percentile (latency objective)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A contender's result in the paired comparison."""
+
+    key: str
+    ratio: float  # performance relative to the leader (1.0 = the leader; < 1 = slower)
+    ratio_ci: tuple[float, float]
+    tied: bool
+    round_perf: tuple[float, ...]  # throughput per round (samples/s), or 1/latency per round
+    round_spread: float  # coefficient of variation of round_perf: the between-rounds spread
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "ratio": self.ratio, "ratio_ci": list(self.ratio_ci), "tied": self.tied,
+                "round_perf": list(self.round_perf), "round_spread": self.round_spread}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of :func:`compare`: the leader, the pick, every standing and whether it was a tie."""
+
+    leader: str
+    pick: str
+    standings: tuple[Standing, ...]
+    margin: float
+    rounds: int
+    tie_break: str = field(default="")
+
+    @property
+    def tie(self) -> bool:
+        return sum(s.tied for s in self.standings) > 1
+
+    def standing(self, key: str) -> Standing:
+        return next(s for s in self.standings if s.key == key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"leader": self.leader, "pick": self.pick, "tie": self.tie, "margin": self.margin,
+                "rounds": self.rounds, "tie_break": self.tie_break,
+                "standings": [s.to_dict() for s in self.standings]}
+
+
+def simplicity(row: Mapping[str, Any]) -> tuple[int, ...]:
+    """Tie-break key of a candidate row: simpler execution first (see the module docstring)."""
+    return (SIMPLICITY.get(str(row.get("compiler")), len(SIMPLICITY)),
+            int((row.get("precision") or "fp32") != "fp32"),
+            int((row.get("memory_format") or "contiguous") != "contiguous"))
+
+
+def select_finalists(rows: Sequence[Mapping[str, Any]], *, objective: str, latency_percentile: str = "p99",
+                     min_finalists: int = MIN_FINALISTS, max_finalists: int = MAX_FINALISTS
+                     ) -> list[Mapping[str, Any]]:
+    """The leader and every feasible row that could still beat it, in score order (see module docstring)."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("feasible")]
+    ranked = sorted(ok, key=lambda r: pessimistic_score(r, objective=objective,
+                                                        latency_percentile=latency_percentile))
+    if not ranked:
+        return []
+    leader = ranked[0]
+
+    def reaches(row: Mapping[str, Any]) -> bool:
+        if objective == "latency":
+            return True  # latency rows carry no CI of their percentile: rank order decides
+        lead_ci, ci = leader.get("throughput_ci"), row.get("throughput_ci")
+        if not lead_ci or not ci or lead_ci[0] is None or ci[1] is None:
+            return False
+        return float(ci[1]) >= float(lead_ci[0])
+
+    def disturbed(row: Mapping[str, Any]) -> bool:  # its one window was shared with a neighbour: unjudged
+        foreign = row.get("foreign_cores")
+        return foreign is not None and float(foreign) > DISTURBED_CORES
+
+    out = [r for i, r in enumerate(ranked) if i < min_finalists or reaches(r) or disturbed(r)]
+    return out[:max_finalists]
+
+
+def _bootstrap_median_ci(d: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> tuple[float, float]:
+    if d.size < 2 or float(d.max()) == float(d.min()):
+        m = float(np.median(d))
+        return (m, m)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d.size, size=(n_boot, d.size))
+    medians = np.median(d[idx], axis=1)
+    lo, hi = np.quantile(medians, [0.025, 0.975])
+    return (float(lo), float(hi))
+
+
+def compare(contenders: Sequence[Contender], *, objective: str = "throughput", margin: float = DEFAULT_MARGIN,
+            seed: int = 0) -> Verdict:
+    """Paired comparison over rounds and the tie-break (pseudo-code in the module docstring).
+
+    Every contender must have the same number of rounds (>= 1); round r of all of them was
+    measured in the same interleaved pass.
+    """
+    if not contenders:
+        raise ValueError("compare needs at least one contender")
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    rounds = {len(c.seconds_per_call) for c in contenders}
+    if len(rounds) != 1 or 0 in rounds:
+        raise ValueError(f"every contender needs the same number (>= 1) of rounds, got {sorted(rounds)}")
+    perf: dict[str, np.ndarray] = {}
+    for c in contenders:
+        if objective == "latency":
+            lat = np.asarray(c.latency_seconds or c.seconds_per_call, dtype=float)
+            perf[c.key] = 1.0 / lat
+        else:
+            perf[c.key] = c.batch_size / np.asarray(c.seconds_per_call, dtype=float)
+    logs = {k: np.log(v) for k, v in perf.items()}
+    reference = max(contenders, key=lambda c: float(np.median(logs[c.key]))).key
+    leader = max(contenders, key=lambda c: float(np.median(logs[c.key] - logs[reference]))).key
+    standings = []
+    for i, c in enumerate(contenders):
+        d = logs[c.key] - logs[leader]
+        lo, hi = _bootstrap_median_ci(d, seed=seed + i)
+        ratio = float(math.exp(np.median(d)))
+        p = perf[c.key]
+        spread = float(p.std(ddof=1) / p.mean()) if p.size > 1 else 0.0
+        standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=(math.exp(lo), math.exp(hi)),
+                                  tied=math.exp(hi) >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
+                                  round_spread=spread))
+    by_key = {c.key: c for c in contenders}
+    ratio_of = {s.key: s.ratio for s in standings}
+    tied = [s.key for s in standings if s.tied]
+    pick = min(tied, key=lambda k: (by_key[k].simplicity, by_key[k].p99_ms, by_key[k].peak_memory_bytes,
+                                    -ratio_of[k]))
+    reason = ""
+    if len(tied) > 1:
+        reason = (f"{len(tied)} finalists within {margin:.0%} of the leader: simplest execution first "
+                  "(eager < script/trace < frozen < compile/export < onnx/openvino; fp32 and contiguous first), "
+                  "then lower p99 latency, then lower peak memory")
+    return Verdict(leader=leader, pick=pick, standings=tuple(standings), margin=margin,
+                   rounds=next(iter(rounds)), tie_break=reason)
+
+
+def candidate_key(row: Mapping[str, Any]) -> str:
+    return f"{row['variant']}@{row['batch_size']}"
+
+
+def contender_from(row: Mapping[str, Any], seconds_per_call: Sequence[float],
+                   latency_seconds: Sequence[float] = ()) -> Contender:
+    p99 = (row.get("latency_ms") or {}).get("p99")
+    return Contender(key=candidate_key(row), batch_size=int(row["batch_size"]),
+                     seconds_per_call=tuple(float(s) for s in seconds_per_call),
+                     simplicity=simplicity(row), p99_ms=float(p99) if p99 is not None else math.inf,
+                     peak_memory_bytes=float(row.get("peak_memory_bytes") or math.inf),
+                     latency_seconds=tuple(float(s) for s in latency_seconds))
+
+
+def undecided(verdict: Verdict) -> bool:
+    """Whether some finalist's tie is a coin flip: its ratio CI straddles ``1 - margin``.
+
+    Such a finalist is tied only because the rounds cannot yet tell (the CI reaches the margin
+    but also goes below it); more rounds narrow the CI, so the showdown keeps going (up to
+    ``MAX_ROUNDS_FACTOR`` x the rounds asked, or its deadline) instead of letting noise decide
+    whether a slower variant is picked for simplicity.
+    """
+    floor = 1.0 - verdict.margin
+    return any(s.key != verdict.leader and s.ratio_ci[0] < floor <= s.ratio_ci[1] for s in verdict.standings)
+
+
+def recommendation(rows: Sequence[Mapping[str, Any]], showdown: Mapping[str, Any] | None,
+                   fallback: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The recommended row: the showdown's pick when there was one, else ``fallback`` (the search's best).
+
+    The row carries ``decided_by`` and, after a showdown, the pick's standing (ratio to the
+    leader with its CI, whether it was a tie and with whom).
+    """
+    verdict = (showdown or {}).get("verdict")
+    if verdict:
+        pick = next((r for r in rows if r.get("status") == "ok" and r.get("feasible")
+                     and candidate_key(r) == verdict["pick"]), None)
+        if pick is not None:
+            standing = next(s for s in verdict["standings"] if s["key"] == verdict["pick"])
+            tied = [s["key"] for s in verdict["standings"] if s["tied"]]
+            return {**pick, "decided_by": "showdown", "showdown": {
+                "ratio_to_leader": standing["ratio"], "ratio_ci": standing["ratio_ci"], "leader": verdict["leader"],
+                "tie": verdict["tie"], "tied_with": [k for k in tied if k != verdict["pick"]],
+                "round_spread": standing["round_spread"], "margin": verdict["margin"],
+                "rounds": verdict["rounds"]}}
+    return None if fallback is None else {**fallback, "decided_by": "search"}
