@@ -2,6 +2,11 @@
 
 Both files show the same facts in the same order; building the rows here keeps the two
 renderers to layout only (markdown pipes versus HTML cells and badges).
+
+Why one module (~450 lines): it is the report's table of contents. Each function is one section
+(headline, candidates, environment, recipe, boundaries, showdown, artifact, profile), in the order both
+files show them, and none calls another's. Splitting it by section would give each renderer a dozen
+imports and gain no concept.
 """
 
 from __future__ import annotations
