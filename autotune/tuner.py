@@ -2,7 +2,7 @@
 
 This module wires the pieces together and owns nothing clever itself: the worker protocol is
 in :mod:`autotune.runner`, the batch boundaries in :mod:`autotune.boundaries`, the study in
-:mod:`autotune.search`, the documents in :mod:`autotune.report`. No torch import: everything
+:mod:`autotune.study`, the documents in :mod:`autotune.report`. No torch import: everything
 that touches torch happens in the worker.
 """
 
@@ -23,7 +23,7 @@ from autotune.events import OnEvent, emit
 from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
 from autotune.runner import Runner
-from autotune.search import (
+from autotune.study import (
     Search,
     SearchOutcome,
     SearchSettings,
@@ -32,11 +32,11 @@ from autotune.search import (
     fingerprint_digest,
     load_existing_study,
     open_study,
+    refined_batch_sizes,
     storage_errors,
     study_fingerprint,
     verify_join,
 )
-from autotune.strategy import refined_batch_sizes
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
 from autotune.version import __version__
 
@@ -74,7 +74,7 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> dict[str, Any]:
 
     ``--out`` is locked from when it exists to the end (one run per directory: :mod:`autotune.outdir`), and
     a storage or ``--out`` failure anywhere (locked, full, damaged, read-only) is an :class:`InputError`
-    that leaves what was measured so far in the study (:func:`autotune.search.storage_errors`).
+    that leaves what was measured so far in the study (:func:`autotune.study.storage.storage_errors`).
     """
     storage = options.storage or f"sqlite:///{(options.out_dir / 'study.db').resolve()}"
     with contextlib.ExitStack() as held, storage_errors(storage, out_dir=options.out_dir):
@@ -264,7 +264,7 @@ def join_study(recipe: Recipe, storage: str, study_name: str | None = None, *, t
 
     Trust: the storage is data. Nothing read from it is executed: the model is built from the local recipe
     (its factory is imported here, as by ``autotune run``), and the worker refuses to join unless the study's
-    fingerprint (:func:`autotune.search.study_fingerprint`: model file contents, inputs, resolved device,
+    fingerprint (:func:`autotune.study.fingerprint.study_fingerprint`: model file contents, inputs, resolved device,
     torch, hardware) is this recipe's on this machine. From the study it takes only the search space (variant
     names and batch sizes), and only variants the local recipe has.
 
@@ -339,8 +339,8 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
 
 def _rerender(out_dir: Path, *, storage: str | None = None) -> dict[str, Any]:
     from autotune.report import load_report, write_reports
-    from autotune.search import measured_rows
     from autotune.showdown import recommendation
+    from autotune.study import measured_rows
 
     doc = load_report(out_dir / "report.json")
     name = doc["search"]["study_name"]
