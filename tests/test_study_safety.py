@@ -85,7 +85,6 @@ variants = {variants}
 batch_sizes = {batch_sizes}
 time_budget_s = 60
 max_trials = {max_trials}
-strategy = "tpe"  # these tests count trials of an exhaustive search; the storage, not the strategy, is tested
 [measure]
 max_seconds = {max_seconds}
 ci_target = {ci_target}
