@@ -55,9 +55,9 @@ class CandidateRow(TypedDict):
     #: set with a measurement
     iterations_per_sample: NotRequired[int]
     #: set by the search on a row told only so the sampler learns: the trial it repeats, or None for a
-    #: combination outside the space (such rows never reach the report: ``autotune.search.measured_rows``)
+    #: combination outside the space (such rows never reach the report: ``autotune.study.measured_rows``)
     repeat_of_trial: NotRequired[int | None]
-    #: set by the bracket strategy on the rows it measures (:mod:`autotune.strategy`)
+    #: set by the bracket strategy on the rows it measures (:mod:`autotune.study.bracket`)
     fidelity: NotRequired[float]
     search_action: NotRequired[str]
     search_seconds: NotRequired[float]

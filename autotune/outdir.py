@@ -42,7 +42,7 @@ def hold_out_dir(out: Path) -> Iterator[None]:
     """Hold ``out``'s lock for the block; :class:`InputError` if another process holds it.
 
     ``out`` must exist. An OSError creating or writing the lock file, or a file beside it (a read-only, immutable
-    or full ``--out``), goes on up: :func:`autotune.search.storage_errors` turns it into a message.
+    or full ``--out``), goes on up: :func:`autotune.study.storage.storage_errors` turns it into a message.
     """
     path = out / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

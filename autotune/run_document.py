@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune.candidate import best_row, pareto_front
 from autotune.errors import InputError
 from autotune.recipe import Recipe
-from autotune.search import SearchOutcome, display_url, load_existing_study, storage_errors
+from autotune.study import SearchOutcome, display_url, load_existing_study, storage_errors
 from autotune.validation import ValidatedWorkload
 from autotune.version import __version__
 
@@ -41,8 +41,8 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
 
 def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     from autotune.report import load_report, write_reports
-    from autotune.search import measured_rows
     from autotune.showdown import recommendation
+    from autotune.study import measured_rows
 
     doc = load_report(out_dir / "report.json")
     name = doc["search"]["study_name"]

@@ -2,7 +2,7 @@
 
 This module wires the pieces together and owns nothing clever itself: the worker protocol is
 in :mod:`autotune.runner`, the batch boundaries in :mod:`autotune.boundaries`, the study in
-:mod:`autotune.search`, the report document in :mod:`autotune.run_document` (which also rebuilds it
+:mod:`autotune.study`, the report document in :mod:`autotune.run_document` (which also rebuilds it
 for ``autotune report DIR``), its renderings in :mod:`autotune.report`. :func:`join_study` is the same
 search joined from another machine (``autotune worker``). No torch import: everything that touches
 torch happens in the worker.
@@ -25,7 +25,7 @@ from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
 from autotune.run_document import SHOWDOWN_ATTR, build_document
 from autotune.runner import Runner
-from autotune.search import (
+from autotune.study import (
     Search,
     SearchOutcome,
     SearchSettings,
@@ -34,11 +34,11 @@ from autotune.search import (
     fingerprint_digest,
     load_existing_study,
     open_study,
+    refined_batch_sizes,
     storage_errors,
     study_fingerprint,
     verify_join,
 )
-from autotune.strategy import refined_batch_sizes
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> ReportDocument:
 
     ``--out`` is locked from when it exists to the end (one run per directory: :mod:`autotune.outdir`), and
     a storage or ``--out`` failure anywhere (locked, full, damaged, read-only) is an :class:`InputError`
-    that leaves what was measured so far in the study (:func:`autotune.search.storage_errors`).
+    that leaves what was measured so far in the study (:func:`autotune.study.storage.storage_errors`).
     """
     storage = options.storage or f"sqlite:///{(options.out_dir / 'study.db').resolve()}"
     with contextlib.ExitStack() as held, storage_errors(storage, out_dir=options.out_dir):
@@ -267,7 +267,7 @@ def join_study(recipe: Recipe, storage: str, study_name: str | None = None, *, t
 
     Trust: the storage is data. Nothing read from it is executed: the model is built from the local recipe
     (its factory is imported here, as by ``autotune run``), and the worker refuses to join unless the study's
-    fingerprint (:func:`autotune.search.study_fingerprint`: model file contents, inputs, resolved device,
+    fingerprint (:func:`autotune.study.fingerprint.study_fingerprint`: model file contents, inputs, resolved device,
     torch, hardware) is this recipe's on this machine. From the study it takes only the search space (variant
     names and batch sizes), and only variants the local recipe has.
 

@@ -13,7 +13,8 @@ from typing import Literal, get_args
 #: What the search optimises (``search.objective``).
 Objective = Literal["throughput", "latency", "pareto"]
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
-#: How the search picks what to measure next (``search.strategy``): :mod:`autotune.strategy`, :mod:`autotune.search`.
+#: How the search picks what to measure next (``search.strategy``): :mod:`autotune.study.bracket`,
+#: :mod:`autotune.study.loop`.
 Strategy = Literal["bracket", "tpe"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 #: What a single measurement times for (``measure.mode``).

@@ -17,12 +17,12 @@ Methods, each given the same seeds:
 - ``exhaustive``: every point at full fidelity in the recorder's order (variant-major, batch ascending);
   its total cost is the denominator of every "fraction of exhaustive cost";
 - ``random``: every point at full fidelity in a random order (random search without replacement);
-- ``tpe``: today's default before this benchmark: ``autotune.search.make_sampler`` (TPE, multivariate,
+- ``tpe``: today's default before this benchmark: ``autotune.study.make_sampler`` (TPE, multivariate,
   5 startup trials, seeded) over the pre-crossed categoricals ``variant`` x ``batch_size`` in an in-memory
-  study, with the priors ``autotune.search.Search`` enqueues (every variant at its largest batch for
+  study, with the priors ``autotune.study.Search`` enqueues (every variant at its largest batch for
   throughput, its smallest for latency), a repeat told again for free and an unmeasured point enqueued
   after 3 repeats, as ``Search`` does;
-- ``bracket``: :class:`autotune.strategy.BracketSearch` (screens at 25% fidelity, races contenders up).
+- ``bracket``: :class:`autotune.study.bracket.BracketSearch` (screens at 25% fidelity, races contenders up).
 
 Each method's recommendation after every measurement is the tool's rule (the feasible point with the
 best lower 95% bound). Its regret is ``1 - true(pick) / true(best)`` (``1 - best / pick`` for latency),
@@ -55,7 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.strategy import Arm, BracketSearch  # noqa: E402
+from autotune.study.bracket import Arm, BracketSearch  # noqa: E402
 
 REGRET_TARGET = 0.03
 #: An interior point better than both batch neighbours by more than this factor is an isolated outlier.
@@ -320,12 +320,12 @@ def run_random(land: Landscape, seed: int) -> Replay:
 
 
 def run_tpe(land: Landscape, seed: int, *, budget: float) -> Replay:
-    """Today's TPE over pre-crossed (variant, batch) categoricals, as ``autotune.search.Search`` drives it."""
+    """Today's TPE over pre-crossed (variant, batch) categoricals, as ``autotune.study.Search`` drives it."""
     import optuna
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from autotune.search import MAX_REPEATS, make_sampler
+    from autotune.study import MAX_REPEATS, make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rep = Replay(land, random.Random(seed))

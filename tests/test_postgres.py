@@ -200,7 +200,7 @@ def connect(url: str) -> Any:
 
 def measured_trials(url: str, name: str) -> list[Any]:
     """Finished trials that carry a measurement (not a repeat or an in-flight skip told to the sampler)."""
-    from autotune.search import ROW_ATTR
+    from autotune.study import ROW_ATTR
 
     return [t for t in load_study(url, name).get_trials(deepcopy=False)
             if t.state.is_finished() and ROW_ATTR in t.user_attrs and "repeat_of_trial" not in t.user_attrs[ROW_ATTR]]
@@ -350,14 +350,14 @@ def test_run_and_worker_share_a_study(pg_url: str, write_recipe, tmp_path: Path)
 
 def search_settings(url: str, study: str, *, time_budget_s: float = 60.0) -> Any:
     from autotune.recipe import Constraints
-    from autotune.search import SearchSettings
+    from autotune.study import SearchSettings
 
     return SearchSettings(objective="throughput", constraints=Constraints(), storage=url, study_name=study,
                           recipe_fingerprint="pg-test", time_budget_s=time_budget_s)
 
 
 def small_space() -> Any:
-    from autotune.search import SearchSpace
+    from autotune.study import SearchSpace
 
     return SearchSpace(variants=("eager",), batch_sizes={"eager": (1, 8)})
 
@@ -365,14 +365,14 @@ def small_space() -> Any:
 def start_elsewhere(search: Any, variant: str, batch: int) -> Any:
     """Another worker starts measuring (variant, batch): a RUNNING trial with those params."""
     search.study.enqueue_trial({"variant": variant, "batch_size": batch})
-    trial = search._ask(search.space.distributions())  # without Optuna's warning that ask/tell has no heartbeat
+    trial = search.ask(search.space.distributions())  # without Optuna's warning that ask/tell has no heartbeat
     assert (trial.params["variant"], trial.params["batch_size"]) == (variant, batch)
     return trial
 
 
 def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url: str, fake_row: FakeRow) -> None:
     """Worker A finishes (eager, 8) after B read the results and before B's suggestion is checked."""
-    from autotune.search import Search
+    from autotune.study import Search
     calls: dict[str, list[tuple[str, int]]] = {"A": [], "B": []}
     a = Search(small_space(), search_settings(pg_url, "race"), lambda t, v, b: fake_row(t, v, b))
     b = Search(small_space(), search_settings(pg_url, "race"),
@@ -385,7 +385,7 @@ def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url
             done.append(True)
             trial = start_elsewhere(a, "eager", 8)
             calls["A"].append(("eager", 8))
-            a._tell(trial, fake_row(trial.number, "eager", 8))
+            a.tell(trial, fake_row(trial.number, "eager", 8))
         return ask(*args, **kwargs)
 
     b.study.ask = ask_after_a_finishes  # B's first suggestion is its prior, (eager, 8)
@@ -396,7 +396,7 @@ def test_a_combination_finished_elsewhere_meanwhile_is_not_measured_again(pg_url
 
 def test_waits_while_others_measure_what_is_left(pg_url: str, fake_row: FakeRow) -> None:
     """Nothing left but what another worker is measuring: poll the study, do not churn out repeat trials."""
-    from autotune.search import Search
+    from autotune.study import Search
     a = Search(small_space(), search_settings(pg_url, "wait"), lambda t, v, b: fake_row(t, v, b))
     running = start_elsewhere(a, "eager", 8)
     slept: list[float] = []
@@ -404,7 +404,7 @@ def test_waits_while_others_measure_what_is_left(pg_url: str, fake_row: FakeRow)
     def sleep(seconds: float) -> None:  # fake time: A finishes after B has waited three times
         slept.append(seconds)
         if len(slept) == 3:
-            a._tell(running, fake_row(running.number, "eager", 8))
+            a.tell(running, fake_row(running.number, "eager", 8))
 
     calls: list[tuple[str, int]] = []
     b = Search(small_space(), search_settings(pg_url, "wait", time_budget_s=20.0),
@@ -418,7 +418,7 @@ def test_waits_while_others_measure_what_is_left(pg_url: str, fake_row: FakeRow)
 
 
 def test_a_second_worker_does_not_enqueue_the_priors_again(pg_url: str, fake_row: FakeRow) -> None:
-    from autotune.search import Search
+    from autotune.study import Search
     for _ in range(2):  # zero budget: each enqueues what it would start with, then stops
         out = Search(small_space(), search_settings(pg_url, "priors", time_budget_s=0.0),
                      lambda t, v, b: fake_row(t, v, b)).run()
@@ -453,7 +453,7 @@ def drop_other_connections(url: str) -> int:
 
 def test_a_connection_dropped_during_a_measurement_is_replaced(pg_url: str, fake_row: FakeRow) -> None:
     """The search's pooled connections die while a candidate is measured; its result must still be stored."""
-    from autotune.search import Search
+    from autotune.study import Search
     dropped: list[int] = []
 
     def evaluate(trial: int, variant: str, batch: int) -> dict[str, Any]:
@@ -472,7 +472,7 @@ def test_a_connection_dropped_during_a_measurement_is_replaced(pg_url: str, fake
 
 def _die_while_measuring(url: str, study: str) -> None:
     """A process hard-killed in the middle of a measurement: no tell, no cleanup, its heartbeat thread gone."""
-    from autotune.search import Search
+    from autotune.study import Search
 
     def evaluate(trial: int, variant: str, batch: int) -> dict[str, Any]:
         os._exit(137)
@@ -484,8 +484,8 @@ def test_a_trial_of_a_dead_process_is_failed_and_measured_again(pg_url: str, mon
                                                                  , fake_row: FakeRow) -> None:
     import multiprocessing as mp
 
-    from autotune import search as search_mod
-    from autotune.search import Search
+    from autotune.study import Search
+    from autotune.study import heartbeat as heartbeat_mod
     proc = mp.get_context("spawn").Process(target=_die_while_measuring, args=(pg_url, "stale"))
     proc.start()
     proc.join(timeout=120)
@@ -493,8 +493,8 @@ def test_a_trial_of_a_dead_process_is_failed_and_measured_again(pg_url: str, mon
     dead = [t for t in load_study(pg_url, "stale").trials if t.state.name == "RUNNING"]
     assert [(t.params["variant"], t.params["batch_size"]) for t in dead] == [("eager", 8)]  # its prior
 
-    monkeypatch.setattr(search_mod, "HEARTBEAT_INTERVAL_S", 1)
-    monkeypatch.setattr(search_mod, "HEARTBEAT_GRACE_S", 2)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_GRACE_S", 2)
     calls: list[tuple[str, int]] = []
     out = Search(small_space(), search_settings(pg_url, "stale", time_budget_s=60.0),
                  lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
@@ -508,7 +508,7 @@ def test_a_trial_of_a_dead_process_is_failed_and_measured_again(pg_url: str, mon
 
 def test_a_database_that_does_not_exist_is_an_input_error(pg_url: str) -> None:
     from autotune.errors import InputError
-    from autotune.search import open_study
+    from autotune.study import open_study
 
     url = pg_url.rsplit("/", 1)[0] + "/no_such_db"
     with pytest.raises(InputError, match=r'^--storage postgresql\+psycopg2://postgres@127\.0\.0\.1:\d+/no_such_db: '
@@ -526,7 +526,7 @@ def test_pgpassword_pgpass_and_a_query_string_password(pg_url: str, write_recipe
     from urllib.parse import quote
 
     from autotune.errors import InputError
-    from autotune.search import make_storage
+    from autotune.study import make_storage
 
     password = "p@ss:w?rd"
     con = connect(pg_url)

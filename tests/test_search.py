@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from autotune import search as search_mod
 from autotune.errors import InputError
 from autotune.recipe import Constraints
-from autotune.search import Search, SearchSettings, SearchSpace, display_url
+from autotune.study import Search, SearchSettings, SearchSpace, display_url
+from autotune.study import heartbeat as heartbeat_mod
 from tests.conftest import ROOT, FakeRow, run_cli, tiny_recipe
 
 
@@ -93,7 +93,7 @@ def test_resume_measures_nothing_twice(tmp_path: Path, fake_row: FakeRow) -> Non
 
 
 def test_study_made_for_another_workload_is_refused(tmp_path: Path, fake_row: FakeRow) -> None:
-    from autotune.search import fingerprint_digest
+    from autotune.study import fingerprint_digest
 
     parts = {"model.factory_file_sha256": "aaaa", "device": "cpu", "torch": "2.5.1"}
     made = settings(tmp_path, max_trials=1, recipe_fingerprint=fingerprint_digest(parts), fingerprint=parts)
@@ -170,8 +170,8 @@ def test_two_workers_share_one_study(tmp_path: Path, fake_row: FakeRow) -> None:
 @pytest.fixture
 def short_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """Heartbeat every second, stale after two: storages made in this process from now on (read at call time)."""
-    monkeypatch.setattr(search_mod, "HEARTBEAT_INTERVAL_S", 1)
-    monkeypatch.setattr(search_mod, "HEARTBEAT_GRACE_S", 2)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_GRACE_S", 2)
 
 
 def _die_while_measuring(storage: str) -> None:
@@ -229,7 +229,7 @@ def test_a_live_trial_keeps_beating_through_a_long_measurement(tmp_path: Path, s
     def slow(trial: int, v: str, b: int) -> dict[str, Any]:
         for _ in range(3):
             time.sleep(1.5)  # 4.5 s in all: more than the 2 s grace, so only the thread's beats keep it alive
-            search_mod.fail_stale_trials(other.study)
+            heartbeat_mod.fail_stale_trials(other.study)
             seen.append(trial_state(s.storage, trial)[0])
         return fake_row(trial, v, b)
 
@@ -325,7 +325,7 @@ def test_a_storage_that_cannot_be_opened_is_an_input_error(tmp_path: Path, url: 
 
 
 def test_loading_a_study_that_must_exist(tmp_path: Path, fake_row: FakeRow) -> None:
-    from autotune.search import load_existing_study
+    from autotune.study import load_existing_study
 
     s = settings(tmp_path, storage=f"sqlite:///{tmp_path / 'w.db'}")
     Search(SPACE, s, lambda t, v, b: fake_row(t, v, b))  # creates study "t"

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autotune.strategy import Arm, BracketSearch, coarse_grid, refined_batch_sizes
+from autotune.study.bracket import Arm, BracketSearch, coarse_grid, refined_batch_sizes
 from tests.conftest import tiny_recipe
 
 

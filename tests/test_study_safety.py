@@ -29,22 +29,23 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune import search as search_mod
 from autotune.errors import InputError
 from autotune.outdir import LOCK_NAME, hold_out_dir
 from autotune.recipe import Constraints, fingerprint_parts, load_recipe
-from autotune.search import (
+from autotune.study import (
     FINGERPRINT_ATTR,
     Search,
     SearchSettings,
     SearchSpace,
-    _scrub,
     display_url,
     fingerprint_digest,
     make_storage,
     storage_errors,
     study_fingerprint,
 )
+from autotune.study import heartbeat as heartbeat_mod
+from autotune.study import storage as storage_mod
+from autotune.study.urls import scrub
 from tests.conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
@@ -84,7 +85,6 @@ variants = {variants}
 batch_sizes = {batch_sizes}
 time_budget_s = 60
 max_trials = {max_trials}
-strategy = "tpe"  # these tests count trials of an exhaustive search; the storage, not the strategy, is tested
 [measure]
 max_seconds = {max_seconds}
 ci_target = {ci_target}
@@ -262,7 +262,7 @@ def test_worker_runs_its_local_recipe_never_the_stored_one_and_refuses_another_f
 
 def test_an_older_study_is_adopted_on_resume(measured: Path, tmp_path: Path) -> None:
     """A study that holds only the old fingerprint (model, inputs, device as written) resumes and gets the parts."""
-    from autotune.search import recipe_fingerprint
+    from autotune.study import recipe_fingerprint
 
     base = copy_of(measured, tmp_path)
     db = base / "out" / "study.db"
@@ -303,7 +303,7 @@ def test_a_locked_study_db_is_exit_2_and_a_resume_keeps_what_was_measured(
     base = copy_of(measured, tmp_path)
     out, db = base / "out", base / "out" / "study.db"
     stored = trials(db)
-    monkeypatch.setattr(search_mod, "SQLITE_BUSY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(storage_mod, "SQLITE_BUSY_TIMEOUT_S", 0.5)
     holder = sqlite3.connect(db, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")  # another program holds a write transaction on the file
@@ -340,7 +340,7 @@ def settings(db: Path, **kw: Any) -> SearchSettings:
 def test_a_lock_taken_during_the_search_is_exit_2_with_the_rows_kept(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "s.db"
-    monkeypatch.setattr(search_mod, "SQLITE_BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(storage_mod, "SQLITE_BUSY_TIMEOUT_S", 0.3)
     holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     calls: list[int] = []
 
@@ -584,7 +584,7 @@ def test_passwords_in_the_query_string_or_containing_at_are_masked(url: str, sho
     assert display_url(url) == shown
     for secret in secrets:
         assert secret not in display_url(url)
-    message = _scrub(f"could not connect to {url} with password {' or '.join(secrets)}; host ss@db.example", url)
+    message = scrub(f"could not connect to {url} with password {' or '.join(secrets)}; host ss@db.example", url)
     for secret in secrets:
         assert secret not in message, message
 
@@ -604,8 +604,8 @@ def test_a_storage_error_does_not_show_the_password(url: str) -> None:
 
 @pytest.fixture
 def short_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(search_mod, "HEARTBEAT_INTERVAL_S", 1)
-    monkeypatch.setattr(search_mod, "HEARTBEAT_GRACE_S", 2)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(heartbeat_mod, "HEARTBEAT_GRACE_S", 2)
 
 
 SMALL = SearchSpace(variants=("eager",), batch_sizes={"eager": (1, 8)})
@@ -643,7 +643,7 @@ def _die_between_ask_and_the_first_beat(db: str) -> None:
     def die(self: Any) -> None:
         os._exit(137)
 
-    search_mod._Heartbeat.__enter__ = die  # type: ignore[method-assign]
+    heartbeat_mod.Heartbeat.__enter__ = die  # type: ignore[method-assign]
     Search(SMALL, settings(Path(db)), lambda t, v, b: fake_row(t, v, b)).run()
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.recipe import Recipe, load_recipe
-from autotune.search import open_study, study_fingerprint
+from autotune.study import open_study, study_fingerprint
 from autotune.tuner import SPACE_POLL_S, _settings, join_study
 from tests.conftest import run_cli, tiny
 

@@ -30,7 +30,7 @@ The format (every field documented in README.md)::
     seed = 0
     strategy = "tpe"                       # tpe (Optuna's TPE, NSGA-II for pareto, over (variant, batch)
                                            # pairs, each measured in full) | bracket (experimental:
-                                           # autotune.strategy, per-variant batch bracketing, short screens
+                                           # autotune.study.bracket, per-variant batch bracketing, short screens
                                            # raced by CI, gain per second)
 
     [constraints]

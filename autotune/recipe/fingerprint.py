@@ -1,7 +1,7 @@
 """What a recipe contributes to a study's fingerprint: the model's identity and its inputs.
 
 Apart from parsing because it reads more than the recipe: the factory file's bytes and the installed
-packages' metadata, at the moment a study is opened or joined (:mod:`autotune.search`), not when the
+packages' metadata, at the moment a study is opened or joined (:mod:`autotune.study`), not when the
 recipe is loaded.
 """
 

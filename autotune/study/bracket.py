@@ -62,9 +62,16 @@ higher is better; ``sd`` from the 95% CI)::
 The recommendation is the feasible point with the best lower 95% bound (the tool's
 :func:`autotune.candidate.pessimistic_score` rule), so a lucky short screen does not win alone.
 
-This module decides; it does not measure. :class:`autotune.search.Search` asks it what to run, runs it
-through the Optuna study (so resume, several workers and heartbeats stay as they are) and tells it the
-row. ``benchmarks/bench_search.py`` replays recorded landscapes through the same class.
+This module decides; it does not measure. :func:`autotune.study.bracket_loop.run_bracket` asks it what to
+run, runs it through the Optuna study (so resume, several workers and heartbeats stay as they are) and tells
+it the row. ``benchmarks/bench_search.py`` replays recorded landscapes through the same class.
+
+Why one module (~520 lines): :class:`BracketSearch` is one state machine whose actions (screen, step,
+refine, race, explore) score against the same pooled points, leader and cost model, so they are read and
+changed together; most of the length is this docstring's pseudo-code and :meth:`BracketSearch.candidates`.
+The batch grids (:func:`refined_batch_sizes`, :func:`coarse_grid`) are the one part that stands alone (the
+tuner builds the space with the first); at ~35 lines they would make a module of their own too small to
+pay for the indirection.
 """
 
 from __future__ import annotations

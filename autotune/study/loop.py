@@ -1,0 +1,163 @@
+"""The search's loop: :class:`Search` runs the ``tpe`` strategy (Optuna's sampler proposes, the loop measures).
+
+TPE (NSGA-II for the Pareto objective) sees only the two categoricals of the space; the loop around it
+adds what a sampler cannot know: priors (every variant at the batch the objective favours) first, no
+re-measurement of a combination measured before (a repeat is told the stored result so the sampler
+learns), no measurement of a combination another worker is measuring, no batch above a variant's boundary,
+no second try of a variant whose build failed. The per-trial mechanics (heartbeat, failure, the row) are
+:class:`~autotune.study.session.StudySession`'s, which :class:`Search` extends.
+
+Algorithm::
+
+    study = create or load (storage, name); refuse one whose fingerprint differs (saying which parts)
+    fail stale trials (a process that died while measuring: its heartbeat stopped, or it never beat)
+    enqueue priors: every variant at its largest allowed batch (throughput) or its smallest
+                    (latency), eager first; both for pareto
+    loop until time budget spent | max_trials measured | every combination measured:
+        fail stale trials, so what a dead process was measuring is measured again
+        everything unmeasured is being measured by other workers → wait for them, ask nothing
+        trial = study.ask({variant: categorical, batch_size: categorical})
+        (v, b) measured before, here or by another worker → tell the stored result again
+               (the sampler learns, nothing is re-run); after a few repeats enqueue an
+               unmeasured combination instead
+        b above v's boundary, or v already failed/rejected → tell PRUNED with the reason
+        else row = evaluate(v, b); tell COMPLETE(objective values, constraint values)
+             or FAIL (oom / rejected / failed), the row stored in the trial's user attributes
+        (from ask to tell a background thread records the trial's heartbeat; an exception or an
+         interrupt tells the trial FAIL without a row, so it is neither "measured" nor "in flight")
+    rows = every trial's row (this run and earlier ones), in trial order
+
+Liveness (why a heartbeat runs from ask to tell, and how a dead process's trial is measured again):
+:mod:`autotune.study.heartbeat`.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.study.bracket_loop import run_bracket
+from autotune.study.rows import measured_rows, planned_combo
+from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
+from autotune.study.space import SearchOutcome
+
+#: Repeated suggestions tolerated before an unmeasured combination is enqueued by hand.
+MAX_REPEATS = 3
+
+
+class Search(StudySession):
+    """Runs the ask/tell loop over a :class:`~autotune.study.space.SearchSpace` with a caller-supplied evaluator.
+
+    ``search.strategy = "tpe"`` (the default) runs the loop of the module docstring; ``"bracket"`` hands the
+    session to :func:`~autotune.study.bracket_loop.run_bracket`.
+    """
+
+    @functools.cached_property
+    def _rng(self) -> random.Random:
+        """Picks the unmeasured combination enqueued after repeats (seeded: a run is reproducible)."""
+        return random.Random(self.settings.seed)
+
+    # -- the tpe strategy's priors and repeats ----------------------------------------------
+    def _enqueue_priors(self, measured: Mapping[tuple[str, int], Any]) -> None:
+        waiting = {planned_combo(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        picks: list[tuple[str, int]] = []
+        for v in self.space.variants:
+            sizes = self.space.batch_sizes.get(v, ())
+            if not sizes:
+                continue
+            if self.settings.objective in ("throughput", "pareto"):
+                picks.append((v, max(sizes)))
+            if self.settings.objective in ("latency", "pareto"):
+                picks.append((v, min(sizes)))
+        for combo in dict.fromkeys(picks):
+            if combo not in measured and combo not in waiting:
+                self.study.enqueue_trial({"variant": combo[0], "batch_size": combo[1]})
+
+    def _enqueue_unmeasured(self, measured: Mapping[tuple[str, int], Any]) -> bool:
+        todo = [c for c in self.space.combos() if c not in measured and c not in self.in_flight()]
+        if not todo:
+            return False
+        v, b = self._rng.choice(todo)
+        self.study.enqueue_trial({"variant": v, "batch_size": b})
+        return True
+
+    def _handle(self, trial: optuna.Trial) -> dict[str, Any] | None:
+        """Tell ``trial`` its row: measured (returned) or one that needs no measurement (None)."""
+        combo = (trial.params["variant"], int(trial.params["batch_size"]))
+        row = self.row_without_running(trial.number, combo)
+        if row is not None:
+            self.tell(trial, row)
+            return None
+        row = self.evaluate(trial.number, *combo)
+        self.tell(trial, row)
+        return row
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        if self.settings.strategy == "bracket":
+            return run_bracket(self)
+        t0 = self.clock()
+        self.fail_stale()
+        measured = self.measured()
+        self._enqueue_priors(measured)
+        measured_now = 0
+        repeats = 0
+        stopped_by = "exhausted"
+        distributions = self.space.distributions()
+        try:
+            while True:
+                self.fail_stale()
+                measured = self.measured()
+                remaining = [c for c in self.space.combos() if c not in measured]
+                if not remaining:
+                    stopped_by = "exhausted"
+                    break
+                if self.clock() - t0 >= self.settings.time_budget_s:
+                    stopped_by = "time_budget"
+                    break
+                if self.settings.max_trials and measured_now >= self.settings.max_trials:
+                    stopped_by = "max_trials"
+                    break
+                if set(remaining) <= self.in_flight():
+                    # Everything left is being measured by other workers. Asking now could only yield repeats,
+                    # told at full speed: hundreds of bookkeeping trials per minute in the shared study, each
+                    # making the sampler slower. Wait for them instead (or for their heartbeats to go stale).
+                    left = self.settings.time_budget_s - (self.clock() - t0)
+                    self.sleep(max(0.0, min(IN_FLIGHT_POLL_S, left)))
+                    continue
+                trial = self.ask(distributions)
+                try:
+                    with self.heartbeat(trial):
+                        row = self._handle(trial)
+                except BaseException:
+                    # Whatever ``evaluate`` (or the storage) raised goes on up, Ctrl-C included, but the trial
+                    # must not stay RUNNING.
+                    self.fail(trial)
+                    raise
+                if row is None:
+                    repeats += 1
+                    if repeats >= MAX_REPEATS and self._enqueue_unmeasured(measured):
+                        repeats = 0
+                    continue
+                repeats = 0
+                measured_now += 1
+                if self.on_row is not None:
+                    self.on_row(row)
+        except KeyboardInterrupt:
+            # Ctrl-C anywhere in the loop (a measurement, ask, the wait for other workers): stop and report
+            # what was measured; the CLI exits 130.
+            stopped_by = "interrupted"
+        rows = measured_rows(self.study)
+        return SearchOutcome(
+            rows=rows,
+            stopped_by=stopped_by,
+            wall_seconds=self.clock() - t0,
+            sampler=type(self.study.sampler).__name__,
+            measured_this_run=measured_now,
+            trials=len(self.study.trials),
+        )

@@ -1,0 +1,97 @@
+"""What a study searches and how: the space, the settings of one run, its outcome, Optuna's sampler.
+
+The space is pre-crossed: a trial's parameters are the two categoricals ``variant`` and ``batch_size``
+(the batch sizes of every variant, with the ones a variant may not run pruned by the loop), so a study
+stays readable in optuna-dashboard and a resumed or joining run reads the same parameters whatever the
+strategy. These are plain values shared by every other module of :mod:`autotune.study`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from autotune.recipe import Constraints
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Variants and, per variant, the batch sizes it may run (within its memory boundary)."""
+
+    variants: tuple[str, ...]
+    batch_sizes: Mapping[str, tuple[int, ...]]
+
+    @property
+    def all_batch_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted({b for v in self.variants for b in self.batch_sizes.get(v, ())}))
+
+    def combos(self) -> list[tuple[str, int]]:
+        return [(v, b) for v in self.variants for b in self.batch_sizes.get(v, ())]
+
+    def allows(self, variant: str, batch_size: int) -> bool:
+        return batch_size in self.batch_sizes.get(variant, ())
+
+    def distributions(self) -> dict[str, CategoricalDistribution]:
+        return {
+            "variant": CategoricalDistribution(list(self.variants)),
+            "batch_size": CategoricalDistribution(list(self.all_batch_sizes)),
+        }
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """One run's settings: what it optimises under which constraints, where its study is, its budgets."""
+
+    objective: str
+    constraints: Constraints
+    storage: str
+    study_name: str
+    #: Digest of ``fingerprint`` (what a study is matched on); any string where there are no parts.
+    recipe_fingerprint: str
+    time_budget_s: float
+    max_trials: int = 0
+    seed: int = 0
+    #: The parts the digest was made of (:func:`~autotune.study.fingerprint.study_fingerprint`): stored
+    #: with a new study, and compared part by part with a stored one so that a mismatch says what differs.
+    fingerprint: Mapping[str, Any] | None = None
+    #: ``tpe`` (Optuna's sampler over (variant, batch)) or ``bracket`` (:mod:`autotune.study.bracket` decides).
+    strategy: str = "tpe"
+    #: Seconds of a full measurement (the recipe's ``measure.max_seconds``): the bracket strategy's
+    #: cost model and the unit of its fidelities.
+    measure_seconds: float = 10.0
+
+
+@dataclass
+class SearchOutcome:
+    """What a run of the loop returns: every measured row of the study (all runs), and why it stopped."""
+
+    rows: list[dict[str, Any]]
+    stopped_by: str
+    wall_seconds: float
+    sampler: str
+    measured_this_run: int
+    trials: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+#: ``evaluate(trial, variant, batch)``; the bracket strategy also passes ``fidelity=`` (share of the full
+#: measurement time), so an evaluator used with it must accept that keyword.
+Evaluate = Callable[..., dict[str, Any]]
+
+
+def make_sampler(objective: str, *, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE for one objective, NSGA-II for the Pareto pair; both honour ``Trial.set_constraint`` values."""
+    if objective == "pareto":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+
+
+def metric_names(objective: str, constraints: Constraints) -> list[str]:
+    """Names of the study's objective values, as optuna-dashboard shows them."""
+    latency = f"{constraints.latency_percentile} latency (ms)"
+    return {"throughput": ["throughput (samples/s)"], "latency": [latency],
+            "pareto": ["throughput (samples/s)", latency]}[objective]
