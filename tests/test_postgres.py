@@ -277,6 +277,9 @@ def test_run_stores_the_study_in_postgres(pg_url: str, write_recipe, tmp_path: P
     assert json.loads((out / "report.json").read_text())["search"]["trials"] == len(load_study(pg_url, "s1").trials)
 
 
+# slow (~60 s): resume itself is tested on SQLite by test_cli's test_resume_does_not_remeasure; storing in
+# PostgreSQL by test_run_stores_the_study_in_postgres, which stays in the default suite.
+@pytest.mark.slow
 def test_resume_from_postgres_does_not_remeasure(pg_url: str, write_recipe, tmp_path: Path) -> None:
     path = write_recipe(recipe_text(variants=["eager"], batch_sizes=[1, 4]))
     code, _, err = run_cli(*run_args(path, tmp_path / "first", pg_url, "s3"))
@@ -296,6 +299,9 @@ def test_resume_from_postgres_does_not_remeasure(pg_url: str, write_recipe, tmp_
     assert len(measured_trials(pg_url, "s3")) == 2
 
 
+# slow (~80 s, the run is made to last while the worker joins): joining a study with a real worker is tested
+# on SQLite by tests/test_worker_join.py in the default suite.
+@pytest.mark.slow
 def test_run_and_worker_share_a_study(pg_url: str, write_recipe, tmp_path: Path) -> None:
     variants, sizes = ["eager", "frozen", "script", "trace"], [1, 2, 4, 8]
     space = {(v, b) for v in variants for b in sizes}

@@ -155,6 +155,8 @@ def test_recipe_names_an_unknown_strategy(write_recipe):
     assert "recipe.toml" in msg and "search.strategy" in msg and "bracket, tpe" in msg
 
 
+# slow (~50 s): `bracket` is an opt-in, experimental strategy; the pure tests above pin its decisions.
+@pytest.mark.slow
 def test_the_real_tool_runs_the_bracket_strategy_end_to_end(write_recipe, tmp_path):
     """`autotune run` on the tiny model: the bracket loop measures through the study, screens short, and the
     report recommends a measured, feasible candidate; a second run on the same --out resumes from the study."""
