@@ -4,7 +4,7 @@ Scores the offline analysis (``autotune.warmup.analyze``), the online detector
 (``OnlineDetector``, values fed one at a time) and two fixed-count baselines (discard 3 then
 average 300 iterations; discard 100 then average 300) on
 
-* the labelled traces in ``--traces`` (default: ``../shared/warmup-traces`` next to the repo),
+* the labelled traces in ``--traces`` (default: ``tests/data/warmup-traces``, a copy of ``../shared/warmup-traces``),
 * the held-out set (``autotune.traces.held_out_suite``, seed ``HELD_OUT_SEED`` = 8675309, picked
   once and never tuned on): change positions drawn uniformly up to 3,000 *iterations*, per-
   iteration times log-uniform 10 us - 10 ms, values are block means of k = ceil(5 ms / call)
@@ -427,7 +427,7 @@ def online_label(kw: dict[str, float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "warmup-traces",
+    p.add_argument("--traces", type=Path, default=ROOT / "tests" / "data" / "warmup-traces",
                    help="directory with *.csv traces and labels.json")
     p.add_argument("--real", type=Path, default=ROOT / "tests" / "data" / "real-traces",
                    help="the real corpus (labels.json from benchmarks/capture_traces.py)")

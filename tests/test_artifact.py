@@ -27,7 +27,7 @@ from autotune.report.reproduce import reproduce_code
 from autotune.runner import Runner
 from autotune.variants import VariantSpec
 from autotune.workload import build_model, make_inputs
-from tests.conftest import tiny_recipe
+from tests.support import tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_ONNX = all(__import__("importlib").util.find_spec(m) for m in ("onnxruntime", "onnx", "onnxscript"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.candidate import pessimistic_score
-from tests.conftest import ROOT, SHARED_TRACES, TINY, run_cli, tiny
+from tests.support import ROOT, SHARED_TRACES, TINY, run_cli, tiny
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 

@@ -28,7 +28,7 @@ from autotune.compare import (
 )
 from autotune.errors import InputError
 from autotune.report import load_report
-from tests.conftest import run_cli, tiny_recipe
+from tests.support import run_cli, tiny_recipe
 
 BASE_FILE = Path(__file__).resolve().parent / "data" / "compare-base-report.json"
 

@@ -260,7 +260,7 @@ def test_no_device_type_checks_outside_the_backends() -> None:
 
 
 def test_cli_names_a_missing_accelerator_and_an_unknown_device_type(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.support import run_cli
 
     if torch.xpu.is_available():
         pytest.skip("this machine has an XPU")

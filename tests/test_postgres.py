@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, FakeRow, run_cli, tiny_recipe
+from tests.support import ROOT, FakeRow, run_cli, tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 

@@ -28,7 +28,7 @@ import pytest
 from autotune.report import PLOT_NAMES, load_report
 from autotune.report.plots import PLOT_CAPTIONS
 from autotune.report.sections import candidate_rows
-from tests.conftest import MODELS, ROOT, tiny_recipe
+from tests.support import MODELS, ROOT, tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts a run and headless Chromium: not in `make test-fast`
 

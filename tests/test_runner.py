@@ -11,7 +11,7 @@ import pytest
 
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
-from tests.conftest import tiny_recipe
+from tests.support import tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 

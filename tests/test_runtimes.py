@@ -21,7 +21,7 @@ from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.showdown import simplicity
 from autotune.variants import VariantSpec, available, build_variant, expand_variants
-from tests.conftest import tiny_recipe
+from tests.support import tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_ONNX = all(__import__("importlib").util.find_spec(m) for m in ("onnxruntime", "onnx", "onnxscript"))

@@ -23,7 +23,7 @@ from autotune.errors import InputError
 from autotune.recipe import Constraints
 from autotune.study import Search, SearchSettings, SearchSpace, display_url
 from autotune.study import heartbeat as heartbeat_mod
-from tests.conftest import ROOT, FakeRow, run_cli, tiny_recipe
+from tests.support import ROOT, FakeRow, run_cli, tiny_recipe
 
 
 def settings(tmp_path: Path, **kw: Any) -> SearchSettings:
@@ -130,7 +130,7 @@ def test_latency_constraint_and_pareto_objective(tmp_path: Path, fake_row: FakeR
 def _worker(storage: str, log: str) -> None:
     import time
 
-    from tests.conftest import search_row as fake_row  # a child process: no fixtures there
+    from tests.support import search_row as fake_row  # a child process: no fixtures there
 
     def evaluate(trial: int, v: str, b: int) -> dict[str, Any]:
         with open(log, "a") as fh:

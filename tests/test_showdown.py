@@ -16,7 +16,7 @@ from autotune.showdown import (
     select_finalists,
     simplicity,
 )
-from tests.conftest import run_cli, tiny_recipe
+from tests.support import run_cli, tiny_recipe
 
 
 def _contender(key: str, level: float, *, rounds: int = 6, noise: float = 0.0, seed: int = 0,

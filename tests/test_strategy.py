@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autotune.study.bracket import Arm, BracketSearch, coarse_grid, refined_batch_sizes
-from tests.conftest import tiny_recipe
+from tests.support import tiny_recipe
 
 
 def unimodal(peak: float, top: float, width: float = 1.5):

@@ -46,7 +46,7 @@ from autotune.study import (
 from autotune.study import heartbeat as heartbeat_mod
 from autotune.study import storage as storage_mod
 from autotune.study.urls import scrub
-from tests.conftest import ROOT, run_cli
+from tests.support import ROOT, run_cli
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 

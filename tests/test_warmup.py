@@ -32,7 +32,7 @@ from autotune.warmup import (
     pelt,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "warmup-traces"
+SHARED = Path(__file__).resolve().parent / "data" / "warmup-traces"  # the labelled set, copied from ../shared
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,7 +311,6 @@ def test_analysis_of_2000_values_is_fast() -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not (SHARED / "labels.json").exists(), reason="shared warmup traces not present")
 def test_shared_traces_class_accuracy_and_mean() -> None:
     labels = json.loads((SHARED / "labels.json").read_text())
     correct, within, steady, false_steady = 0, 0, 0, 0

@@ -16,7 +16,7 @@ from autotune.errors import InputError
 from autotune.recipe import Recipe, load_recipe
 from autotune.study import open_study, study_fingerprint
 from autotune.tuner import SPACE_POLL_S, _settings, join_study
-from tests.conftest import run_cli, tiny
+from tests.support import run_cli, tiny
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 

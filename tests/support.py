@@ -1,0 +1,82 @@
+"""Helpers the tests share that are not fixtures: paths, the tiny recipe, running the CLI, fake search rows.
+
+They live here, not in ``conftest.py``, so a test module (or a child process a test starts, where there are no
+fixtures) imports them from a plain module; ``conftest.py`` holds the fixtures and the ``cuda`` skip hook.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = Path(__file__).resolve().parent / "models"
+#: The labelled synthetic warmup traces, kept in the repository (tests/data/warmup-traces/README.md).
+SHARED_TRACES = Path(__file__).resolve().parent / "data" / "warmup-traces"
+
+
+def tiny_recipe(*, name: str = "tiny", kwargs: str = "", variants: str = '["eager", "frozen"]',
+                batch_sizes: str = "[1, 4]", time_budget_s: float = 120, max_seconds: float = 0.4,
+                ci_target: float = 0.05, rounds: int = 2, round_seconds: float = 0.1, processes: int = 1,
+                strategy: str | None = None) -> str:
+    """TOML of a recipe for the tiny conv model in tests/models/broken.py (list fields as TOML text)."""
+    return f"""
+name = "{name}"
+device = "cpu"
+[model]
+factory = "@MODELS@/broken.py:tiny"
+{kwargs}
+[[inputs]]
+name = "x"
+shape = [3, 8, 8]
+[search]
+variants = {variants}
+batch_sizes = {batch_sizes}
+time_budget_s = {time_budget_s}
+{f'strategy = "{strategy}"' if strategy else ""}
+[measure]
+max_seconds = {max_seconds}
+ci_target = {ci_target}
+rounds = {rounds}
+round_seconds = {round_seconds}
+processes = {processes}
+"""
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in a subprocess (real process, real exit code)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=900)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+#: test_cli's tiny recipe with ``{kwargs}`` and ``{variants}`` left to fill (also used by test_worker_join).
+TINY = tiny_recipe(kwargs="{kwargs}", variants="{variants}")
+
+
+def tiny(write_recipe, *, kwargs: str = "", variants: str = '["eager", "frozen"]', extra: str = "") -> Path:
+    return write_recipe(TINY.format(kwargs=kwargs, variants=variants) + extra)
+
+
+#: Throughput (items/s at batch 0) of each variant in the search's fake rows.
+SEARCH_SPEED = {"eager": 100.0, "frozen": 180.0, "compile": 150.0, "broken": 1.0}
+
+
+def search_row(trial: int, variant: str, batch: int, *, latency_ms: float | None = None) -> dict[str, Any]:
+    status = "failed" if variant == "broken" else "ok"
+    tput = SEARCH_SPEED[variant] * (1 + batch / 64)
+    lat = latency_ms if latency_ms is not None else batch / tput * 1e3
+    return {
+        "trial": trial, "variant": variant, "batch_size": batch, "status": status,
+        "reason": "boom" if status == "failed" else None, "feasible": status == "ok", "violations": [],
+        "throughput": tput if status == "ok" else None,
+        "latency_ms": {"mean": lat, "p50": lat, "p90": lat, "p99": lat} if status == "ok" else None,
+        "peak_memory_bytes": batch * 1000, "classification": "flat",
+    }
+
+
+FakeRow = Callable[..., dict[str, Any]]
