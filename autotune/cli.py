@@ -141,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
         "report": cmd_report, "worker": cmd_worker, "compare": cmd_compare,
     }[args.command]
+    if args.command in ("run", "report", "worker"):
+        import optuna
+
+        # Optuna's INFO line per trial is noise beside the progress bar. The library leaves Optuna's logging to
+        # its caller: a notebook that calls autotune.tune keeps whatever verbosity it set.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return handler(args)
     except KeyboardInterrupt:

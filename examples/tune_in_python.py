@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+import optuna
 import torch
 from torch import nn
 
@@ -36,6 +37,8 @@ def main(out: str) -> autotune.TuneResult:
         if event.kind in ("validated", "candidate_done", "done"):
             print(f"[{event.kind}] {event.message}", flush=True)
 
+    # autotune leaves Optuna's logging to its caller (the CLI turns its per-trial lines off the same way)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = autotune.tune(recipe, out=out, on_event=on_event)
     best = result.recommendation
     assert best is not None, "nothing feasible"

@@ -34,9 +34,6 @@ from autotune.study.urls import URL_EXAMPLES, display_url, scrub
 #: shortens it by patching it here).
 SQLITE_BUSY_TIMEOUT_S = 10.0
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # Optuna's line per trial is noise beside the progress
-
-
 def _driver_error(exc: BaseException) -> BaseException | None:
     """The database driver's own exception behind ``exc`` (Optuna and SQLAlchemy wrap it), if any."""
     seen: set[int] = set()
