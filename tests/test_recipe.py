@@ -34,6 +34,17 @@ def test_good_recipe_round_trips(write_recipe) -> None:
     assert Recipe.from_dict(r.to_dict()) == r
 
 
+@pytest.mark.parametrize(("line", "expected"),
+                         [("", ()), ("threads = [2, 1, 2]", (1, 2)), ('threads = "auto"', "auto")])
+def test_threads_are_a_search_dimension_that_round_trips(write_recipe, line: str, expected: object) -> None:
+    r = load_recipe(write_recipe(GOOD.replace("batch_sizes = [1, 4]", f"batch_sizes = [1, 4]\n{line}")))
+    assert r.search.threads == expected
+    assert Recipe.from_dict(r.to_dict()) == r
+    old = r.to_dict()
+    del old["search"]["threads"]  # a recipe stored by a version without the field (report.json, a study)
+    assert Recipe.from_dict(old).search.threads == ()
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_recipes_parse(path: Path) -> None:
     r = load_recipe(path)
@@ -76,6 +87,10 @@ def test_invalid_toml(write_recipe) -> None:
         (GOOD + "[batch]\nheadroom = 1.5\n", r"batch\.headroom': must be in \[0, 1\)"),
         (GOOD.replace("[model]", "[modle]"), r"field 'modle': unknown key.*did you mean 'model'"),
         (GOOD + "[measure]\nrounds = 1\n", r"measure\.rounds': must be 0 \(no showdown\) or at least 2"),
+        (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 4]\nthreads = [1, 0]"),
+         r"field 'search\.threads\[1\]': thread counts must be positive integers, got 0"),
+        (GOOD.replace("batch_sizes = [1, 4]", 'batch_sizes = [1, 4]\nthreads = "all"'),
+         r"search\.threads': 'all' is not allowed; allowed: \"auto\" or a list"),
         (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 4]\nequivalence_margin = 0.7"),
          r"search\.equivalence_margin': is a fraction and must be in \[0, 0\.5\)"),
     ],

@@ -237,6 +237,30 @@ def test_names_are_crossed_with_recipe_precisions_and_formats_unless_pinned() ->
     ]
 
 
+def test_names_are_crossed_with_recipe_threads_unless_pinned() -> None:
+    specs = expand_variants(["eager", "frozen+threads=1"], device="cpu", memory_formats=("contiguous", "channels_last"),
+                            threads=(1, 2))
+    assert [s.name for s in specs] == [
+        "eager+threads=1", "eager+threads=2", "eager+channels_last+threads=1", "eager+channels_last+threads=2",
+        "frozen+threads=1", "frozen+channels_last+threads=1",  # pinned: not crossed
+    ]
+    assert [s.name for s in expand_variants(["eager"], device="cpu", threads=())] == ["eager"]
+    with pytest.raises(InputError, match="thread counts must be positive integers"):
+        expand_variants(["eager"], device="cpu", threads=(0,))
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(1, (1,)), (2, (1, 2)), (6, (1, 2, 4, 6)), (8, (1, 2, 4, 8)),
+                                                (12, (1, 2, 4, 8, 12))])
+def test_auto_threads_are_a_log_ladder_up_to_the_usable_cores(monkeypatch, cpus: int, expected: tuple[int, ...]
+                                                              ) -> None:
+    from autotune.variants import availability, thread_counts
+
+    monkeypatch.setattr(availability, "_usable_cpus", lambda: cpus)
+    assert thread_counts("auto", device="cpu") == expected
+    assert thread_counts((3, 1), device="cpu") == (3, 1)  # a list is taken as written (the recipe sorted it)
+    assert thread_counts("auto", device="cuda:0") == () == thread_counts((1, 2), device="cuda")  # host threads
+
+
 def test_all_with_modifiers_and_dedup_keep_first_occurrence_order() -> None:
     specs = expand_variants(["frozen", "all+threads=1"], device="cpu")
     names = [s.name for s in specs]

@@ -23,6 +23,8 @@ The format (every field documented in README.md)::
     variants = ["eager", "frozen", "compile"]   # or "all"
     precisions = ["fp32"]
     memory_formats = ["contiguous"]
+    threads = [1, 2]                       # CPU: intra-op threads crossed with the variants, or "auto"
+                                           # (1, 2, 4, ... up to the usable cores); default: torch's own
     batch_sizes = [1, 8, 32]               # or "auto": search up to the memory boundary
     objective = "throughput"               # throughput | latency | pareto
     time_budget_s = 120

@@ -148,6 +148,7 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         variants=r.string_list("variants", SearchSpec.variants),
         precisions=r.string_list("precisions", SearchSpec.precisions),
         memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
+        threads=_threads(path, r),
         batch_sizes=batch_sizes,
         objective=r.choice("objective", OBJECTIVES, "throughput"),
         time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
@@ -156,6 +157,19 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         equivalence_margin=r.fraction("equivalence_margin", SearchSpec.equivalence_margin),
         strategy=r.choice("strategy", STRATEGIES, SearchSpec.strategy),
     )
+
+
+def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
+    raw = r.get("threads", (list, str), [])
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("threads", f"'{raw}' is not allowed; allowed: \"auto\" or a list of positive integers")
+        return "auto"
+    for i, n in enumerate(raw):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise RecipeError(f"{path}: field 'search.threads[{i}]': thread counts must be positive integers, "
+                              f"got {n!r}")
+    return tuple(sorted(set(raw)))
 
 
 def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:

@@ -45,6 +45,11 @@ class SearchSpec:
     variants: tuple[str, ...] = ("eager",)
     precisions: tuple[str, ...] = ("fp32",)
     memory_formats: tuple[str, ...] = ("contiguous",)
+    #: CPU intra-op thread counts crossed with the variants (like precisions and memory formats): each
+    #: variant is measured at ``threads=N`` for every N. ``"auto"``: 1, 2, 4, ... up to the cores this
+    #: process may run on, and that count itself (resolved in the worker). Empty: torch's default, no
+    #: ``threads=`` modifier. Ignored on GPUs, where the host threads do not run the model.
+    threads: tuple[int, ...] | Literal["auto"] = ()
     batch_sizes: tuple[int, ...] | Literal["auto"] = "auto"
     objective: str = "throughput"
     time_budget_s: float = 300.0
@@ -102,8 +107,9 @@ class Recipe:
         data = asdict(self)
         data["model"]["kwargs"] = dict(self.model.kwargs)
         data["inputs"] = [dict(asdict(i), shape=list(i.shape)) for i in self.inputs]
-        sb = self.search.batch_sizes
-        data["search"]["batch_sizes"] = sb if isinstance(sb, str) else list(sb)
+        for key in ("batch_sizes", "threads"):
+            value = getattr(self.search, key)
+            data["search"][key] = value if isinstance(value, str) else list(value)
         for key in ("variants", "precisions", "memory_formats"):
             data["search"][key] = list(data["search"][key])
         return data
@@ -114,8 +120,9 @@ class Recipe:
         sd = dict(data["search"])
         for key in ("variants", "precisions", "memory_formats"):
             sd[key] = tuple(sd[key])
-        if not isinstance(sd["batch_sizes"], str):
-            sd["batch_sizes"] = tuple(sd["batch_sizes"])
+        for key in ("batch_sizes", "threads"):
+            if not isinstance(sd.get(key, ()), str):
+                sd[key] = tuple(sd.get(key, ()))
         return cls(
             path=data["path"],
             name=data["name"],

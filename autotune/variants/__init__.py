@@ -60,7 +60,7 @@ The package, one module per part: :mod:`~autotune.variants.spec` (names and the 
 """
 
 from autotune.build_stage import summarize_exception
-from autotune.variants.availability import Availability, available, cpu_native_precision
+from autotune.variants.availability import Availability, available, cpu_native_precision, thread_counts
 from autotune.variants.build import BuiltVariant, build_variant
 from autotune.variants.dynamo_state import graph_break_count, recompile_count, reset_compiler_state
 from autotune.variants.expand import expand_variants
@@ -100,4 +100,5 @@ __all__ = [
     "recompile_count",
     "reset_compiler_state",
     "summarize_exception",
+    "thread_counts",
 ]

@@ -73,6 +73,23 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def thread_counts(threads: Sequence[int] | str, *, device: str) -> tuple[int, ...]:
+    """The recipe's ``search.threads`` resolved for this device: the counts to cross the variants with.
+
+    ``"auto"``: 1, 2, 4, ... below the usable cores, and the usable cores themselves (on 2 cores: 1, 2; on 12:
+    1, 2, 4, 8, 12), a log-spaced ladder because throughput against threads flattens long before the last core.
+    Nothing on a GPU: there the host threads do not run the model, so crossing them would only multiply the
+    space by configurations that measure the same thing.
+    """
+    if _device_type(device) != "cpu" or not threads:
+        return ()
+    if isinstance(threads, str):
+        cpus = _usable_cpus()
+        ladder = {1 << i for i in range(cpus.bit_length()) if 1 << i < cpus}
+        return tuple(sorted(ladder | {cpus}))
+    return tuple(threads)
+
+
 def cpu_native_precision(precision: str) -> bool | None:
     """Whether this CPU does the precision's arithmetic natively (a device fact: see
     :func:`autotune.devices.cpu_native_precision`)."""

@@ -1,4 +1,4 @@
-"""The recipe's variant selection (names, ``"all"``, precisions x memory formats) turned into specs."""
+"""The recipe's variant selection (names, ``"all"``, precisions x memory formats x threads) turned into specs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def expand_variants(
     device: str,
     precisions: Sequence[str] = ("fp32",),
     memory_formats: Sequence[str] = ("contiguous",),
+    threads: Sequence[int] = (),
     input_ndims: Sequence[int] = (),
     input_is_float: Sequence[bool] = (),
 ) -> list[VariantSpec]:
@@ -29,12 +30,14 @@ def expand_variants(
             for base in bases:
                 for p in (name's precision,) if pinned else precisions:
                     for f in (name's memory format,) if pinned else memory_formats:
-                        yield base + name's other modifiers + p + f   (first occurrence wins)
+                        for t in (name's threads,) if pinned or not threads else threads:
+                            yield base + name's other modifiers + p + f + t   (first occurrence wins)
 
     ``"all"`` (optionally with modifiers, e.g. ``"all+channels_last"``) keeps only the
     compiler/mode combinations :func:`available` accepts on ``device`` (judged at fp32/contiguous).
     Everything else is returned even when unavailable, so the caller can report *why* a requested
-    variant was skipped (call :func:`available` on each).
+    variant was skipped (call :func:`available` on each). ``threads`` is the recipe's resolved list (the
+    worker turns ``"auto"`` into counts and passes nothing on a GPU); empty: no ``threads=`` modifier.
     """
     for label, values, allowed in (("precisions", precisions, PRECISIONS),
                                    ("memory_formats", memory_formats, MEMORY_FORMATS)):
@@ -44,6 +47,9 @@ def expand_variants(
                                  f"{_suggest(str(v), allowed)}")
     if not precisions or not memory_formats:
         raise InputError("precisions and memory_formats must not be empty")
+    for n in threads:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"threads: thread counts must be positive integers, got {n!r}")
     out: list[VariantSpec] = []
     seen: set[VariantSpec] = set()
 
@@ -68,7 +74,8 @@ def expand_variants(
         for base in bases:
             for p in (spec.precision,) if pinned_precision else precisions:
                 for f in (spec.memory_format,) if pinned_format else memory_formats:
-                    add(_replace(base, precision=p, memory_format=f))
+                    for t in (spec.threads,) if spec.threads is not None or not threads else threads:
+                        add(_replace(base, precision=p, memory_format=f, threads=t))
     return out
 
 

@@ -52,6 +52,7 @@ from autotune.variants import (  # noqa: E402
     expand_variants,
     recompile_count,
     reset_compiler_state,
+    thread_counts,
 )
 from autotune.worker.protocol import (  # noqa: E402
     ArtifactRequest,
@@ -139,6 +140,7 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
         device=lw.device.type,
         precisions=recipe.search.precisions,
         memory_formats=recipe.search.memory_formats,
+        threads=thread_counts(recipe.search.threads, device=lw.device.type),
         input_ndims=lw.info.input_ndims,
     )
     variants: list[str] = []

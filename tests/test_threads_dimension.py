@@ -1,0 +1,32 @@
+"""`search.threads`: CPU thread counts as a search dimension, through the real worker.
+
+The pure parts (parsing, crossing, the "auto" ladder) are pinned in test_recipe and test_variants; this runs
+the worker's validate and measure ops, so the counts reach the process that times the model (where
+`threads=N` sets torch.set_num_threads).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.recipe import load_recipe
+from autotune.runner import Runner
+from autotune.variants import thread_counts
+from tests.support import tiny_recipe
+
+pytestmark = pytest.mark.worker  # starts a worker process: not in `make test-fast`
+
+
+def test_validate_crosses_the_variants_with_the_usable_thread_counts_and_measure_runs_them(write_recipe) -> None:
+    text = tiny_recipe(name="threads", variants='["eager", "frozen+threads=1"]', batch_sizes="[2]")
+    recipe = load_recipe(write_recipe(text.replace("[measure]", 'threads = "auto"\n[measure]')))
+    ladder = thread_counts("auto", device="cpu")
+    with Runner() as runner:
+        validated = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=120)
+        assert "status" not in validated, validated
+        assert validated["variants"] == [*(f"eager+threads={n}" for n in ladder), "frozen+threads=1"]
+        settings = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
+        res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": f"eager+threads={ladder[-1]}",
+                           "batch_size": 2, "settings": settings}, timeout=120)
+        assert res["status"] == "ok", res
+        assert res["measurement"]["throughput"] > 0
