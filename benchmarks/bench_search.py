@@ -22,6 +22,11 @@ Methods, each given the same seeds:
   study, with the priors ``autotune.study.Search`` enqueues (every variant at its largest batch for
   throughput, its smallest for latency), a repeat told again for free and an unmeasured point enqueued
   after 3 repeats, as ``Search`` does;
+- ``tpe-dims``: the same TPE, priors and repeat rule, but over separate parameters, one per dimension that
+  varies in the landscape (compiler, compile mode, precision, memory format, threads) and ``batch_size``,
+  so the sampler can learn per dimension (issue 11 asks whether it should). A proposed combination that is
+  not in the space (none here: the recorded spaces are full products) is told as pruned, like a batch above
+  a variant's boundary;
 - ``bracket``: :class:`autotune.study.bracket.BracketSearch` (screens at 25% fidelity, races contenders up).
 
 Each method's recommendation after every measurement is the tool's rule (the feasible point with the
@@ -36,7 +41,7 @@ BENCHMARKS.md are seeds 1000-1049 (the default), never used while tuning.
 Usage::
 
     python benchmarks/bench_search.py [--landscapes benchmarks/landscapes/*.json] [--seeds 1000:1050]
-                                      [--methods exhaustive,random,tpe,bracket] [--json out.json]
+                                      [--methods exhaustive,random,tpe,tpe-dims,bracket] [--json out.json]
 """
 
 from __future__ import annotations
@@ -319,8 +324,19 @@ def run_random(land: Landscape, seed: int) -> Replay:
     return run_grid(land, rng, order)
 
 
-def run_tpe(land: Landscape, seed: int, *, budget: float) -> Replay:
-    """Today's TPE over pre-crossed (variant, batch) categoricals, as ``autotune.study.Search`` drives it."""
+def _dimension_params(land: Landscape) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """The dimensions that vary across the landscape's variants (values as strings: Optuna's categoricals
+    need one type) and each variant's values on them."""
+    dims = {v: land.points[(v, land.batches[v][0])].dims for v in land.variants}
+    keys = [k for k in ("compiler", "compile_mode", "precision", "memory_format", "threads")
+            if len({str(d.get(k)) for d in dims.values()}) > 1]
+    of = {v: {k: str(dims[v].get(k)) for k in keys} for v in land.variants}
+    return {k: sorted({of[v][k] for v in land.variants}) for k in keys}, of
+
+
+def run_tpe(land: Landscape, seed: int, *, budget: float, per_dimension: bool = False) -> Replay:
+    """Today's TPE over pre-crossed (variant, batch) categoricals, as ``autotune.study.Search`` drives it;
+    with ``per_dimension``, over one categorical per varying dimension instead of ``variant``."""
     import optuna
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
@@ -332,17 +348,35 @@ def run_tpe(land: Landscape, seed: int, *, budget: float) -> Replay:
     direction = "minimize" if land.minimize else "maximize"
     study = optuna.create_study(direction=direction, sampler=make_sampler(land.objective, seed=seed))
     all_b = sorted({b for v in land.variants for b in land.batches[v]})
-    dists = {"variant": CategoricalDistribution(land.variants), "batch_size": CategoricalDistribution(all_b)}
+    values, of = _dimension_params(land)
+    if per_dimension:
+        dists = {k: CategoricalDistribution(vals) for k, vals in values.items()}
+        by_dims = {tuple(sorted(of[v].items())): v for v in land.variants}
+
+        def params(v: str, b: int) -> dict[str, Any]:
+            return {**of[v], "batch_size": b}
+
+        def variant_of(p: dict[str, Any]) -> str | None:
+            return by_dims.get(tuple(sorted((k, p[k]) for k in values)))
+    else:
+        dists = {"variant": CategoricalDistribution(land.variants)}
+
+        def params(v: str, b: int) -> dict[str, Any]:
+            return {"variant": v, "batch_size": b}
+
+        def variant_of(p: dict[str, Any]) -> str | None:
+            return str(p["variant"])
+    dists["batch_size"] = CategoricalDistribution(all_b)
     for v in land.variants:
-        study.enqueue_trial({"variant": v, "batch_size": min(land.batches[v]) if land.minimize
-                             else max(land.batches[v])})
+        study.enqueue_trial(params(v, min(land.batches[v]) if land.minimize else max(land.batches[v])))
     dead: set[str] = set()
     combos = [(v, b) for v in land.variants for b in land.batches[v]]
     repeats = 0
     order_rng = random.Random(seed + 1)
     while rep.spent < budget and len(rep.measured) < len(combos):
         trial = study.ask(dists)
-        key = (trial.params["variant"], int(trial.params["batch_size"]))
+        variant = variant_of(trial.params)
+        key = (variant or "", int(trial.params["batch_size"]))
         if key in rep.measured or key not in land.points or key[0] in dead:
             obs = rep.measured.get(key)
             if obs is not None and obs.status == "ok" and obs.value:
@@ -354,7 +388,7 @@ def run_tpe(land: Landscape, seed: int, *, budget: float) -> Replay:
                 todo = [c for c in combos if c not in rep.measured and c[0] not in dead]
                 if todo:
                     v, b = order_rng.choice(todo)
-                    study.enqueue_trial({"variant": v, "batch_size": b})
+                    study.enqueue_trial(params(v, b))
                 repeats = 0
             continue
         repeats = 0
@@ -393,6 +427,7 @@ METHODS: dict[str, Callable[..., Replay]] = {
     "exhaustive": lambda land, seed, budget: run_exhaustive(land, seed),
     "random": lambda land, seed, budget: run_random(land, seed),
     "tpe": lambda land, seed, budget: run_tpe(land, seed, budget=budget),
+    "tpe-dims": lambda land, seed, budget: run_tpe(land, seed, budget=budget, per_dimension=True),
     "bracket": lambda land, seed, budget: run_bracket(land, seed, budget=budget),
 }
 
@@ -441,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also replay SYNTHETIC landscapes (one per seed, see synthetic()), costs and noise "
                         "drawn from the recorded ones")
     p.add_argument("--seeds", default="1000:1050", help="START:STOP (Python range)")
-    p.add_argument("--methods", default="exhaustive,random,tpe,bracket")
+    p.add_argument("--methods", default="exhaustive,random,tpe,tpe-dims,bracket")
     p.add_argument("--json", type=Path, default=None, help="write the per-seed results here")
     args = p.parse_args(argv)
     a, b = (int(x) for x in args.seeds.split(":"))
