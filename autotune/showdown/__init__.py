@@ -37,9 +37,11 @@ Algorithm::
         ci[c]      = percentile bootstrap of that median over resampled rounds (paired: the
                      same rounds for c and the leader)
         (medians, not means: a round a neighbour hit unevenly moves a mean, not a median)
-        tie        = {c : upper end of ci[c] >= 1 - margin}: not shown to be slower than the
-                     leader by more than the margin (a finalist whose processes or rounds
-                     disagree gets a wide CI and stays in the tie rather than losing by luck)
+        tie        = {c : ratio[c] >= 1 - margin}: the paired median within the margin (the
+                     rounds go on while a CI straddles 1 - margin, so that median is as firm as
+                     the budget allows). Not "upper end of ci[c] >= 1 - margin": with ~6% noise
+                     per round that handed a 5.5%-slower batch of the leader the tie, and the
+                     tie-break then picked it (live search check, BENCHMARKS.md)
         pick       = min over tie of (simplicity, p99 latency, peak memory)
         simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
                     precision, then contiguous before channels_last

@@ -159,7 +159,7 @@ def compare(contenders: Sequence[Contender], *, objective: str = "throughput", m
         p = perf[c.key]
         spread = float(p.std(ddof=1) / p.mean()) if p.size > 1 else 0.0
         standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=(math.exp(lo), math.exp(hi)),
-                                  tied=math.exp(hi) >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
+                                  tied=ratio >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
                                   round_spread=spread))
     by_key = {c.key: c for c in contenders}
     ratio_of = {s.key: s.ratio for s in standings}
