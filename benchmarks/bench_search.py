@@ -348,8 +348,8 @@ def run_tpe(land: Landscape, seed: int, *, budget: float, per_dimension: bool = 
     direction = "minimize" if land.minimize else "maximize"
     study = optuna.create_study(direction=direction, sampler=make_sampler(land.objective, seed=seed))
     all_b = sorted({b for v in land.variants for b in land.batches[v]})
-    values, of = _dimension_params(land)
     if per_dimension:
+        values, of = _dimension_params(land)
         dists = {k: CategoricalDistribution(vals) for k, vals in values.items()}
         by_dims = {tuple(sorted(of[v].items())): v for v in land.variants}
 

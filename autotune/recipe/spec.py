@@ -120,9 +120,10 @@ class Recipe:
         sd = dict(data["search"])
         for key in ("variants", "precisions", "memory_formats"):
             sd[key] = tuple(sd[key])
+        sd.setdefault("threads", ())  # recipes stored before the field existed (report.json, a study)
         for key in ("batch_sizes", "threads"):
-            if not isinstance(sd.get(key, ()), str):
-                sd[key] = tuple(sd.get(key, ()))
+            if not isinstance(sd[key], str):
+                sd[key] = tuple(sd[key])
         return cls(
             path=data["path"],
             name=data["name"],

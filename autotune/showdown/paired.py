@@ -192,10 +192,10 @@ def contender_from(row: Mapping[str, Any], seconds_per_call: Sequence[float],
 def undecided(verdict: Verdict) -> bool:
     """Whether some finalist's tie is a coin flip: its ratio CI straddles ``1 - margin``.
 
-    Such a finalist is tied only because the rounds cannot yet tell (the CI reaches the margin
-    but also goes below it); more rounds narrow the CI, so the showdown keeps going (up to
-    ``MAX_ROUNDS_FACTOR`` x the rounds asked, or its deadline) instead of letting noise decide
-    whether a slower variant is picked for simplicity.
+    Whether such a finalist is tied (its paired median within the margin) is then decided by a
+    median the rounds cannot yet pin down; more rounds narrow the CI, so the showdown keeps going
+    (up to ``MAX_ROUNDS_FACTOR`` x the rounds asked, or its deadline) instead of letting noise
+    decide whether a slower variant is picked for simplicity.
     """
     floor = 1.0 - verdict.margin
     return any(s.key != verdict.leader and s.ratio_ci[0] < floor <= s.ratio_ci[1] for s in verdict.standings)
