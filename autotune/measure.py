@@ -6,6 +6,10 @@ Algorithm (per candidate)::
     first  = time one call, synchronised            # compile / lazy init, reported apart
     second = the fastest of three more calls, synchronised   # one descheduled call would make k = 1
     k      = 1 in latency mode, else ceil(block_target / second)   # iterations per sample
+    traffic (a call that cycles through n batches of several shapes; every shape already warm):
+             k = n * ceil(block_target / one pass), in both modes: every sample is whole passes, the same
+             mix of shapes, so the detector sees one steady level instead of the shapes' differences;
+             then per-call timings over whole passes (each call's batch recorded: per-bucket statistics)
     detector = OnlineDetector(ci_target, floor_seconds=min(1.5 s, max_seconds / 2))
     repeat:
         s = time a block of k calls (CPU: perf_counter_ns around the block;
@@ -84,12 +88,20 @@ def measure_callable(
         first_call_seconds = time_first_call(call, device=device)
     block = backend_for(device).block_timer()
     budget_end = time.perf_counter() + settings.max_seconds
-    if settings.mode == "latency":
+    cycle = _cycle_length(call)
+    if settings.mode == "latency" and cycle == 1:
         per_sample = 1
+    elif cycle > 1:
+        # traffic: a block is whole passes over the batches, so every sample holds the same mix of shapes
+        # (the detector then sees one level, not the shapes' differences) — timed from one pass
+        _restart(call)
+        probe = time_first_call(lambda: [call() for _ in range(cycle)], device=device)
+        per_sample = cycle * max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
     else:
         # the fastest of three calls: one call descheduled by a neighbour would make k = 1
         probe = min(time_first_call(call, device=device) for _ in range(3))
         per_sample = max(1, math.ceil(settings.block_target_seconds / max(probe, 1e-9)))
+    _restart(call)
     detector = OnlineDetector(ci_target=settings.ci_target, max_values=settings.max_samples,
                               iterations_per_value=per_sample, margin=settings.margin,
                               floor_seconds=budget_floor_seconds(settings.max_seconds))
@@ -105,8 +117,20 @@ def measure_callable(
             stopped_by = "budget"
             break
     latency: tuple[float, ...] = ()
-    if settings.per_call_seconds > 0 and per_sample > 1:
-        latency = per_call_timings(call, device=device, seconds=settings.per_call_seconds)
+    extra: dict[str, Any] = {}
+    per_call_seconds = settings.per_call_seconds
+    if cycle > 1 and per_call_seconds <= 0:
+        # several batches: per-call timings give each shape bucket its own throughput and percentiles
+        per_call_seconds = min(1.0, settings.max_seconds / 4)
+    if per_call_seconds > 0 and (per_sample > 1 or cycle > 1):
+        _restart(call)
+        batches: list[int] = []
+        latency = per_call_timings(call, device=device, seconds=per_call_seconds,
+                                   on_call=(lambda: batches.append(getattr(call, "index", 0)))
+                                   if cycle > 1 else None,
+                                   multiple_of=cycle)
+        if cycle > 1:
+            extra["latency_batches"] = batches
     return Measurement(
         batch_size=batch_size,
         mode=settings.mode,
@@ -116,7 +140,22 @@ def measure_callable(
         analysis=detector.result(),
         stopped_by=stopped_by,
         latency_samples=latency,
+        extra=extra,
     )
+
+
+def _cycle_length(call: Callable[[], Any]) -> int:
+    """Batches a traffic call cycles through (:class:`autotune.traffic.TrafficCall`); 1 for a plain call."""
+    try:
+        return max(1, len(call))  # type: ignore[arg-type]
+    except TypeError:
+        return 1
+
+
+def _restart(call: Callable[[], Any]) -> None:
+    reset = getattr(call, "reset", None)
+    if reset is not None:
+        reset()
 
 
 #: Per-call timings taken at least / at most (a p99 from fewer than ~100 calls is its maximum).
@@ -124,11 +163,14 @@ MIN_PER_CALL = 100
 MAX_PER_CALL = 5_000
 
 
-def per_call_timings(call: Callable[[], Any], *, device: torch.device, seconds: float) -> tuple[float, ...]:
+def per_call_timings(call: Callable[[], Any], *, device: torch.device, seconds: float,
+                     on_call: Callable[[], None] | None = None, multiple_of: int = 1) -> tuple[float, ...]:
     """Seconds of each of a run of individually synchronised calls: what one request waits.
 
     Runs for ``seconds`` of wall time, but at least ``MIN_PER_CALL`` calls (so a p99 is not just
     the maximum) unless that would take more than 4x ``seconds``, and at most ``MAX_PER_CALL``.
+    ``multiple_of``: stop only after a whole number of passes over a traffic's batches (each shape weighs as
+    often as in the data); ``on_call`` runs after each call, outside its timing.
     """
     out: list[float] = []
     sync = backend_for(device).synchronize
@@ -140,8 +182,11 @@ def per_call_timings(call: Callable[[], Any], *, device: torch.device, seconds: 
         sync()
         t1 = clock()
         out.append(t1 - t0)
+        if on_call is not None:
+            on_call()
         spent = t1 - start
-        if spent >= seconds and (len(out) >= MIN_PER_CALL or spent >= 4.0 * seconds):
+        if (spent >= seconds and (len(out) >= MIN_PER_CALL or spent >= 4.0 * seconds)
+                and len(out) % multiple_of == 0):
             break
     return tuple(out)
 
@@ -163,10 +208,14 @@ def time_slice(call: Callable[[], Any], *, device: torch.device, seconds: float,
     slice's total time over its total calls. Latency (``per_call``): every call synchronised.
     """
     if per_call:
-        lat = per_call_timings(call, device=device, seconds=seconds)
+        _restart(call)
+        lat = per_call_timings(call, device=device, seconds=seconds, multiple_of=_cycle_length(call))
         return Slice(calls=len(lat), seconds_per_call=float(sum(lat) / len(lat)), latency_samples=lat)
-    probe = time_first_call(call, device=device)
-    k = max(1, math.ceil(block_target_seconds / max(probe, 1e-9)))
+    cycle = _cycle_length(call)
+    _restart(call)
+    probe = time_first_call(lambda: [call() for _ in range(cycle)], device=device)
+    k = cycle * max(1, math.ceil(block_target_seconds / max(probe, 1e-9)))
+    _restart(call)
     block = backend_for(device).block_timer()
     total, calls = 0.0, 0
     while total < seconds:

@@ -125,18 +125,49 @@ class Measurement:
         }
 
     @property
+    def samples_per_call(self) -> float:
+        """Rows one call serves on average: the batch size, or over a traffic the mean of its batches' rows
+        (a partial last batch counts what it holds)."""
+        return float(self.extra.get("samples_per_call", self.batch_size))
+
+    @property
     def throughput(self) -> float:
-        """Samples per second at the steady mean (batch_size / seconds per iteration)."""
+        """Samples per second at the steady mean (samples per call / seconds per call)."""
         mean = self.mean_seconds
-        return self.batch_size / mean if mean > 0 else math.inf
+        return self.samples_per_call / mean if mean > 0 else math.inf
 
     @property
     def throughput_ci(self) -> tuple[float, float]:
         lo, hi = self.ci_seconds
+        n = self.samples_per_call
         return (
-            self.batch_size / hi if hi > 0 else math.inf,
-            self.batch_size / lo if lo > 0 else math.inf,
+            n / hi if hi > 0 else math.inf,
+            n / lo if lo > 0 else math.inf,
         )
+
+    def bucket_stats(self) -> list[dict[str, Any]]:
+        """Per shape bucket of a traffic: calls, samples, throughput and p50/p99 from the per-call timings.
+
+        ``extra["traffic_batches"]`` lists each batch's ``[shape, rows]`` and ``extra["latency_batches"]``
+        which batch each per-call timing served; empty without a traffic of several batches.
+        """
+        batches = self.extra.get("traffic_batches") or []
+        served = self.extra.get("latency_batches") or []
+        if not batches or len(served) != len(self.latency_samples):
+            return []
+        groups: dict[str, list[tuple[float, int]]] = {}
+        for seconds, i in zip(self.latency_samples, served, strict=True):
+            shape, rows = batches[int(i)]
+            groups.setdefault(str(shape), []).append((seconds, int(rows)))
+        out = []
+        for shape, calls in groups.items():
+            secs = [c[0] for c in calls]
+            rows = sum(c[1] for c in calls)
+            pct = percentiles(secs, (50.0, 99.0))
+            out.append({"shape": shape, "calls": len(calls), "samples": rows,
+                        "throughput": rows / sum(secs) if sum(secs) > 0 else None,
+                        "p50_ms": pct[50.0] * 1e3, "p99_ms": pct[99.0] * 1e3})
+        return out
 
     @property
     def relative_ci_half_width(self) -> float:

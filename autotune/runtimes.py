@@ -212,7 +212,9 @@ def runtime_unavailable_reason(spec: RuntimeSpec, *, device: str, input_ndims: S
 
 
 def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str,
-                  notes: list[str], keep_artifact: bool = False) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+                  notes: list[str], keep_artifact: bool = False,
+                  dynamic_dims: Sequence[Sequence[int]] | None = None
+                  ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
     """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes and load it in the
     runtime; return the inner callable (torch tensors in, the eager output structure out), what
     must stay alive with it (the temporary directory holding the exported files), and with

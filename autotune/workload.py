@@ -17,15 +17,7 @@ from typing import Any
 import torch
 
 from autotune.errors import WorkloadError
-from autotune.recipe import InputSpec, ModelSpec, Recipe
-
-_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-}
+from autotune.recipe import DataSpec, InputSpec, ModelSpec, Recipe
 
 
 def one_line(exc: BaseException) -> str:
@@ -34,9 +26,9 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def resolve_factory(spec: ModelSpec, *, recipe_path: str) -> Any:
+def resolve_factory(spec: ModelSpec | DataSpec, *, recipe_path: str, field: str = "model.factory") -> Any:
     """Import ``module:function`` or ``file.py:function`` (relative to the recipe)."""
-    where = f"{recipe_path}: field 'model.factory'"
+    where = f"{recipe_path}: field '{field}'"
     target, _, attr = spec.factory.rpartition(":")
     if target.endswith(".py") or "/" in target:
         file = Path(target)
@@ -97,18 +89,10 @@ def build_model(recipe: Recipe, *, device: torch.device) -> torch.nn.Module:
 def make_inputs(
     specs: tuple[InputSpec, ...], *, batch_size: int, device: torch.device, seed: int = 0
 ) -> tuple[torch.Tensor, ...]:
-    """Fresh random inputs on the device: normal floats, uniform tokens in [0, vocab_size)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    tensors = []
-    for spec in specs:
-        shape = (batch_size, *spec.shape)
-        if spec.is_integer:
-            assert spec.vocab_size is not None  # validated by the recipe parser
-            t = torch.randint(0, spec.vocab_size, shape, generator=gen, dtype=_DTYPES[spec.dtype])
-        else:
-            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(_DTYPES[spec.dtype])
-        tensors.append(t.to(device))
-    return tuple(tensors)
+    """Fresh random inputs on the device: normal floats, integers in ``range`` or [0, vocab_size)."""
+    from autotune.traffic import random_batch
+
+    return tuple(t.to(device) for t in random_batch(specs, batch_size=batch_size, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -120,6 +104,8 @@ class WorkloadInfo:
     input_ndims: tuple[int, ...]
     input_is_float: tuple[bool, ...]
     output_summary: str
+    #: What the traffic is (:meth:`autotune.traffic.Traffic.describe` at batch 2): the report's ``data``.
+    data: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +114,7 @@ class WorkloadInfo:
             "input_ndims": list(self.input_ndims),
             "input_is_float": list(self.input_is_float),
             "output_summary": self.output_summary,
+            **({"data": self.data} if self.data is not None else {}),
         }
 
 
@@ -144,20 +131,38 @@ def describe_output(out: Any) -> str:
 def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.device) -> WorkloadInfo:
     """Run one eager forward at batch 2; a model that rejects the inputs is a recipe error.
 
-    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch.
+    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch. With a data
+    factory, its batches for batch_size=2 are loaded and checked (:mod:`autotune.traffic`) and the model runs
+    on every distinct shape among them.
     """
-    inputs = make_inputs(recipe.inputs, batch_size=2, device=device)
-    try:
-        with torch.inference_mode():
-            out = model(*inputs)
-    except Exception as exc:
-        shapes = ", ".join(
-            f"'{s.name}' {tuple(t.shape)} {s.dtype}" for s, t in zip(recipe.inputs, inputs, strict=True)
-        )
-        raise WorkloadError(
-            f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch 2 in front of "
-            f"each per-sample shape). The model said: {one_line(exc)}"
-        ) from None
+    from autotune.traffic import load_traffic, shape_text
+
+    traffic = load_traffic(recipe, batch_size=2, device=device)
+    inputs = traffic.example
+    seen: set[str] = set()
+    out: Any = None
+    for batch in traffic.gate_batches(1):
+        key = shape_text(traffic.layout, batch)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            with torch.inference_mode():
+                out = traffic.layout.call(model, batch)
+        except Exception as exc:
+            shapes = ", ".join(
+                f"'{n}' {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                for n, t in zip(traffic.layout.names, batch, strict=True)
+            )
+            if recipe.data is not None:
+                raise WorkloadError(
+                    f"{recipe.path}: field 'data.factory': the model rejected a batch of '{recipe.data.factory}' "
+                    f"({shapes}; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
+                ) from None
+            raise WorkloadError(
+                f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch 2 in front of "
+                f"each per-sample shape; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
+            ) from None
     params = list(model.parameters())
     return WorkloadInfo(
         parameters=sum(p.numel() for p in params),
@@ -165,4 +170,11 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
         input_ndims=tuple(t.dim() for t in inputs),
         input_is_float=tuple(t.is_floating_point() for t in inputs),
         output_summary=describe_output(out),
+        data=traffic.describe() if recipe.data is not None else None,
     )
+
+
+def _call_form(layout: Any) -> str:
+    n = layout.n_positional
+    parts = [*layout.names[:n], *(f"{k}=..." for k in layout.names[n:])]
+    return f"model({', '.join(parts)})"

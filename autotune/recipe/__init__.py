@@ -18,11 +18,21 @@ The format (every field documented in README.md)::
     shape = [3, 64, 64]                    # per sample: the batch dimension is added in front
     dtype = "float32"                      # float32 | float16 | bfloat16 | int64 | int32
     vocab_size = 30522                     # integer inputs only: values drawn from [0, vocab_size)
+    range = [0, 2]                         # integer inputs: values drawn from [low, high) instead
+    keyword = false                        # true: passed by name, model(..., x=tensor); after the positional ones
+
+    [data]                                 # instead of [[inputs]]: the user's own batches
+    factory = "data.py:batches"            # called as batches(batch_size=b, **kwargs): a finite iterable of
+    kwargs = {}                            # batches, each a tensor, a tuple (positional) or a dict (keyword)
+    max_batches = 16                       # batches kept per batch size (the traffic every candidate is timed on)
+    buckets = [32, 64, 128]                # +buckets variants pad dynamic dims up to these sizes
+    pad_values = { input_ids = 0 }         # what padding is filled with (default 0)
 
     [search]
     variants = ["eager", "frozen", "compile"]   # or "all"
     precisions = ["fp32"]
     memory_formats = ["contiguous"]
+    shapes = ["dynamic", "buckets"]        # dynamic dims: dynamic shapes, and/or padding to data.buckets
     threads = [1, 2]                       # CPU: intra-op threads crossed with the variants, or "auto"
                                            # (1, 2, 4, ... up to the usable cores); default: torch's own
     batch_sizes = [1, 8, 32]               # or "auto": search up to the memory boundary
@@ -58,6 +68,7 @@ Where each part lives (one concept per module; this package re-exports the publi
 ``from autotune.recipe import Recipe, load_recipe`` is the import to use):
 
 * :mod:`~autotune.recipe.spec`: the frozen dataclasses (:class:`Recipe`, :class:`ModelSpec`, :class:`InputSpec`,
+  :class:`DataSpec`,
   :class:`SearchSpec`, :class:`Constraints`, :class:`BatchSpec`, :class:`MeasureSpec`) and the JSON form
   (``Recipe.to_dict`` / ``Recipe.from_dict``) that report.json and the workers carry;
 * :mod:`~autotune.recipe.reader`: the strict reader of one table and the wording of its errors (why strict:
@@ -80,6 +91,7 @@ from autotune.recipe.spec import (
     INTEGER_DTYPES,
     BatchSpec,
     Constraints,
+    DataSpec,
     InputSpec,
     MeasureSpec,
     ModelSpec,
@@ -98,6 +110,7 @@ __all__ = [
     "STRATEGIES",
     "BatchSpec",
     "Constraints",
+    "DataSpec",
     "InputSpec",
     "MeasureSpec",
     "ModelSpec",

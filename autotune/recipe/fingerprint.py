@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import RecipeError
-from autotune.recipe.spec import ModelSpec, Recipe
+from autotune.recipe.spec import DataSpec, ModelSpec, Recipe
 
 
-def factory_file(model: ModelSpec) -> Path | None:
+def factory_file(model: ModelSpec | DataSpec) -> Path | None:
     """The file a ``path/to/file.py:function`` factory is imported from (relative to the recipe's directory);
     None for a ``package.module:function`` factory. The same rule as the worker's import."""
     target = model.factory.rpartition(":")[0]
@@ -56,7 +56,7 @@ def fingerprint_parts(recipe: Recipe) -> dict[str, Any]:
             raise RecipeError(f"{recipe.path}: field 'model.factory': cannot read '{file}': "
                               f"{exc.strerror or exc}") from None
     module = recipe.model.factory.rpartition(":")[0]
-    return {
+    parts = {
         "model.factory": recipe.model.factory,
         "model.factory_file_sha256": digest,
         "model.factory_package": None if file is not None else _package_version(module),
@@ -64,3 +64,22 @@ def fingerprint_parts(recipe: Recipe) -> dict[str, Any]:
         "inputs": json.dumps([dict(name=i.name, shape=list(i.shape), dtype=i.dtype, vocab_size=i.vocab_size)
                               for i in recipe.inputs], sort_keys=True),
     }
+    # inputs only added to the fingerprint when set, so studies made before these fields existed still match
+    extra = [dict(name=i.name, keyword=i.keyword, range=list(i.range) if i.range else None)
+             for i in recipe.inputs if i.keyword or i.range]
+    if extra:
+        parts["inputs.keyword_range"] = json.dumps(extra, sort_keys=True)
+    if recipe.data is not None:
+        data_file = factory_file(recipe.data)
+        data_digest = None
+        if data_file is not None:
+            try:
+                data_digest = hashlib.sha256(data_file.read_bytes()).hexdigest()[:16]
+            except OSError as exc:
+                raise RecipeError(f"{recipe.path}: field 'data.factory': cannot read '{data_file}': "
+                                  f"{exc.strerror or exc}") from None
+        parts["data"] = json.dumps({"factory": recipe.data.factory, "file_sha256": data_digest,
+                                    "kwargs": dict(recipe.data.kwargs), "max_batches": recipe.data.max_batches,
+                                    "buckets": list(recipe.data.buckets or []),
+                                    "pad_values": dict(recipe.data.pad_values)}, sort_keys=True, default=str)
+    return parts

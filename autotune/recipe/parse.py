@@ -22,6 +22,7 @@ from autotune.recipe.spec import (
     INTEGER_DTYPES,
     BatchSpec,
     Constraints,
+    DataSpec,
     InputSpec,
     MeasureSpec,
     ModelSpec,
@@ -30,7 +31,9 @@ from autotune.recipe.spec import (
 )
 from autotune.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
 
-_TOP_KEYS = ("name", "description", "device", "model", "inputs", "search", "constraints", "batch", "measure")
+_TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "search", "constraints", "batch", "measure")
+#: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
+SHAPE_POLICIES = ("dynamic", "buckets")
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -61,17 +64,16 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
 
     model_table = top.get("model", dict, None, required=True)
     mr = TableReader(path, model_table, "model.", ("factory", "kwargs"))
-    factory = mr.get("factory", str, None, required=True)
-    if ":" not in factory or not factory.split(":", 1)[1] or not factory.split(":", 1)[0]:
-        raise mr.error(
-            "factory",
-            f"'{factory}' is not a factory reference; allowed: 'package.module:function' "
-            "or 'path/to/file.py:function' (relative to the recipe)",
-        )
+    factory = _factory_reference(mr)
     kwargs = mr.get("kwargs", dict, {})
     model = ModelSpec(factory=factory, kwargs=dict(kwargs), base_dir=str(path.resolve().parent))
 
-    inputs = _parse_inputs(path, top.get("inputs", list, None, required=True))
+    data_spec = _parse_data(path, top.get("data", dict, None))
+    raw_inputs = top.get("inputs", list, None, required=data_spec is None)
+    if data_spec is not None and raw_inputs:
+        raise top.error("inputs", "must be left out when [data] names a factory: the inputs are the factory's "
+                        "batches (their names, dtypes and shapes)")
+    inputs = _parse_inputs(path, raw_inputs) if data_spec is None else ()
     search = _parse_search(path, top.get("search", dict, {}))
     constraints = _parse_constraints(path, top.get("constraints", dict, {}))
     batch = _parse_batch(path, top.get("batch", dict, {}))
@@ -94,18 +96,55 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
         constraints=constraints,
         batch=batch,
         measure=measure,
+        data=data_spec,
     )
+
+
+def _factory_reference(r: TableReader) -> str:
+    factory: str = r.get("factory", str, None, required=True)
+    if ":" not in factory or not factory.split(":", 1)[1] or not factory.split(":", 1)[0]:
+        raise r.error(
+            "factory",
+            f"'{factory}' is not a factory reference; allowed: 'package.module:function' "
+            "or 'path/to/file.py:function' (relative to the recipe)",
+        )
+    return factory
+
+
+def _parse_data(path: Path, table: dict[str, Any] | None) -> DataSpec | None:
+    """``[data]``: the user's batches (see :class:`DataSpec`); checked for form here, for content in a worker."""
+    if table is None:
+        return None
+    r = TableReader(path, table, "data.", ("factory", "kwargs", "max_batches", "buckets", "pad_values"))
+    factory = _factory_reference(r)
+    buckets_raw = r.get("buckets", list, None)
+    buckets: tuple[int, ...] | None = None
+    if buckets_raw is not None:
+        if not buckets_raw:
+            raise r.error("buckets", "must not be empty; leave it out for powers of two up to the largest size seen")
+        for i, b in enumerate(buckets_raw):
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise RecipeError(f"{path}: field 'data.buckets[{i}]': bucket sizes must be positive integers, "
+                                  f"got {b!r}")
+        buckets = tuple(sorted(set(buckets_raw)))
+    pads = r.get("pad_values", dict, {})
+    for key, value in pads.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(f"{path}: field 'data.pad_values.{key}': expected a number, got {value!r}")
+    return DataSpec(factory=factory, kwargs=dict(r.get("kwargs", dict, {})), base_dir=str(path.resolve().parent),
+                    max_batches=r.positive("max_batches", int, DataSpec.max_batches), buckets=buckets,
+                    pad_values={k: float(v) for k, v in pads.items()})
 
 
 def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:
     if not items:
         raise RecipeError(f"{path}: field 'inputs': at least one [[inputs]] table is required")
-    specs = []
+    specs: list[InputSpec] = []
     for i, item in enumerate(items):
         prefix = f"inputs[{i}]."
         if not isinstance(item, dict):
             raise RecipeError(f"{path}: field 'inputs[{i}]': expected a table, got {item!r}")
-        r = TableReader(path, item, prefix, ("name", "shape", "dtype", "vocab_size"))
+        r = TableReader(path, item, prefix, ("name", "shape", "dtype", "vocab_size", "keyword", "range"))
         name = r.get("name", str, f"input{i}")
         shape = r.get("shape", list, None, required=True)
         for j, dim in enumerate(shape):
@@ -115,16 +154,36 @@ def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:
                 )
         dtype = r.choice("dtype", DTYPES, "float32")
         vocab = r.positive("vocab_size", int, None)
-        if dtype in INTEGER_DTYPES and vocab is None:
-            raise r.error("vocab_size", f"is required for integer inputs (dtype '{dtype}'): values are drawn "
-                          "from [0, vocab_size)")
+        value_range = _int_range(r, dtype)
+        if dtype in INTEGER_DTYPES and vocab is None and value_range is None:
+            raise r.error("vocab_size", f"is required for integer inputs (dtype '{dtype}') without a 'range': "
+                          "values are drawn from [0, vocab_size)")
         if dtype not in INTEGER_DTYPES and vocab is not None:
             raise r.error("vocab_size", f"only applies to integer inputs, but dtype is '{dtype}'")
-        specs.append(InputSpec(name=name, shape=tuple(shape), dtype=dtype, vocab_size=vocab))
+        if vocab is not None and value_range is not None:
+            raise r.error("range", "give either 'vocab_size' (values in [0, vocab_size)) or 'range', not both")
+        keyword = r.get("keyword", bool, False)
+        if specs and specs[-1].keyword and not keyword:
+            raise r.error("keyword", f"positional input '{name}' follows keyword input '{specs[-1].name}'; "
+                          "list the positional inputs first")
+        specs.append(InputSpec(name=name, shape=tuple(shape), dtype=dtype, vocab_size=vocab, keyword=keyword,
+                               range=value_range))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise RecipeError(f"{path}: field 'inputs': input names must be unique, got {names}")
     return tuple(specs)
+
+
+def _int_range(r: TableReader, dtype: str) -> tuple[int, int] | None:
+    raw = r.get("range", list, None)
+    if raw is None:
+        return None
+    if dtype not in INTEGER_DTYPES:
+        raise r.error("range", f"only applies to integer inputs, but dtype is '{dtype}'")
+    if (len(raw) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in raw) or raw[0] >= raw[1]):
+        raise r.error("range", f"expected [low, high] with integers low < high (values drawn from [low, high)), "
+                      f"got {raw!r}")
+    return int(raw[0]), int(raw[1])
 
 
 def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
@@ -148,6 +207,7 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         variants=r.string_list("variants", SearchSpec.variants),
         precisions=r.string_list("precisions", SearchSpec.precisions),
         memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
+        shapes=_shapes(r),
         threads=_threads(path, r),
         batch_sizes=batch_sizes,
         objective=r.choice("objective", OBJECTIVES, "throughput"),
@@ -157,6 +217,16 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         equivalence_margin=r.fraction("equivalence_margin", SearchSpec.equivalence_margin),
         strategy=r.choice("strategy", STRATEGIES, SearchSpec.strategy),
     )
+
+
+def _shapes(r: TableReader) -> tuple[str, ...]:
+    shapes = r.string_list("shapes", SearchSpec.shapes)
+    if not shapes:
+        raise r.error("shapes", f"must not be empty; allowed: {', '.join(SHAPE_POLICIES)}")
+    for s in shapes:
+        if s not in SHAPE_POLICIES:
+            raise r.error("shapes", f"'{s}' is not allowed; allowed: {', '.join(SHAPE_POLICIES)}")
+    return tuple(dict.fromkeys(shapes))
 
 
 def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:

@@ -34,6 +34,12 @@ class InputSpec:
     shape: tuple[int, ...]
     dtype: str = "float32"
     vocab_size: int | None = None
+    #: Passed to ``forward`` by name (``model(..., name=tensor)``) instead of by position. Keyword inputs
+    #: follow the positional ones, in the recipe's order.
+    keyword: bool = False
+    #: Integer inputs: values drawn uniformly from ``[low, high)`` (an attention mask is ``[0, 2)``); None:
+    #: ``[0, vocab_size)``.
+    range: tuple[int, int] | None = None
 
     @property
     def is_integer(self) -> bool:
@@ -41,8 +47,33 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
+class DataSpec:
+    """The user's own example batches: ``factory(batch_size=b, **kwargs)`` returns a finite iterable of them.
+
+    Each batch is what the user's DataLoader yields: a tensor, a tuple of tensors (positional arguments of
+    ``forward``) or a dict of tensors (keyword arguments). Resolved like the model factory.
+    """
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: str = "."
+    #: Batches of the traffic kept per batch size (the first ones the factory yields): every candidate is
+    #: gated on them and timed cycling through them.
+    max_batches: int = 16
+    #: Sizes a ``+buckets`` variant pads each dynamic dimension up to (None: powers of two from the
+    #: smallest size seen up to the largest, which is always a bucket).
+    buckets: tuple[int, ...] | None = None
+    #: Value padding is filled with, per input name (default 0: pad token, mask off, zero pixels).
+    pad_values: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     variants: tuple[str, ...] = ("eager",)
+    #: How shape-specialising variants meet the traffic's dynamic dimensions, crossed with the variants:
+    #: ``dynamic`` (dynamic axes / dynamic shapes) and ``buckets`` (inputs padded up to the next of
+    #: ``data.buckets``; the ``+buckets`` modifier). Without dynamic dimensions only ``dynamic`` applies.
+    shapes: tuple[str, ...] = ("dynamic",)
     precisions: tuple[str, ...] = ("fp32",)
     memory_formats: tuple[str, ...] = ("contiguous",)
     #: CPU intra-op thread counts crossed with the variants (like precisions and memory formats): each
@@ -101,24 +132,36 @@ class Recipe:
     constraints: Constraints = Constraints()
     batch: BatchSpec = BatchSpec()
     measure: MeasureSpec = MeasureSpec()
+    data: DataSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, used in report.json and to hand the recipe to a worker."""
         data = asdict(self)
         data["model"]["kwargs"] = dict(self.model.kwargs)
-        data["inputs"] = [dict(asdict(i), shape=list(i.shape)) for i in self.inputs]
+        # fields added later are written only when set, so a recipe that does not use them has the same JSON
+        # form (report.json, a study's fingerprint) as before they existed
+        data["inputs"] = [_input_dict(i) for i in self.inputs]
+        data.pop("data")
+        if self.search.shapes == ("dynamic",):
+            data["search"].pop("shapes")
+        if self.data is not None:
+            data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
+                                pad_values=dict(self.data.pad_values),
+                                buckets=list(self.data.buckets) if self.data.buckets else None)
         for key in ("batch_sizes", "threads"):
             value = getattr(self.search, key)
             data["search"][key] = value if isinstance(value, str) else list(value)
-        for key in ("variants", "precisions", "memory_formats"):
-            data["search"][key] = list(data["search"][key])
+        for key in ("variants", "precisions", "memory_formats", "shapes"):
+            if key in data["search"]:
+                data["search"][key] = list(data["search"][key])
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
         """Inverse of :meth:`to_dict` (trusted input: what to_dict produced)."""
         sd = dict(data["search"])
-        for key in ("variants", "precisions", "memory_formats"):
+        sd.setdefault("shapes", ["dynamic"])
+        for key in ("variants", "precisions", "memory_formats", "shapes"):
             sd[key] = tuple(sd[key])
         sd.setdefault("threads", ())  # recipes stored before the field existed (report.json, a study)
         for key in ("batch_sizes", "threads"):
@@ -130,9 +173,30 @@ class Recipe:
             description=data["description"],
             device=data["device"],
             model=ModelSpec(**data["model"]),
-            inputs=tuple(InputSpec(**dict(i, shape=tuple(i["shape"]))) for i in data["inputs"]),
+            inputs=tuple(InputSpec(**dict(i, shape=tuple(i["shape"]),
+                                          range=tuple(i["range"]) if i.get("range") else None))
+                         for i in data["inputs"]),
             search=SearchSpec(**sd),
             constraints=Constraints(**data["constraints"]),
             batch=BatchSpec(**data["batch"]),
             measure=MeasureSpec(**data["measure"]),
+            data=_data_from_dict(data.get("data")),
         )
+
+
+def _input_dict(spec: InputSpec) -> dict[str, Any]:
+    out = dict(asdict(spec), shape=list(spec.shape))
+    if not spec.keyword:
+        out.pop("keyword")
+    if spec.range is None:
+        out.pop("range")
+    else:
+        out["range"] = list(spec.range)
+    return out
+
+
+def _data_from_dict(raw: Mapping[str, Any] | None) -> DataSpec | None:
+    if not raw:
+        return None
+    buckets = raw.get("buckets")
+    return DataSpec(**dict(raw, buckets=tuple(buckets) if buckets else None))

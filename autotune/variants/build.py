@@ -192,6 +192,7 @@ def build_variant(
     *,
     device: str,
     keep_artifact: bool = False,
+    dynamic_dims: Sequence[Sequence[int]] | None = None,
 ) -> BuiltVariant:
     """Build ``spec`` from ``model`` (never mutated) for inputs like ``example_inputs`` (fp32, on device).
 
@@ -218,6 +219,11 @@ def build_variant(
     ``keep_artifact`` keeps what a deployment would save in :attr:`BuiltVariant.artifact`; off by default,
     because for ``frozen`` (a serialisation) and ``openvino`` (the converted model) it costs time and memory
     that a candidate's build and footprint must not include.
+
+    ``dynamic_dims`` (per input, the dims that vary in the traffic, the batch dim 0 included; None: every
+    shape is the example's) is how shape-specialising builders meet the traffic: ``torch.compile`` gets
+    ``dynamic=None`` (static first, dynamic after the first recompile: torch's own default) when a dim other
+    than the batch varies, ``export`` marks them ``Dim.DYNAMIC``, the runtimes export them as dynamic axes.
 
     Availability is not checked here (call :func:`available` first); whatever torch can build is
     built. Raises :class:`VariantError` with a one-line summary when a stage fails;
@@ -284,20 +290,27 @@ def build_variant(
                                    lambda: torch.jit.optimize_for_inference(frozen))
         elif spec.compiler == "compile":
             mode = spec.compile_mode or "default"
+            kwargs = _compile_kwargs(mode)
+            if dynamic_dims is not None and any(len(d) > 1 for d in dynamic_dims) and not spec.buckets:
+                kwargs["dynamic"] = None
+                notes.append("torch.compile(dynamic=None): static at first, dynamic shapes after the first "
+                             "recompile on the traffic's varying dims")
+            else:
+                notes.append(
+                    "torch.compile compiles at the first call (static shapes: a new shape recompiles)"
+                )
             inner = silenced_build(f"torch.compile(mode={mode})", notes,
-                                    lambda: torch.compile(target, **_compile_kwargs(mode)))
-            notes.append(
-                "torch.compile compiles at the first call (static shapes: a new batch size recompiles)"
-            )
+                                    lambda: torch.compile(target, **kwargs))
         elif spec.compiler == "export":
-            inner, tmp = _build_export(target, example, notes, single_threaded=spec.cuda_graphs)
+            inner, tmp = _build_export(target, example, notes, single_threaded=spec.cuda_graphs,
+                                       dynamic_dims=dynamic_dims)
             keepalive.append(tmp)
             artifact = os.path.join(tmp.name, "model.pt2") if keep_artifact else None
         elif spec.is_runtime:
             from autotune.runtimes import build_runtime
 
             inner, kept, artifact = build_runtime(spec, m, example, device=device, notes=notes,
-                                                  keep_artifact=keep_artifact)
+                                                  keep_artifact=keep_artifact, dynamic_dims=dynamic_dims)
             keepalive.extend(kept)
         else:  # pragma: no cover - VariantSpec validates the compiler
             raise VariantError(f"unknown compiler {spec.compiler!r}")
@@ -349,15 +362,37 @@ def _jit_bytes(module: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _takes_varargs(module: Any) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+
+
 def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
-                  single_threaded: bool) -> tuple[Callable[..., Any], Any]:
+                  single_threaded: bool, dynamic_dims: Sequence[Sequence[int]] | None = None
+                  ) -> tuple[Callable[..., Any], Any]:
     """``torch.export`` then AOTInductor: compile to a ``.pt2`` package in a private temp dir and load it.
 
-    The temp dir object is returned so the caller keeps it alive as long as the loaded model.
+    With ``dynamic_dims`` those dims are ``Dim.DYNAMIC`` (torch.export decides their range, or specialises
+    a dim the model's code fixes: the gate on the traffic's other shapes then says so). The temp dir object
+    is returned so the caller keeps it alive as long as the loaded model.
     """
     import torch
 
-    exported = silenced_build("torch.export.export", notes, lambda: torch.export.export(target, example))
+    shapes = None
+    if dynamic_dims is not None:
+        shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if isinstance(x, torch.Tensor) else None
+                       for x, dims in zip(example, dynamic_dims, strict=True))
+        notes.append("export: dynamic dims " + ", ".join(f"input {i} dims {list(d)}"
+                                                         for i, d in enumerate(dynamic_dims) if d))
+        if _takes_varargs(target):
+            shapes = (shapes,)  # forward(*tensors): one varargs parameter holds them all
+    exported = silenced_build("torch.export.export", notes,
+                              lambda: torch.export.export(target, example, dynamic_shapes=shapes))
     tmp = tempfile.TemporaryDirectory(prefix="autotune-aoti-")
 
     def compile_and_load() -> Any:
@@ -373,5 +408,6 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
     except BaseException:
         tmp.cleanup()
         raise
-    notes.append("export: AOTInductor package compiled for the example's shapes")
+    if dynamic_dims is None:
+        notes.append("export: AOTInductor package compiled for the example's shapes")
     return loaded, tmp

@@ -17,6 +17,7 @@ def expand_variants(
     precisions: Sequence[str] = ("fp32",),
     memory_formats: Sequence[str] = ("contiguous",),
     threads: Sequence[int] = (),
+    shapes: Sequence[str] = ("dynamic",),
     input_ndims: Sequence[int] = (),
     input_is_float: Sequence[bool] = (),
 ) -> list[VariantSpec]:
@@ -75,7 +76,8 @@ def expand_variants(
             for p in (spec.precision,) if pinned_precision else precisions:
                 for f in (spec.memory_format,) if pinned_format else memory_formats:
                     for t in (spec.threads,) if spec.threads is not None or not threads else threads:
-                        add(_replace(base, precision=p, memory_format=f, threads=t))
+                        for bucketed in (True,) if spec.buckets else tuple(s == "buckets" for s in shapes):
+                            add(_replace(base, precision=p, memory_format=f, threads=t, buckets=bucketed))
     return out
 
 

@@ -83,6 +83,9 @@ class VariantSpec:
     memory_format: str = "contiguous"
     cuda_graphs: bool = False
     threads: int | None = None
+    #: Pad the traffic's dynamic dimensions up to the recipe's buckets (``data.buckets``) before each call,
+    #: so a shape-specialising variant sees a few fixed shapes (``+buckets``; ``search.shapes``).
+    buckets: bool = False
 
     def __post_init__(self) -> None:
         where = f"variant {self.compiler!r}"
@@ -120,6 +123,8 @@ class VariantSpec:
             parts.append(self.precision)
         if self.memory_format != "contiguous":
             parts.append(self.memory_format)
+        if self.buckets:
+            parts.append("buckets")
         if self.cuda_graphs:
             parts.append("cudagraphs")
         if self.threads is not None:
@@ -144,7 +149,7 @@ class VariantSpec:
 
     @classmethod
     def parse(cls, text: str, *, field: str = "variants") -> VariantSpec:
-        """Read ``COMPILER[:MODE](+MODIFIER)*``; modifiers: a precision, a memory format,
+        """Read ``COMPILER[:MODE](+MODIFIER)*``; modifiers: a precision, a memory format, ``buckets``,
         ``cudagraphs``, ``threads=N``. Case and spaces around tokens are ignored.
 
         Raises :class:`InputError` naming ``field``, the bad token, the allowed values and the
@@ -162,10 +167,12 @@ class VariantSpec:
             "memory_format": self.memory_format,
             "cuda_graphs": self.cuda_graphs,
             "threads": self.threads,
+            # only when set: spec dicts stored before the modifier existed read back the same
+            **({"buckets": True} if self.buckets else {}),
         }
 
 
-_MODIFIERS_HELP: tuple[str, ...] = (*PRECISIONS, *MEMORY_FORMATS, "cudagraphs", "threads=N")
+_MODIFIERS_HELP: tuple[str, ...] = (*PRECISIONS, *MEMORY_FORMATS, "buckets", "cudagraphs", "threads=N")
 _BASE_HELP: tuple[str, ...] = (*COMPILERS, *(f"{c}:{m}" for c, modes in MODES.items() for m in modes))
 
 
@@ -207,6 +214,7 @@ def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[Vari
     precision: str | None = None
     memory_format: str | None = None
     cuda_graphs = False
+    buckets = False
     threads: int | None = None
     seen: set[str] = set()
     for tok in modifiers:
@@ -229,6 +237,8 @@ def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[Vari
             memory_format = tok
         elif tok == "cudagraphs":
             cuda_graphs = True
+        elif tok == "buckets":
+            buckets = True
         elif tok.startswith("threads"):
             _, eq, value = tok.partition("=")
             value = value.strip()
@@ -256,5 +266,6 @@ def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[Vari
         memory_format=memory_format or "contiguous",
         cuda_graphs=cuda_graphs,
         threads=threads,
+        buckets=buckets,
     )
     return spec, precision is not None, memory_format is not None

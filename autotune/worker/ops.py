@@ -13,11 +13,13 @@ torch import in one file; the ops share the guard, the seeds and the thread hand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 _T0 = time.perf_counter()
@@ -45,7 +47,9 @@ from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E40
 from autotune.measure import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
 from autotune.stats import percentiles  # noqa: E402
+from autotune.traffic import Traffic, TrafficCall, adapt, bucket_plan, iterate_all, load_traffic  # noqa: E402
 from autotune.variants import (  # noqa: E402
+    BuiltVariant,
     VariantSpec,
     available,
     build_variant,
@@ -78,7 +82,7 @@ from autotune.worker.protocol import (  # noqa: E402
     ValidateRequest,
     ValidateResult,
 )
-from autotune.worker.state import Staged, WorkerState, _trim_heap  # noqa: E402
+from autotune.worker.state import LoadedWorkload, Staged, WorkerState, _trim_heap  # noqa: E402
 from autotune.workload import make_inputs, one_line  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _T0
@@ -120,6 +124,62 @@ def _with_threads(spec: VariantSpec, state: WorkerState) -> None:
     torch.set_num_threads(spec.threads or state.default_threads)
 
 
+@dataclass
+class _Candidate:
+    """A variant built for a batch size's traffic: the call the timing loop makes, and what the gate needs."""
+
+    traffic: Traffic
+    model: torch.nn.Module  # the eager model as the builders saw it (keyword inputs adapted)
+    built: BuiltVariant  # ``fn`` includes the bucket padding of a ``+buckets`` variant
+    prepared: list[tuple[Any, ...]]
+    call: Callable[[], Any]
+
+
+def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model: torch.nn.Module | None = None,
+                     keep_artifact: bool = False) -> _Candidate:
+    """Load the traffic of ``batch``, build ``spec`` on its largest batch, prepare every batch (untimed).
+
+    The call cycles through the prepared batches (:class:`~autotune.traffic.TrafficCall`); with one batch it
+    is a plain closure, exactly what was timed before traffic existed. ``+buckets``: the build example is
+    padded to its bucket, and ``fn`` pads every call's batch (timed: the padding is part of the strategy).
+    """
+    device = lw.device
+    traffic = load_traffic(lw.recipe, batch_size=batch, device=device, seed=BUILD_SEED)
+    eager = adapt(model if model is not None else lw.model, traffic.layout)
+    if spec.buckets and not traffic.has_dynamic_dims:
+        raise VariantError(f"{spec.name}: the traffic has no dynamic dimension to pad to buckets")
+    plan = bucket_plan(eager, traffic) if spec.buckets else None
+    example = plan.pad(traffic.example)[0] if plan is not None else traffic.example
+    dynamic = None
+    if traffic.source == "factory":
+        dynamic = tuple((0, *dims) for dims in traffic.dynamic_dims)
+    built = build_variant(spec, eager, example, device=str(device), keep_artifact=keep_artifact,
+                          dynamic_dims=dynamic)
+    if plan is not None:
+        built = dataclasses.replace(built, fn=plan.wrap(built.fn),
+                                    notes=(*built.notes, f"inputs padded to buckets {list(plan.buckets)} "
+                                           "(dynamic dims), outputs sliced back"))
+    prepared = [built.prepare_inputs(b) for b in traffic.batches]
+    fn = built.fn
+    if len(prepared) == 1:
+        only = prepared[0]
+
+        def call() -> Any:
+            return fn(*only)
+    else:
+        call = TrafficCall(fn, prepared)
+    return _Candidate(traffic=traffic, model=eager, built=built, prepared=prepared, call=call)
+
+
+def _traffic_extra(traffic: Traffic) -> dict[str, Any]:
+    """What a measurement records about its traffic (:meth:`Measurement.bucket_stats` reads it)."""
+    if len(traffic.batches) == 1 and traffic.source == "inputs":
+        return {}
+    return {"samples_per_call": traffic.samples_per_call,
+            "traffic_batches": [[k, r] for k, r in zip(traffic.shape_keys(), traffic.rows, strict=True)],
+            "dynamic_dims": traffic.dynamic_dim_names()}
+
+
 def op_hello(state: WorkerState, req: HelloRequest) -> HelloResult:
     return {
         "pid": os.getpid(),
@@ -141,8 +201,10 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
         precisions=recipe.search.precisions,
         memory_formats=recipe.search.memory_formats,
         threads=thread_counts(recipe.search.threads, device=lw.device.type),
+        shapes=recipe.search.shapes,
         input_ndims=lw.info.input_ndims,
     )
+    dynamic = bool((lw.info.data or {}).get("dynamic_dims"))
     variants: list[str] = []
     unavailable: list[UnavailableVariant] = []
     spec_dicts: dict[str, dict[str, Any]] = {}
@@ -150,7 +212,10 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
         spec_dicts[spec.name] = spec.to_dict()
         avail = available(spec, device=lw.device.type, input_ndims=lw.info.input_ndims,
                           input_is_float=lw.info.input_is_float)
-        if avail.ok:
+        if spec.buckets and not dynamic:
+            unavailable.append({"variant": spec.name, "reason": "no dynamic dimension in the data to pad to buckets "
+                                "(every batch has the same shape apart from the batch size)"})
+        elif avail.ok:
             variants.append(spec.name)
         else:
             unavailable.append({"variant": spec.name, "reason": avail.reason})
@@ -178,29 +243,25 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
 
     def body() -> MeasureOutcome:
         _with_threads(spec, state)
-        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         backend.release_memory()
         _trim_heap()
         backend.reset_peak_memory()
         with torch.inference_mode():
-            built = build_variant(spec, lw.model, example, device=str(device))
-            prepared = built.prepare_inputs(example)
-
-            def call() -> Any:
-                return built.fn(*prepared)
-
+            cand = _build_candidate(lw, spec, batch)
+            built, call, traffic = cand.built, cand.call, cand.traffic
+            recompiles_before = recompile_count()
             try:
+                # the first call of every shape: compiles / specialises, timed apart from the steady state
                 first = time_first_call(call, device=device)
+                first_pass = first
+                if isinstance(call, TrafficCall):
+                    first_pass = time_first_call(lambda: iterate_all(call), device=device)
             except Exception as exc:
                 if devices.is_oom(exc):
                     raise
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
             build_peak = backend.peak_memory_bytes()  # the build and the first call
-            gate = check_variant(
-                lw.model, built,
-                lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=GATE_SEED + s),
-                batches=GATE_BATCHES,
-            )
+            gate = check_variant(cand.model, built, _gate_inputs(lw, traffic, batch), batches=_gate_count(traffic))
             if not gate.passed:
                 return MeasureOutcome(status="rejected", reason=gate.reason or "outputs differ from eager fp32",
                                       correctness=gate.to_dict(), build_seconds=built.build_seconds,
@@ -210,13 +271,18 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             backend.release_memory()
             _trim_heap()
             backend.reset_peak_memory()
-            recompiles_before = recompile_count()
+            first_recompiles = recompile_count() - recompiles_before
             window = CpuWindow.start()
             m = measure_callable(call, batch_size=batch, device=device, settings=settings,
                                  first_call_seconds=first)
             load = window.stop()
             recompiles = recompile_count() - recompiles_before
             loop_peak = backend.peak_memory_bytes()
+        extra = _traffic_extra(traffic)
+        if extra:
+            extra.update(first_pass_seconds=first_pass, warmup_recompiles=first_recompiles,
+                         shape_policy="buckets" if spec.buckets else "dynamic")
+            m = dataclasses.replace(m, extra={**m.extra, **extra})
         return MeasureOutcome(
             status="ok", reason="",
             measurement=m.to_dict(),
@@ -252,15 +318,11 @@ def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
 
     def body() -> StageOutcome:
         _with_threads(spec, state)
-        example = make_inputs(lw.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
         with torch.inference_mode():
-            built = build_variant(spec, lw.model, example, device=str(device))
-            prepared = built.prepare_inputs(example)
-
-            def call() -> Any:
-                return built.fn(*prepared)
-
+            call = _build_candidate(lw, spec, batch).call
             first = time_first_call(call, device=device)
+            if isinstance(call, TrafficCall):
+                iterate_all(call)  # every shape compiled / specialised before the warmup proper
             need = int(req.get("warmup_iterations") or 0) + 10
             end = time.perf_counter() + float(req.get("warmup_seconds") or 0.0)
             done = 0
@@ -345,11 +407,13 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
 
     def body() -> ProbeOutcome:
         _with_threads(spec, state)
-        example = make_inputs(master.recipe.inputs, batch_size=batch, device=device, seed=BUILD_SEED)
+        # the footprint at b is the traffic's largest batch (the one variants are built from)
+        traffic = load_traffic(master.recipe, batch_size=batch, device=device, seed=BUILD_SEED)
+        example = traffic.example
         input_bytes = sum(int(x.untyped_storage().nbytes()) for x in example)
         assert master.model is not None
         with torch.inference_mode():
-            built = build_variant(spec, master.model, example, device=str(device))
+            built = build_variant(spec, adapt(master.model, traffic.layout), example, device=str(device))
             prepared = built.prepare_inputs(example)
         held = 0 if backend.device_memory else master.weight_bytes()
         if fresh:
@@ -370,7 +434,7 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         finally:
             if capped:
                 backend.limit_memory(None)
-        del built, prepared, example
+        del built, prepared, example, traffic
         correction = 0 if backend.device_memory else TOOL_IMPORT_BYTES + held
         baseline -= correction
         # A reused worker's baseline creeps up (allocator caches, interned graphs: ~1 MB per probe
@@ -402,6 +466,18 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
     return out
 
 
+def _gate_inputs(lw: LoadedWorkload, traffic: Traffic, batch: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """The gate's batches: the user's own (every shape, the build example last), else fresh random ones."""
+    if traffic.source == "factory":
+        chosen = traffic.gate_batches(GATE_BATCHES)
+        return lambda s: chosen[s]
+    return lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=lw.device, seed=GATE_SEED + s)
+
+
+def _gate_count(traffic: Traffic) -> int:
+    return len(traffic.gate_batches(GATE_BATCHES)) if traffic.source == "factory" else GATE_BATCHES
+
+
 def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVariantResult:
     """Validate a variant named on the command line against this device and workload."""
     lw = state.workload(req["recipe"])
@@ -422,9 +498,9 @@ def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
     spec = VariantSpec.parse(req["variant"])
     _with_threads(spec, state)
     try:
-        example = make_inputs(lw.recipe.inputs, batch_size=int(req["batch_size"]), device=lw.device, seed=BUILD_SEED)
-        result = deploy(lw.model, example, spec=spec, device=lw.device, backend=lw.backend,
-                        directory=req.get("directory"), profile=bool(req.get("profile", True)),
+        traffic = load_traffic(lw.recipe, batch_size=int(req["batch_size"]), device=lw.device, seed=BUILD_SEED)
+        result = deploy(adapt(lw.model, traffic.layout), traffic.example, spec=spec, device=lw.device,
+                        backend=lw.backend, directory=req.get("directory"), profile=bool(req.get("profile", True)),
                         iterations=int(req.get("iterations") or 10))
         return cast(ArtifactResult, result)
     finally:
