@@ -61,6 +61,9 @@ class CandidateRow(TypedDict):
     fidelity: NotRequired[float]
     search_action: NotRequired[str]
     search_seconds: NotRequired[float]
+    #: set when the candidate was timed over a traffic of several batches (a ``[data]`` factory): samples per
+    #: call, the shape policy, recompiles while warming every shape, per-shape-bucket statistics
+    traffic: NotRequired[dict[str, Any]]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -127,9 +130,28 @@ def candidate_row(
             "stopped_by": m.stopped_by,
             "trace_ms": [s * 1e3 for s in _downsample(m.samples)],
         })
+        traffic = traffic_summary(m)
+        if traffic is not None:
+            row["traffic"] = traffic
         row["violations"] = violations(row, constraints)
         row["feasible"] = not row["violations"]
     return row
+
+
+def traffic_summary(m: Measurement) -> dict[str, Any] | None:
+    """The row's ``traffic``: what the measurement's traffic was and how each shape bucket fared."""
+    batches = m.extra.get("traffic_batches")
+    if not batches:
+        return None
+    return {
+        "batches": len(batches),
+        "samples_per_call": m.samples_per_call,
+        "shape_policy": m.extra.get("shape_policy", "dynamic"),
+        "dynamic_dims": list(m.extra.get("dynamic_dims") or []),
+        "recompiles": m.extra.get("warmup_recompiles"),
+        "first_pass_seconds": m.extra.get("first_pass_seconds"),
+        "buckets": m.bucket_stats(),
+    }
 
 
 def candidate_record(

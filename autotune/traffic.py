@@ -146,16 +146,18 @@ class Traffic:
     def gate_batches(self, count: int) -> list[tuple[torch.Tensor, ...]]:
         """Batches for the correctness gate: one of every distinct shape first (a variant that specialised on
         the example's shape fails there), then the rest in order, up to ``count`` (more if there are more
-        shapes: every shape is checked)."""
+        shapes: every shape is checked). For the example's shape another batch is preferred to the example
+        itself: a trace is always right on its own example."""
         keys = self.shape_keys()
+        ex = self.example_index()
         first_of: dict[str, int] = {}
         for i, k in enumerate(keys):
-            first_of.setdefault(k, i)
-        order = list(first_of.values()) + [i for i in range(len(keys)) if i not in first_of.values()]
-        # the build example last: a trace is always right on its own example
-        ex = self.example_index()
-        order = [i for i in order if i != ex] + [ex]
-        return [self.batches[i] for i in order[:max(count, len(first_of))]]
+            if i != ex:
+                first_of.setdefault(k, i)
+        first_of.setdefault(keys[ex], ex)
+        chosen = list(first_of.values())
+        order = chosen + [i for i in range(len(keys)) if i not in chosen]
+        return [self.batches[i] for i in order[:max(count, len(chosen))]]
 
     def dynamic_dim_names(self) -> list[str]:
         return [f"{n}[{d}]" for n, dims in zip(self.layout.names, self.dynamic_dims, strict=True) for d in dims]
