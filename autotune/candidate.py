@@ -13,10 +13,31 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from autotune.measurement import Measurement
 from autotune.recipe import Constraints
 from autotune.vocab import STATUSES as STATUSES
-from autotune.vocab import RowStatus
+from autotune.vocab import RowStatus, ShapePolicy
 
 #: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
 TRACE_POINTS = 400
+
+
+class TrafficBucket(TypedDict):
+    """One input shape of a candidate's traffic (after its shape policy) and how the candidate served it."""
+
+    shape: str  # every input's shape, e.g. "input_ids 8x32, attention_mask 8x32"
+    calls: int
+    samples: int
+    throughput: float | None  # samples/s over the calls of this shape
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+class TrafficSummary(TypedDict):
+    """A candidate measured on the recipe's ``[data]`` traffic: the batches, the shape policy, per shape."""
+
+    batches: int  # batches of the traffic used per measurement
+    samples_per_call: float  # below the batch size when the last batch is partial
+    shape_policy: ShapePolicy
+    recompiles: int | None  # while serving the traffic (torch.compile variants)
+    buckets: list[TrafficBucket]
 
 
 class CandidateRow(TypedDict):
@@ -61,6 +82,8 @@ class CandidateRow(TypedDict):
     fidelity: NotRequired[float]
     search_action: NotRequired[str]
     search_seconds: NotRequired[float]
+    #: set when the candidate was measured on ``[data]`` traffic
+    traffic: NotRequired[TrafficSummary]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -261,4 +284,5 @@ def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, 
     row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
                samples=0)
     row.pop("repeat_of_trial", None)
+    row.pop("traffic", None)  # measured, like the fields above, but absent (not None) when not measured
     return row
