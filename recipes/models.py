@@ -11,6 +11,25 @@ import torch
 from torch import nn
 
 
+def bert_classifier(vocab_size: int = 30522, hidden_size: int = 128, layers: int = 2, heads: int = 2,
+                    intermediate_size: int = 512, num_labels: int = 2, max_positions: int = 512) -> nn.Module:
+    """A Hugging Face ``BertForSequenceClassification`` from a ``BertConfig`` (random weights), in eval mode.
+
+    The defaults are BERT-tiny's shape (2 layers, hidden 128, 2 heads) with bert-base's vocabulary: the
+    smallest BERT that still has every part of the real one (embeddings with token types and positions,
+    attention with a padding mask, pooler, classifier) and runs a batch in milliseconds on a CPU. The
+    model is called with keyword arguments (``input_ids``, ``attention_mask``, ``token_type_ids``) and
+    returns a ``SequenceClassifierOutput`` (a ``ModelOutput``, ``return_dict=True``) whose ``logits`` are
+    ``(batch, num_labels)``.
+    """
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=intermediate_size, num_labels=num_labels,
+                        max_position_embeddings=max_positions, return_dict=True)
+    return BertForSequenceClassification(config).eval()
+
+
 class TokenClassifier(nn.Module):
     """Embedding + transformer encoder + mean pooling + linear head, on integer token inputs."""
 
@@ -35,25 +54,6 @@ def transformer_encoder(vocab_size: int = 30522, d_model: int = 256, nhead: int 
     return TokenClassifier(vocab_size, d_model, nhead, layers, num_classes, max_len)
 
 
-def bert_classifier(vocab_size: int = 30522, hidden_size: int = 128, layers: int = 2, heads: int = 2,
-                    intermediate_size: int = 512, num_labels: int = 2, max_positions: int = 512) -> nn.Module:
-    """A Hugging Face ``BertForSequenceClassification`` from a ``BertConfig`` (random weights), in eval mode.
-
-    The defaults are BERT-tiny's shape (2 layers, hidden 128, 2 heads) with bert-base's vocabulary: the
-    smallest BERT that still has every part of the real one (embeddings with token types and positions,
-    attention with a padding mask, pooler, classifier) and runs a batch in milliseconds on a CPU. The
-    model is called with keyword arguments (``input_ids``, ``attention_mask``, ``token_type_ids``) and
-    returns a ``SequenceClassifierOutput`` (a ``ModelOutput``, ``return_dict=True``) whose ``logits`` are
-    ``(batch, num_labels)``.
-    """
-    from transformers import BertConfig, BertForSequenceClassification
-
-    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=intermediate_size, num_labels=num_labels,
-                        max_position_embeddings=max_positions, return_dict=True)
-    return BertForSequenceClassification(config).eval()
-
-
 def mlp(in_features: int = 512, hidden: int = 2048, layers: int = 3, out_features: int = 10) -> nn.Module:
     dims = [in_features] + [hidden] * (layers - 1)
     blocks: list[nn.Module] = []
@@ -61,4 +61,3 @@ def mlp(in_features: int = 512, hidden: int = 2048, layers: int = 3, out_feature
         blocks += [nn.Linear(a, b), nn.GELU()]
     blocks.append(nn.Linear(dims[-1], out_features))
     return nn.Sequential(*blocks)
-
