@@ -13,10 +13,33 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 from autotune.measurement import Measurement
 from autotune.recipe import Constraints
 from autotune.vocab import STATUSES as STATUSES
-from autotune.vocab import RowStatus
+from autotune.vocab import RowStatus, ShapePolicy
 
 #: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
 TRACE_POINTS = 400
+
+
+class TrafficBucket(TypedDict):
+    """One input shape of a candidate's traffic (after its shape policy) and how the candidate served it."""
+
+    shape: str  # every input's shape, e.g. "input_ids 8x32, attention_mask 8x32"
+    calls: int
+    samples: int
+    throughput: float | None  # samples/s over the calls of this shape
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+class TrafficSummary(TypedDict):
+    """A candidate measured on the recipe's ``[data]`` traffic: the batches, the shape policy, per shape."""
+
+    batches: int  # batches of the traffic used per measurement
+    samples_per_call: float  # below the batch size when the last batch is partial
+    shape_policy: ShapePolicy
+    recompiles: int | None  # while warming every shape of the traffic (torch.compile variants)
+    buckets: list[TrafficBucket]
+    dynamic_dims: NotRequired[list[str]]  # "input_ids[1]": the dims that vary between batches
+    first_pass_seconds: NotRequired[float | None]  # one call per batch, every shape's first: compiles land here
 
 
 class CandidateRow(TypedDict):
@@ -63,7 +86,7 @@ class CandidateRow(TypedDict):
     search_seconds: NotRequired[float]
     #: set when the candidate was timed over a traffic of several batches (a ``[data]`` factory): samples per
     #: call, the shape policy, recompiles while warming every shape, per-shape-bucket statistics
-    traffic: NotRequired[dict[str, Any]]
+    traffic: NotRequired[TrafficSummary]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -138,20 +161,21 @@ def candidate_row(
     return row
 
 
-def traffic_summary(m: Measurement) -> dict[str, Any] | None:
+def traffic_summary(m: Measurement) -> TrafficSummary | None:
     """The row's ``traffic``: what the measurement's traffic was and how each shape bucket fared."""
     batches = m.extra.get("traffic_batches")
     if not batches:
         return None
-    return {
+    summary: TrafficSummary = {
         "batches": len(batches),
         "samples_per_call": m.samples_per_call,
         "shape_policy": m.extra.get("shape_policy", "dynamic"),
         "dynamic_dims": list(m.extra.get("dynamic_dims") or []),
         "recompiles": m.extra.get("warmup_recompiles"),
         "first_pass_seconds": m.extra.get("first_pass_seconds"),
-        "buckets": m.bucket_stats(),
+        "buckets": cast("list[TrafficBucket]", m.bucket_stats()),
     }
+    return summary
 
 
 def candidate_record(
@@ -283,4 +307,5 @@ def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, 
     row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
                samples=0)
     row.pop("repeat_of_trial", None)
+    row.pop("traffic", None)  # measured, like the fields above, but absent (not None) when not measured
     return row

@@ -22,7 +22,14 @@ from autotune.version import __version__
 
 if TYPE_CHECKING:
     from autotune.candidate import CandidateRow
-    from autotune.report.types import BoundarySection, RecipeSection, Recommendation, ReportDocument, WorkerStats
+    from autotune.report.types import (
+        BoundarySection,
+        DataSection,
+        RecipeSection,
+        Recommendation,
+        ReportDocument,
+        WorkerStats,
+    )
 
 #: Study attribute holding the last showdown (written by ``autotune run``, read back by ``autotune report``).
 SHOWDOWN_ATTR = "showdown"
@@ -84,12 +91,12 @@ def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[
     # Recipe.to_dict() and the study's rows are plain dicts (autotune.recipe, autotune.candidate.candidate_record),
     # the recommendation showdown.recommendation's copy of one: their shapes are the types named here.
     recipe_doc = cast("RecipeSection", {**recipe.to_dict(), "device_resolved": workload.device})
-    return {
+    doc: ReportDocument = {
         "schema": 1,
         "tool": {"name": "autotune", "version": __version__},
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "recipe": recipe_doc,
-        "workload": dict(workload.info),
+        "workload": {k: v for k, v in workload.info.items() if k != "data"},
         "environment": fingerprint(),
         "search": {
             "trials": outcome.trials, "measured_this_run": outcome.measured_this_run,
@@ -105,6 +112,9 @@ def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[
         "pareto": pareto_front(rows, recipe.constraints),
         "notes": notes,
     }
+    if workload.info.get("data"):
+        doc["data"] = cast("DataSection", workload.info["data"])
+    return doc
 
 
 def stop_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:

@@ -27,3 +27,10 @@ PERCENTILES: tuple[Percentile, ...] = get_args(Percentile)
 #: decided by the parent without running anything.
 RowStatus = Literal["ok", "oom", "rejected", "failed", "pruned"]
 STATUSES: tuple[RowStatus, ...] = get_args(RowStatus)
+#: How a candidate feeds batches whose non-batch dimensions vary (``search.shapes``): each as it comes
+#: (``dynamic``), or padded up to the recipe's ``data.buckets`` (``buckets``, the variant modifier ``+buckets``).
+ShapePolicy = Literal["dynamic", "buckets"]
+SHAPE_POLICIES: tuple[ShapePolicy, ...] = get_args(ShapePolicy)
+#: Where a run's batches came from (the report's ``data.source``): a ``[data]`` factory or random ``[[inputs]]``.
+DataSource = Literal["factory", "inputs"]
+DATA_SOURCES: tuple[DataSource, ...] = get_args(DataSource)

@@ -1,9 +1,33 @@
-"""Model factories used by the shipped recipes (referenced as `models.py:function`)."""
+"""Model factories used by the shipped recipes (referenced as `models.py:function`).
+
+Every model is built from a configuration with random weights: nothing is downloaded, so the recipes run
+offline and the tests build the same models. The recipes time architectures, not accuracy. Hugging Face
+is imported inside its factory (the `hf` extra), so the other factories do not need it.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+def bert_classifier(vocab_size: int = 30522, hidden_size: int = 128, layers: int = 2, heads: int = 2,
+                    intermediate_size: int = 512, num_labels: int = 2, max_positions: int = 512) -> nn.Module:
+    """A Hugging Face ``BertForSequenceClassification`` from a ``BertConfig`` (random weights), in eval mode.
+
+    The defaults are BERT-tiny's shape (2 layers, hidden 128, 2 heads) with bert-base's vocabulary: the
+    smallest BERT that still has every part of the real one (embeddings with token types and positions,
+    attention with a padding mask, pooler, classifier) and runs a batch in milliseconds on a CPU. The
+    model is called with keyword arguments (``input_ids``, ``attention_mask``, ``token_type_ids``) and
+    returns a ``SequenceClassifierOutput`` (a ``ModelOutput``, ``return_dict=True``) whose ``logits`` are
+    ``(batch, num_labels)``.
+    """
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=intermediate_size, num_labels=num_labels,
+                        max_position_embeddings=max_positions, return_dict=True)
+    return BertForSequenceClassification(config).eval()
 
 
 class TokenClassifier(nn.Module):

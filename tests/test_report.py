@@ -41,6 +41,7 @@ from autotune.report import (
     validate_report,
     write_reports,
 )
+from autotune.report.format import fmt_ms, fmt_rate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GIB = 2**30
@@ -862,3 +863,161 @@ def test_compile_payback_is_the_samples_that_repay_the_extra_build() -> None:
     assert "never" in (compile_payback({"candidates": [eager, slower]}, slower) or "")
     assert compile_payback(doc, eager) is None
     assert compile_payback({"candidates": [frozen]}, frozen) is None  # no eager at that batch
+
+
+# ------------------------------------------------------------------------- traffic and the data section
+
+DATA_SHAPES = {"input_ids 8x32, attention_mask 8x32": 5, "input_ids 8x64, attention_mask 8x64": 7,
+               "input_ids 8x128, attention_mask 8x128": 4}
+
+
+def traffic_document() -> dict[str, Any]:
+    """The synthetic run measured on [data] traffic: a data section, and traffic on the eager and compile rows
+    (dynamic shapes: a bucket per shape the data had; compile recompiled) and the frozen rows (padded to buckets)."""
+    doc = make_document()
+    doc["data"] = {
+        "source": "factory",
+        "factory": "data.py:bert_batches",
+        "kwargs": {"seq_min": 20, "seq_max": 128},
+        "batches": 16,
+        "keyword_inputs": ["input_ids", "attention_mask"],
+        "dynamic_dims": ["input_ids[1]", "attention_mask[1]"],
+        "shapes": [{"shape": shape, "batches": n} for shape, n in DATA_SHAPES.items()],
+        "buckets": [32, 64, 128],
+    }
+    for c in doc["candidates"]:
+        if c["status"] != "ok" or c["variant"] not in ("eager", "compile", "frozen"):
+            continue
+        shapes = list(DATA_SHAPES) if c["variant"] != "frozen" else list(DATA_SHAPES)[1:]
+        buckets = []
+        for i, shape in enumerate(shapes):
+            rate = c["throughput"] * (1.4 - 0.3 * i)
+            p50 = 1000.0 * c["batch_size"] / rate
+            buckets.append({"shape": shape.replace("8x", f"{c['batch_size']}x"), "calls": 40 + i,
+                            "samples": (40 + i) * c["batch_size"], "throughput": rate, "p50_ms": p50,
+                            "p99_ms": p50 * 1.3})
+        c["traffic"] = {"batches": 16, "samples_per_call": c["batch_size"] - 0.5,
+                        "shape_policy": "buckets" if c["variant"] == "frozen" else "dynamic",
+                        "recompiles": 2 if c["variant"] == "compile" else 0, "buckets": buckets}
+    rec = doc["recommendation"]
+    doc["recommendation"] = copy.deepcopy(next(c for c in doc["candidates"] if c["trial"] == rec["trial"]))
+    assert "traffic" in doc["recommendation"], "the synthetic recommendation is a frozen row"
+    return doc
+
+
+def _traffic_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in doc["candidates"] if "traffic" in c]
+
+
+def test_traffic_and_data_validate_and_keep_their_key_order(tmp_path: Path) -> None:
+    doc = traffic_document()
+    written = write_reports(doc, tmp_path)
+    stored = json.loads(written["json"].read_text(encoding="utf-8"))
+    assert list(stored)[:5] == ["schema", "tool", "created", "recipe", "data"]
+    assert list(stored["data"]) == list(doc["data"])
+    row = next(c for c in stored["candidates"] if "traffic" in c)
+    assert list(row)[-1] == "traffic" and list(row["traffic"]) == list(doc["candidates"][0]["traffic"])
+    assert list(row["traffic"]["buckets"][0]) == ["shape", "calls", "samples", "throughput", "p50_ms", "p99_ms"]
+    assert load_report(written["json"]) == normalise_report(doc)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "path"),
+    [
+        (("candidates", 0, "traffic", "shape_policy"), "padded", r"report\.candidates\[0\]\.traffic\.shape_policy"),
+        (("candidates", 0, "traffic", "buckets", 1, "shape"), None, r"candidates\[0\]\.traffic\.buckets\[1\]\.shape"),
+        (("candidates", 0, "traffic", "recompiles"), 1.5, r"candidates\[0\]\.traffic\.recompiles"),
+        (("data", "source"), "file", r"report\.data\.source: expected one of factory\|inputs"),
+        (("data", "buckets"), [32, 0], r"report\.data\.buckets\[1\]: expected a positive integer"),
+        (("data", "shapes", 0, "batches"), "5", r"report\.data\.shapes\[0\]\.batches"),
+    ],
+)
+def test_validate_report_names_the_bad_traffic_field(where: tuple[Any, ...], value: Any, path: str) -> None:
+    doc = traffic_document()
+    target: Any = doc
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    with pytest.raises(InputError, match=path):
+        validate_report(doc)
+
+
+def test_markdown_shows_the_data_section_and_the_traffic_by_shape() -> None:
+    doc = traffic_document()
+    md = render_markdown(doc)
+    data = doc["data"]
+    section = md.split("## Data", 1)[1].split("## Candidates", 1)[0]
+    assert "data.py:bert_batches(seq_min=20, seq_max=128)" in section
+    assert ", ".join(data["keyword_inputs"]) in section and ", ".join(data["dynamic_dims"]) in section
+    assert f"{len(DATA_SHAPES)} shapes in {sum(DATA_SHAPES.values())} batches" in section
+    assert "32, 64, 128" in section
+    for shape, n in DATA_SHAPES.items():
+        assert f"| {shape} | {n} |" in section
+    rec = doc["recommendation"]
+    recommendation = md.split("## Recommendation", 1)[1].split("### Why", 1)[0]
+    traffic = rec["traffic"]
+    assert (f"{traffic['batches']} batches per measurement, {traffic['samples_per_call']:.3g} samples per call; "
+            f"shape policy buckets, {len(traffic['buckets'])} shapes, 0 recompiles") in recommendation
+    for bucket in traffic["buckets"]:
+        assert (f"| {bucket['shape']} | {bucket['calls']} | {bucket['samples']} | {fmt_rate(bucket['throughput'])} "
+                f"| {fmt_ms(bucket['p50_ms'])} | {fmt_ms(bucket['p99_ms'])} |") in recommendation
+    candidates = md.split("## Candidates", 1)[1].split("## Batch boundary", 1)[0]
+    header = next(line for line in candidates.splitlines() if line.startswith("| # |"))
+    assert "| batch | shapes | status |" in header
+    compile_row = next(line for line in candidates.splitlines() if "| compile | 8 |" in line)
+    assert f"| dynamic, {len(DATA_SHAPES)} shapes, 2 recompiles |" in compile_row
+    by_shape = candidates.split("### Candidates by input shape", 1)[1]
+    shape_lines = [line for line in by_shape.splitlines() if line.startswith("| ") and "shape policy" not in line]
+    assert len(shape_lines) == sum(len(c["traffic"]["buckets"]) for c in _traffic_rows(doc))
+    assert sum("★" in line for line in shape_lines) == len(traffic["buckets"])
+
+
+def test_html_shows_the_data_section_and_the_traffic_by_shape() -> None:
+    doc = traffic_document()
+    page = html.unescape(render_html(doc, plots={}))
+    assert "<h2>Data</h2>" in page and "data.py:bert_batches(seq_min=20, seq_max=128)" in page
+    assert f"<summary>{len(DATA_SHAPES)} shapes</summary>" in page
+    assert "<h3>By input shape</h3>" in page and "<summary>Candidates by input shape</summary>" in page
+    assert "<th>shapes</th>" in page
+    for c in _traffic_rows(doc):
+        for bucket in c["traffic"]["buckets"]:
+            assert f'<td>{bucket["shape"]}</td><td class="num">{bucket["calls"]}</td>' in page
+
+
+def test_console_shows_the_traffic_and_the_data_in_100_ascii_columns() -> None:
+    doc = traffic_document()
+    table = console_table(doc, top=None)
+    assert table.isascii() and all(len(line) <= 100 for line in table.splitlines())
+    flat = " ".join(table.split())
+    rec = doc["recommendation"]
+    first = rec["traffic"]["buckets"][0]
+    assert (f"Traffic: {rec['traffic']['batches']} batches per measurement" in flat
+            and f"{first['shape']}: {fmt_rate(first['throughput'])}/s, p50 {fmt_ms(first['p50_ms'])} ms" in flat)
+    assert "Data: data factory data.py:bert_batches(seq_min=20, seq_max=128), with batch_size=b;" in flat
+    assert "dynamic dims input_ids[1], attention_mask[1]" in flat
+    compile_line = next(line for line in table.splitlines() if re.match(r"\s*\d+\s+compile\s+8\s", line))
+    assert "2 recompiles" in compile_line
+
+
+def test_a_data_section_of_random_inputs_renders_what_it_has() -> None:
+    doc = make_document()
+    doc["data"] = {"source": "inputs", "keyword_inputs": [], "dynamic_dims": []}
+    md = render_markdown(doc)
+    section = md.split("## Data", 1)[1].split("## Candidates", 1)[0]
+    assert "random inputs (the recipe's [[inputs]])" in section
+    assert "none: positional" in section and "none: every batch has the same shape" in section
+    assert "shapes seen" not in section and "buckets" not in section
+    assert "| shapes |" not in md and "Candidates by input shape" not in md
+
+
+def test_reports_without_traffic_render_as_before() -> None:
+    """An older report (no data section, no traffic on any row) shows none of the traffic's sections, and a
+    null data section renders like an absent one."""
+    doc = make_document()
+    md, page, table = render_markdown(doc), render_html(doc, plots={}), console_table(doc, top=None)
+    assert "## Data" not in md and "By input shape" not in md and "| shapes |" not in md
+    assert "<h2>Data</h2>" not in page and "<th>shapes</th>" not in page
+    assert "Traffic:" not in table and "Data:" not in table
+    nulled = {**doc, "data": None}
+    assert render_markdown(nulled) == md and render_html(nulled, plots={}) == page
+    assert console_table(nulled, top=None) == table

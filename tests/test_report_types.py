@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from autotune.candidate import CandidateRow
+from autotune.candidate import CandidateRow, TrafficBucket, TrafficSummary
 from autotune.report import schema
 from autotune.report.types import (
     ArtifactSection,
     BoundarySection,
+    DataSection,
+    DataShape,
     ProbeEntry,
     ProfileSection,
     RecipeSection,
@@ -40,6 +42,10 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "probe": (ProbeEntry, schema.PROBE_FIELDS, {"phase", "baseline_bytes"}),
     "artifact": (ArtifactSection, schema.ARTIFACT_FIELDS, set()),
     "profile": (ProfileSection, schema.PROFILE_FIELDS, set()),
+    "data": (DataSection, schema.DATA_FIELDS, set()),
+    "data_shape": (DataShape, schema.DATA_SHAPE_FIELDS, set()),
+    "traffic": (TrafficSummary, schema.TRAFFIC_FIELDS, set()),
+    "traffic_bucket": (TrafficBucket, schema.TRAFFIC_BUCKET_FIELDS, set()),
 }
 
 

@@ -97,7 +97,8 @@ def test_keyword_and_ranged_inputs_make_random_batches(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     path.write_text(f'[model]\nfactory = "{KEYWORD}:classifier"\n'
                     '[[inputs]]\nname = "input_ids"\nshape = [7]\ndtype = "int64"\nrange = [1, 100]\nkeyword = true\n'
-                    '[[inputs]]\nname = "attention_mask"\nshape = [7]\ndtype = "int64"\nrange = [0, 2]\nkeyword = true\n')
+                    '[[inputs]]\nname = "attention_mask"\nshape = [7]\ndtype = "int64"\nrange = [0, 2]\n'
+                    'keyword = true\n')
     recipe = load_recipe(path)
     t = load_traffic(recipe, batch_size=3, device=torch.device("cpu"))
     assert t.source == "inputs" and t.layout.form == "dict" and t.layout.has_keywords

@@ -25,6 +25,7 @@ Modules, each depending only on those above it:
 - ``snippets``, ``reproduce``, ``loader``: code fragments; ``measure_command`` and ``reproduce_code``;
   ``loader_script`` (``artifact/load.py``).
 - ``plots``: ``render_plots`` (matplotlib, imported lazily).
+- ``traffic``: the ``data`` section and the candidates' traffic by input shape, as rows and sentences.
 - ``console``, ``sections`` + ``markdown`` / ``html``: the renderings.
 - ``write``: ``write_reports``, the files on disk.
 

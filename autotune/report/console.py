@@ -35,8 +35,9 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
 )
-from autotune.report.schema import is_number
+from autotune.report.schema import is_int, is_number
 from autotune.report.sections import showdown_summary, stop_summary
+from autotune.report.traffic import data_line, traffic_line, traffic_of
 
 _CONSOLE_WIDTH = 100
 
@@ -95,6 +96,9 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
             note = "no steady state"
         if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
             note = (note + "; " if note else "") + f"busy machine ({c['foreign_cores']:.1f} core)"
+        recompiles = (traffic_of(c) or {}).get("recompiles")
+        if is_int(recompiles) and recompiles > 0:
+            note = (note + "; " if note else "") + f"{recompiles} recompile{'s' if recompiles > 1 else ''}"
         half = relative_half_width(c)
         rate = ("~" if no_steady_state(c) else "") + fmt_rate(c.get("throughput"))
         rate += f" +-{100 * half:.1f}%" if half is not None else ""
@@ -132,7 +136,8 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
         lines.append(f"... {len(ranked) - len(shown)} more candidate(s) in report.md")
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
-    for extra in (showdown_summary(doc), stop_summary(doc)):
+    for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc),
+                  stop_summary(doc)):
         if extra:
             lines.extend(_wrap(extra))
     constraints = constraints_text(doc)

@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune.errors import InputError
-from autotune.report.schema import CANDIDATE_FIELDS, PERCENTILES, REPORT_FILES, show, validate_report
+from autotune.report.schema import (
+    CANDIDATE_FIELDS,
+    DATA_FIELDS,
+    DATA_SHAPE_FIELDS,
+    PERCENTILES,
+    REPORT_FILES,
+    TRAFFIC_BUCKET_FIELDS,
+    TRAFFIC_FIELDS,
+    show,
+    validate_report,
+)
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -66,6 +76,7 @@ _ORDER_TOP = (
     "tool",
     "created",
     "recipe",
+    "data",
     "environment",
     "search",
     "recommendation",
@@ -125,6 +136,11 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
             out["latency_ms"] = _ordered(out["latency_ms"], _ORDER_LATENCY)
         if isinstance(out.get("correctness"), Mapping):
             out["correctness"] = _ordered(out["correctness"], ())
+        if isinstance(out.get("traffic"), Mapping):
+            out["traffic"] = _ordered(out["traffic"], tuple(TRAFFIC_FIELDS))
+            if isinstance(out["traffic"].get("buckets"), list):
+                out["traffic"]["buckets"] = [_ordered(b, tuple(TRAFFIC_BUCKET_FIELDS)) if isinstance(b, Mapping) else b
+                                             for b in out["traffic"]["buckets"]]
         return out
 
     def sorted_deep(value: Any) -> Any:
@@ -142,6 +158,14 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
         out["environment"] = sorted_deep(out["environment"])
     if isinstance(out.get("search"), Mapping):
         out["search"] = _ordered(out["search"], _ORDER_SEARCH)
+    if isinstance(out.get("data"), Mapping):
+        data = _ordered(out["data"], tuple(DATA_FIELDS))
+        if isinstance(data.get("kwargs"), Mapping):
+            data["kwargs"] = sorted_deep(data["kwargs"])
+        if isinstance(data.get("shapes"), list):
+            data["shapes"] = [_ordered(s, tuple(DATA_SHAPE_FIELDS)) if isinstance(s, Mapping) else s
+                              for s in data["shapes"]]
+        out["data"] = data
     if isinstance(out.get("tool"), Mapping):
         out["tool"] = _ordered(out["tool"], ("name", "version"))
     out["candidates"] = [candidate(c) for c in out.get("candidates", [])]

@@ -44,6 +44,15 @@ from autotune.report.sections import (
     stop_summary,
     title,
 )
+from autotune.report.traffic import (
+    BUCKET_HEADERS,
+    DATA_SHAPE_HEADERS,
+    TRAFFIC_HEADERS,
+    bucket_rows,
+    data_rows,
+    data_shape_rows,
+    traffic_rows,
+)
 
 _CSS = """
 body{margin:0;color:#1d2330;background:#f6f7f9;
@@ -109,6 +118,9 @@ _NUMERIC_HEADERS = {
     "% of self CPU",
     "calls/forward",
     "self device ms/forward",
+    "batches",
+    "calls",
+    "samples",
 }
 
 
@@ -182,6 +194,9 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             + "</div>"
         )
         parts.append(_html_kv(headline(rec)))
+        buckets = bucket_rows(rec)
+        if buckets:
+            parts.append(f"<h3>By input shape</h3>{_html_table(BUCKET_HEADERS, buckets)}")
         parts.append(
             "<h3>Why</h3><ul>"
             + "".join(f"<li>{_h(p)}</li>" for p in why_points(doc, rec))
@@ -232,6 +247,14 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
                 )
         parts.append("</div>")
 
+    traffic_source = data_rows(doc)
+    if traffic_source:
+        parts.append(f"<h2>Data</h2><p>The traffic every candidate was measured on.</p>{_html_kv(traffic_source)}")
+        shapes = data_shape_rows(doc)
+        if shapes:
+            parts.append(f"<details><summary>{len(shapes)} shapes</summary>"
+                         f"{_html_table(DATA_SHAPE_HEADERS, shapes)}</details>")
+
     headers, rows, statuses = candidate_rows(doc)
     classes = [
         f"s-{status}" + (" rec" if "★" in row[0] else "") for row, status in zip(rows, statuses, strict=True)
@@ -249,6 +272,13 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
     stops = stop_summary(doc)
     if stops:
         parts.append(f"<p class='muted small'>{_h(stops)}</p>")
+    traffic = traffic_rows(doc)
+    if traffic:
+        parts.append(
+            "<details><summary>Candidates by input shape</summary><p class='muted small'>Each candidate's traffic "
+            "by input shape, after its shape policy; # as in the table above.</p>"
+            f'<div class="scroll">{_html_table(TRAFFIC_HEADERS, traffic)}</div></details>'
+        )
 
     boundary = doc.get("batch_boundary") or {}
     if boundary:

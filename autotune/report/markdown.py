@@ -29,6 +29,15 @@ from autotune.report.sections import (
     stop_summary,
     title,
 )
+from autotune.report.traffic import (
+    BUCKET_HEADERS,
+    DATA_SHAPE_HEADERS,
+    TRAFFIC_HEADERS,
+    bucket_rows,
+    data_rows,
+    data_shape_rows,
+    traffic_rows,
+)
 
 
 def _md_cell(value: Any) -> str:
@@ -66,6 +75,17 @@ def _profile_md(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _data_md(doc: Mapping[str, Any]) -> list[str]:
+    rows = data_rows(doc)
+    if not rows:
+        return []
+    out = ["## Data", "", "The traffic every candidate was measured on.", "", _md_table(["", ""], rows), ""]
+    shapes = data_shape_rows(doc)
+    if shapes:
+        out += [_md_table(DATA_SHAPE_HEADERS, shapes), ""]
+    return out
+
+
 def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) -> str:
     """report.md for a normalised document (see ``render_markdown``)."""
     rec = doc.get("recommendation")
@@ -83,6 +103,9 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
             _md_table(["", ""], [[f"**{k}**", v] for k, v in headline(rec)]),
             "",
         ]
+        buckets = bucket_rows(rec)
+        if buckets:
+            out += ["### By input shape", "", _md_table(BUCKET_HEADERS, buckets), ""]
         out += ["### Why", ""] + [f"- {point}" for point in why_points(doc, rec)] + [""]
         out += _artifact_md(doc)
     else:
@@ -111,6 +134,8 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
             if name in plot_files:
                 out += [f"![{name}]({plot_files[name]})", "", f"_{PLOT_CAPTIONS[name]}_", ""]
 
+    out += _data_md(doc)
+
     headers, rows, _ = candidate_rows(doc)
     out += [
         "## Candidates",
@@ -123,6 +148,11 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     stops = stop_summary(doc)
     if stops:
         out += [stops, ""]
+    traffic = traffic_rows(doc)
+    if traffic:
+        out += ["### Candidates by input shape", "",
+                "Each candidate's traffic by input shape, after its shape policy; # as in the table above.", "",
+                _md_table(TRAFFIC_HEADERS, traffic), ""]
 
     boundary = doc.get("batch_boundary") or {}
     if boundary:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from autotune.errors import InputError
-from autotune.vocab import OBJECTIVES, PERCENTILES, STATUSES
+from autotune.vocab import DATA_SOURCES, OBJECTIVES, PERCENTILES, SHAPE_POLICIES, STATUSES
 
 SCHEMA_VERSION = 1
 REPORT_FILES = ("report.json", "report.md", "report.html")
@@ -110,6 +110,25 @@ _CORRECTNESS = _record(
         "reason": (_nullable(_STR), False),
     }
 )
+_NN_INT = _nullable(_INT)
+#: A candidate measured on ``[data]`` traffic (optional within schema 1): per input shape after its shape policy.
+TRAFFIC_BUCKET_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "shape": (_STR, True),
+    "calls": (_NN_INT, False),
+    "samples": (_NN_INT, False),
+    "throughput": (_nullable(_NUMBER), False),
+    "p50_ms": (_nullable(_NUMBER), False),
+    "p99_ms": (_nullable(_NUMBER), False),
+}
+TRAFFIC_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "batches": (_NN_INT, False),
+    "samples_per_call": (_nullable(_NUMBER), False),
+    "shape_policy": (_nullable(_one_of(SHAPE_POLICIES)), False),
+    "recompiles": (_NN_INT, False),
+    "buckets": (_nullable(_list_of(_record(TRAFFIC_BUCKET_FIELDS))), False),
+    "dynamic_dims": (_nullable(_list_of(_STR)), False),
+    "first_pass_seconds": (_nullable(_NUMBER), False),
+}
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),
     "variant": (_kind(lambda v: isinstance(v, str) and v != "", "a non-empty string"), True),
@@ -140,6 +159,7 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trace_ms": (_nullable(_list_of(_nullable(_NUMBER))), False),
     "iterations_per_sample": (_nullable(_POSITIVE_INT), False),
     "notes": (_nullable(_list_of(_STR)), False),
+    "traffic": (_nullable(_record(TRAFFIC_FIELDS)), False),
 }
 _CANDIDATE_RECORD = _record(CANDIDATE_FIELDS)
 
@@ -286,6 +306,22 @@ PROFILE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "tables": (_list_of(_PROFILE_TABLE), False),
 }
 _PROFILE = _record(PROFILE_FIELDS)
+#: The traffic the candidates were measured on (optional within schema 1): its source and the shapes it had.
+DATA_SHAPE_FIELDS: dict[str, tuple[Checker, bool]] = {"shape": (_STR, True), "batches": (_NN_INT, False)}
+DATA_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "source": (_one_of(DATA_SOURCES), True),
+    "factory": (_nullable(_STR), False),
+    "kwargs": (_nullable(_ANY_MAPPING), False),
+    "batches": (_NN_INT, False),
+    "keyword_inputs": (_nullable(_list_of(_STR)), False),
+    "dynamic_dims": (_nullable(_list_of(_STR)), False),
+    "shapes": (_nullable(_list_of(_record(DATA_SHAPE_FIELDS))), False),
+    "buckets": (_nullable(_list_of(_POSITIVE_INT)), False),
+    "samples": (_NN_INT, False),
+    "form": (_nullable(_STR), False),
+    "inputs": (_nullable(_list_of(_STR)), False),
+    "dtypes": (_nullable(_list_of(_STR)), False),
+}
 _SCHEMA = _kind(lambda v: is_int(v) and v == SCHEMA_VERSION, f"schema version {SCHEMA_VERSION}")
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "schema": (_SCHEMA, True),
@@ -303,6 +339,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "profile": (_nullable(_PROFILE), False),
     "pareto": (_nullable(_list_of(_INT)), False),
     "notes": (_nullable(_list_of(_STR)), False),
+    "data": (_nullable(_record(DATA_FIELDS)), False),
 }
 _DOCUMENT = _record(DOCUMENT_FIELDS)
 

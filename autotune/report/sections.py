@@ -6,7 +6,8 @@ renderers to layout only (markdown pipes versus HTML cells and badges).
 Why one module (~450 lines): it is the report's table of contents. Each function is one section
 (headline, candidates, environment, recipe, boundaries, showdown, artifact, profile), in the order both
 files show them, and none calls another's. Splitting it by section would give each renderer a dozen
-imports and gain no concept.
+imports and gain no concept. The traffic's sections (the ``data`` section, candidates by input shape) are
+in :mod:`autotune.report.traffic`, which the console shares too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from autotune.report.format import (
 )
 from autotune.report.reproduce import py_call
 from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
+from autotune.report.traffic import shapes_cell, traffic_of, traffic_summary
 
 
 def _decided_by(rec: Mapping[str, Any]) -> str:
@@ -44,8 +46,14 @@ def _decided_by(rec: Mapping[str, Any]) -> str:
 
 
 def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
-    """Headers, rows and the status of each row of the full candidates table (md and html)."""
+    """Headers, rows and the status of each row of the full candidates table (md and html).
+
+    A ``shapes`` column (shape policy, shapes served, recompiles) follows ``batch`` when some candidate was
+    measured on ``[data]`` traffic; its per-shape numbers are :func:`autotune.report.traffic.traffic_rows`.
+    """
     rec = doc.get("recommendation")
+    ranked = rank(doc)
+    traffic = any(traffic_of(c) is not None for c in ranked)
     headers = [
         "#",
         "trial",
@@ -64,8 +72,10 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
         "correct",
         "notes",
     ]
+    if traffic:
+        headers.insert(headers.index("batch") + 1, "shapes")
     rows, statuses = [], []
-    for index, c in enumerate(rank(doc), start=1):
+    for index, c in enumerate(ranked, start=1):
         measured = c.get("status") == "ok"
         notes = []
         if c.get("reason"):
@@ -89,6 +99,7 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
                 str(c.get("trial")) if c.get("trial") is not None else DASH,
                 str(c.get("variant")),
                 str(c.get("batch_size")),
+                *([shapes_cell(c)] if traffic else []),
                 str(c.get("status")) + ("" if not measured or is_feasible(c) else " (infeasible)"),
                 (("~" if no_steady_state(c) else "") + fmt_rate(c.get("throughput")))
                 if measured
@@ -151,6 +162,9 @@ def headline(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
             + f", classification {rec.get('classification') or DASH}",
         ),
     ]
+    traffic = traffic_summary(rec)
+    if traffic is not None:
+        pairs.append(("traffic", traffic))
     return pairs
 
 

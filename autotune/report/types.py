@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from autotune.candidate import CandidateRow
-from autotune.vocab import Objective
+from autotune.vocab import DataSource, Objective
 
 
 class ToolInfo(TypedDict):
@@ -156,6 +156,34 @@ class ProfileSection(TypedDict):
     batch_size: NotRequired[int]
 
 
+class DataShape(TypedDict):
+    """One input shape the traffic had, and in how many of its batches."""
+
+    shape: str  # every input's shape, e.g. "input_ids 8x32, attention_mask 8x32"
+    batches: int
+
+
+class DataSection(TypedDict):
+    """The traffic the candidates were measured on: a ``[data]`` factory's batches, or the random ``[[inputs]]``.
+
+    A candidate's own view of it (its shape policy, per-shape throughput and latency) is its row's ``traffic``
+    (:class:`autotune.candidate.TrafficSummary`).
+    """
+
+    source: DataSource
+    factory: str | None  # the recipe's data.factory ("file.py:function" or "module:function")
+    kwargs: dict[str, Any] | None
+    batches: int  # batches of the traffic used per measurement
+    keyword_inputs: list[str]  # inputs passed by name (a dict batch, or keyword = true)
+    dynamic_dims: list[str]  # "input_ids[1]": dimensions other than the batch that differ between batches
+    shapes: list[DataShape]
+    buckets: list[int] | None  # data.buckets: what the +buckets variants pad the dynamic dims up to
+    samples: NotRequired[int]  # rows over all the batches (at batch size 2, when the workload was validated)
+    form: NotRequired[str]  # tensor | tuple | dict: what one batch is
+    inputs: NotRequired[list[str]]  # the inputs' names in call order (positional, then keyword)
+    dtypes: NotRequired[list[str]]
+
+
 class ReportDocument(TypedDict):
     """report.json as the tuner writes it (schema 1)."""
 
@@ -176,9 +204,11 @@ class ReportDocument(TypedDict):
     #: set after the reports are first written (``RunOptions.artifact``)
     artifact: NotRequired[ArtifactSection | None]
     profile: NotRequired[ProfileSection | None]
+    #: the traffic the candidates were measured on (written by versions that read a recipe's [data] table)
+    data: NotRequired[DataSection | None]
 
 
 __all__ = [
-    "ArtifactSection", "BoundarySection", "ProbeEntry", "ProfileSection", "RecipeSection", "Recommendation",
-    "ReportDocument", "SearchSection", "ShowdownStanding", "ToolInfo", "WorkerStats",
+    "ArtifactSection", "BoundarySection", "DataSection", "DataShape", "ProbeEntry", "ProfileSection", "RecipeSection",
+    "Recommendation", "ReportDocument", "SearchSection", "ShowdownStanding", "ToolInfo", "WorkerStats",
 ]

@@ -383,7 +383,7 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
     """
     import torch
 
-    shapes = None
+    shapes: Any = None
     if dynamic_dims is not None:
         shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if isinstance(x, torch.Tensor) else None
                        for x, dims in zip(example, dynamic_dims, strict=True))
