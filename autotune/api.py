@@ -222,12 +222,17 @@ def resolve_variant(name: str, workload: Any) -> str:
                      + (f" (did you mean '{hint}'?)" if hint else ""))
 
 
+#: Seconds a worker may take to parse and check a variant named by the caller (the model is built already).
+PARSE_VARIANT_TIMEOUT = 120.0
+
+
 def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, device: str | None = None
             ) -> CandidateResult:
     """Build, gate and measure one configuration in a worker (any variant name, not only the recipe's)."""
     from autotune.candidate import candidate_row
+    from autotune.client import WorkerClient
+    from autotune.measure_settings import MeasureSettings
     from autotune.runner import Runner
-    from autotune.tuner import measure_settings
     from autotune.validation import validate
 
     if batch_size < 1:
@@ -235,17 +240,16 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
     rec = _with_device(_as_recipe(recipe), device)
     with Runner() as runner:
         workload = validate(runner, rec)
+        client = WorkerClient(runner)
         if variant in workload.specs:
             spec = dict(workload.specs[variant])
         else:
-            res = runner.call({"op": "parse_variant", "variant": variant, "device": workload.device,
-                               "recipe": rec.to_dict()}, timeout=120)
+            res = client.parse_variant(rec, variant, timeout=PARSE_VARIANT_TIMEOUT)
             if res["status"] != "ok":
                 raise InputError(f"variant: {res['reason']}")
             spec = dict(res["spec"])
-        outcome = runner.call({"op": "measure", "recipe": rec.to_dict(), "variant": variant,
-                               "batch_size": batch_size, "settings": measure_settings(rec)},
-                              timeout=rec.measure.timeout_s)
+        outcome = client.measure(rec, variant, batch_size, MeasureSettings.from_recipe(rec),
+                                 timeout=rec.measure.timeout_s)
     return CandidateResult.from_row(candidate_row(trial=0, variant=variant, spec=spec, batch_size=batch_size,
                                                   result=outcome, constraints=rec.constraints))
 

@@ -230,6 +230,7 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     once complete, so a failed build never leaves half an artifact, nor an old run's artifact beside a
     report that recommends something else.
     """
+    from autotune.client import WorkerClient
     from autotune.errors import AutotuneError
     from autotune.report.loader import loader_script
 
@@ -243,8 +244,8 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     t0 = time.monotonic()
     try:
         with make_runner() as runner:
-            res = runner.call({"op": "artifact", "recipe": dict(recipe_data), "variant": variant, "batch_size": batch,
-                               "directory": str(staging), "profile": profile}, timeout=timeout)
+            res = WorkerClient(runner).artifact(recipe_data, variant, batch, directory=staging, profile=profile,
+                                                timeout=timeout)
     except AutotuneError as exc:
         res = {"status": "failed", "reason": str(exc)}
     wall = time.monotonic() - t0

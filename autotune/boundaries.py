@@ -27,6 +27,7 @@ from autotune.batch import (
     find_max_batch_size,
     refine_max_batch_size,
 )
+from autotune.client import WorkerClient
 from autotune.device_names import is_accelerator
 from autotune.errors import BatchSearchError, VariantError
 from autotune.recipe import Recipe
@@ -104,14 +105,11 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
     ``fresh``: the worker drops the master model after building the variant, so the process holds
     what a deployment holds (see ``autotune.worker.op_probe``); use it with a non-reusing runner.
     """
-    recipe_data = recipe.to_dict()
+    client, recipe_data = WorkerClient(runner), recipe.to_dict()
 
     def probe(batch_size: int) -> ProbeResult:
-        res = runner.call(
-            {"op": "probe", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
-             "memory_budget_bytes": budget, "fresh": fresh},
-            timeout=recipe.measure.timeout_s,
-        )
+        res = client.probe(recipe_data, variant, batch_size, memory_budget_bytes=budget, fresh=fresh,
+                           timeout=recipe.measure.timeout_s)
         crash = res.get("crash")
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
@@ -212,7 +210,7 @@ def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | N
 def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
     """Accelerator memory free to a fresh process now (our idle measure worker closed first)."""
     runner.recycle("measure")  # its context and validated model are not a deployment's to share
-    res = runner.call({"op": "device_memory", "recipe": recipe.to_dict()}, timeout=recipe.measure.timeout_s)
+    res = WorkerClient(runner).device_memory(recipe, timeout=recipe.measure.timeout_s)
     if "status" in res:  # a CallFailure: the free memory is not known
         return None
     free = res["free_bytes"]

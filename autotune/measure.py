@@ -36,29 +36,9 @@ from typing import Any
 import torch
 
 from autotune.devices import backend_for
+from autotune.measure_settings import BLOCK_TARGET_SECONDS, MeasureSettings  # no torch: the parent builds them
 from autotune.measurement import Measurement
-from autotune.warmup import DEFAULT_MARGIN, OnlineDetector, budget_floor_seconds
-
-#: Target wall time of one timed block in throughput mode: long enough that the timer's own
-#: resolution and the loop overhead vanish, short enough to give the detector many samples.
-BLOCK_TARGET_SECONDS = 0.005
-#: Hard cap on samples per candidate, whatever the detector says.
-MAX_SAMPLES = 20_000
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    mode: str = "throughput"  # throughput | latency
-    ci_target: float = 0.01
-    max_seconds: float = 10.0
-    block_target_seconds: float = BLOCK_TARGET_SECONDS
-    max_samples: int = MAX_SAMPLES
-    #: Seconds of individually synchronised calls after the blocks, for per-call latency
-    #: percentiles (0: none; the percentiles are then of block means, and labelled so).
-    per_call_seconds: float = 0.0
-    #: Practical-equivalence margin: levels closer than this are one steady state (the recipe's
-    #: ``search.equivalence_margin``, so the detector and the showdown judge alike).
-    margin: float = DEFAULT_MARGIN
+from autotune.warmup import OnlineDetector, budget_floor_seconds
 
 
 def time_first_call(call: Callable[[], Any], *, device: torch.device) -> float:

@@ -6,6 +6,10 @@ timeout is detected here and turned into a ``failed`` outcome with the reason, a
 request gets a fresh worker. A healthy worker is reused across candidates so a run pays
 torch's import once, not per candidate.
 
+The requests themselves are built by :class:`autotune.client.WorkerClient` (one typed method per op),
+which calls :meth:`Runner.call`; this module is the transport under it, and sends only the handshake
+(:data:`autotune.worker.protocol.HELLO`) of its own.
+
 No torch import here: the parent stays light and cannot be hurt by a CUDA context.
 """
 
@@ -24,6 +28,7 @@ from typing import Literal, NotRequired, TypedDict, cast, overload
 
 from autotune.errors import InputError, WorkerError
 from autotune.worker.protocol import (
+    HELLO,
     ROLE_OF_OP,
     ROLES,
     ArtifactRequest,
@@ -114,7 +119,7 @@ class WorkerProcess:
         self._buffer = b""
         self._next_id = 0
         self.requests_served = 0
-        hello = self.request({"op": "hello"}, timeout=startup_timeout)
+        hello = self.request(HELLO, timeout=startup_timeout)
         if not hello["ok"]:  # op hello cannot fail; a worker that says otherwise is broken
             self.kill()
             raise WorkerCrashed(WorkerCrash(reason=f"worker failed hello: {hello['error']['message']}"))

@@ -1,7 +1,8 @@
 """The tuning pipeline behind ``autotune run``: validate → batch boundary → search → report.
 
-This module wires the pieces together and owns nothing clever itself: the worker protocol is
-in :mod:`autotune.runner`, the batch boundaries in :mod:`autotune.boundaries`, the study in
+This module wires the pieces together and owns nothing clever itself: the worker processes are in
+:mod:`autotune.runner`, the requests in :mod:`autotune.client` (the measure settings:
+:mod:`autotune.measure_settings`), the batch boundaries in :mod:`autotune.boundaries`, the study in
 :mod:`autotune.study`, the report document in :mod:`autotune.run_document` (which also rebuilds it
 for ``autotune report DIR``), its renderings in :mod:`autotune.report`. :func:`join_study` is the same
 search joined from another machine (``autotune worker``). No torch import: everything that touches
@@ -19,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record
+from autotune.client import WorkerClient
 from autotune.errors import AutotuneError, InputError
 from autotune.events import OnEvent, emit
+from autotune.measure_settings import MeasureSettings
 from autotune.outdir import hold_out_dir
 from autotune.recipe import Recipe
 from autotune.run_document import SHOWDOWN_ATTR, build_document
@@ -196,34 +199,16 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     return doc
 
 
-def measure_settings(recipe: Recipe) -> dict[str, Any]:
-    """The worker's MeasureSettings for this recipe (one place: the CLI's measure and the search).
-
-    Per-call latency is timed whenever a latency number can decide something: the objective is
-    latency or pareto, or a latency SLO constrains the search.
-    """
-    latency_matters = recipe.search.objective != "throughput" or recipe.constraints.max_latency_ms is not None
-    return {"mode": recipe.measure.mode, "ci_target": recipe.measure.ci_target,
-            "max_seconds": recipe.measure.max_seconds, "margin": recipe.search.equivalence_margin,
-            "per_call_seconds": PER_CALL_SHARE * recipe.measure.max_seconds if latency_matters else 0.0}
-
-
-#: Per-call latency timing, as a share of the candidate's measurement budget.
-PER_CALL_SHARE = 0.25
-
-
 def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]
                ) -> Callable[[int, str, int], dict[str, Any]]:
     """``evaluate(trial, variant, batch)``: measure one candidate in the worker, return its row."""
-    recipe_data = recipe.to_dict()
-    settings = measure_settings(recipe)
+    client, recipe_data = WorkerClient(runner), recipe.to_dict()
+    settings = MeasureSettings.from_recipe(recipe)
 
     def evaluate(trial: int, variant: str, batch_size: int, *, fidelity: float = 1.0) -> dict[str, Any]:
         # fidelity: share of the full measurement time (the bracket strategy screens short, races longer)
-        at = settings if fidelity >= 1.0 else {**settings, "max_seconds": settings["max_seconds"] * fidelity,
-                                                "per_call_seconds": settings["per_call_seconds"] * fidelity}
-        res = runner.call({"op": "measure", "recipe": recipe_data, "variant": variant, "batch_size": batch_size,
-                           "settings": at}, timeout=recipe.measure.timeout_s)
+        res = client.measure(recipe_data, variant, batch_size, settings.at_fidelity(fidelity),
+                             timeout=recipe.measure.timeout_s)
         return candidate_record(trial=trial, variant=variant, spec=specs[variant], batch_size=batch_size,
                                 result=res, constraints=recipe.constraints)
 

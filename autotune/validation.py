@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.client import WorkerClient
 from autotune.errors import WorkloadError
 from autotune.recipe import Recipe
 from autotune.runner import Runner
@@ -41,7 +42,7 @@ class ValidatedWorkload:
 
 def validate(runner: Runner, recipe: Recipe) -> ValidatedWorkload:
     """Build the model and run one forward in a worker; input problems raise InputError."""
-    res = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=VALIDATE_TIMEOUT)
+    res = WorkerClient(runner).validate(recipe, timeout=VALIDATE_TIMEOUT)
     if "status" in res:  # a CallFailure (a ValidateResult has no status)
         raise WorkloadError(f"{recipe.path}: field 'model.factory': building or running the model crashed "
                             f"the worker: {res.get('reason')}")

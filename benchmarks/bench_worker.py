@@ -18,8 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tabulate import tabulate
 
+from autotune.client import WorkerClient
+from autotune.measure_settings import MeasureSettings
 from autotune.recipe import load_recipe
 from autotune.runner import Runner, WorkerProcess
+from autotune.worker.protocol import HELLO
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,20 +41,20 @@ def main() -> None:
     t0 = time.perf_counter()
     n = 200
     for _ in range(n):
-        w.request({"op": "hello"}, timeout=30)
+        w.request(HELLO, timeout=30)
     rtt = (time.perf_counter() - t0) / n
     w.close()
 
     recipe = load_recipe(ROOT / "recipes" / "mlp.toml")
-    settings = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.5}
+    settings = MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.5)
     per_candidate = {}
     for reuse in (True, False):
         with Runner(reuse=reuse) as runner:
-            runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=300)
+            client = WorkerClient(runner)
+            client.validate(recipe, timeout=300)
             t0 = time.perf_counter()
             for b in (1, 8, 32, 64):
-                res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": "eager", "batch_size": b,
-                                   "settings": settings}, timeout=300)
+                res = client.measure(recipe, "eager", b, settings, timeout=300)
                 assert res["status"] == "ok", res
             per_candidate[reuse] = (time.perf_counter() - t0) / 4
     print(tabulate([

@@ -12,9 +12,10 @@ peak memory, status) together with what it cost to get it, split into the parts 
   ``wall - build - first_call - measure`` (the worker reports no separate gate time).
 - ``wall_seconds``: the whole ``measure`` request as the parent saw it.
 
-Every point is measured exactly as ``autotune run`` measures a candidate: one ``measure`` request to a
-reused measure worker (``autotune.runner.Runner``), the same settings (``autotune.tuner.measure_settings``),
-the same row (``autotune.candidate.candidate_record``). The worker is validated once per landscape.
+Every point is measured exactly as ``autotune run`` measures a candidate: one ``measure`` request
+(``autotune.client.WorkerClient``) to a reused measure worker (``autotune.runner.Runner``), the same
+settings (``autotune.measure_settings.MeasureSettings.from_recipe``), the same row
+(``autotune.candidate.candidate_record``). The worker is validated once per landscape.
 
 The space is the recipe's model and inputs crossed by this script (``SPACES`` below): compilers x
 memory formats x threads x batch sizes. The batch list goes past the point where throughput saturates
@@ -50,9 +51,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.candidate import candidate_record  # noqa: E402
+from autotune.client import WorkerClient  # noqa: E402
+from autotune.measure_settings import MeasureSettings  # noqa: E402
 from autotune.recipe import load_recipe  # noqa: E402
 from autotune.runner import Runner  # noqa: E402
-from autotune.tuner import measure_settings  # noqa: E402
 from autotune.validation import validate  # noqa: E402
 
 #: The spaces recorded: recipe, compilers, memory formats, threads, batch sizes, measurement overrides.
@@ -135,7 +137,7 @@ def record(name: str, out: Path) -> None:
                             "max_memory_bytes": recipe.constraints.max_memory_bytes},
             "space": {"compilers": space["compilers"], "memory_formats": space["memory_formats"],
                       "threads": space["threads"], "batch_sizes": space["batch_sizes"]},
-            "measure": measure_settings(recipe),
+            "measure": MeasureSettings.from_recipe(recipe).to_dict(),
             "torch": torch.__version__, "machine": environment(),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
@@ -145,14 +147,15 @@ def record(name: str, out: Path) -> None:
         }
     doc["space"] = {"compilers": space["compilers"], "memory_formats": space["memory_formats"],
                     "threads": space["threads"], "batch_sizes": space["batch_sizes"]}
-    doc["measure"] = measure_settings(recipe)
+    doc["measure"] = MeasureSettings.from_recipe(recipe).to_dict()
     # a resumed recording keeps only the points of the space as it is now
     doc["points"] = [p for p in doc["points"] if p["variant"] in variants and p["batch_size"] in space["batch_sizes"]
                      and (p.get("cost") or {}).get("max_seconds") == space["measure"]["max_seconds"]]
     done = {(p["variant"], p["batch_size"]) for p in doc["points"]}
-    settings = measure_settings(recipe)
+    settings = MeasureSettings.from_recipe(recipe)
     data = recipe.to_dict()
     with Runner() as runner:
+        client = WorkerClient(runner)
         workload = validate(runner, recipe)
         doc["unavailable"] = list(workload.unavailable)
         # whole variants one after another, in a seeded shuffled order: a recording cut short still has
@@ -163,8 +166,7 @@ def record(name: str, out: Path) -> None:
             if (variant, batch) in done:
                 continue
             t0 = time.perf_counter()
-            res = runner.call({"op": "measure", "recipe": data, "variant": variant, "batch_size": batch,
-                               "settings": settings}, timeout=recipe.measure.timeout_s)
+            res = client.measure(data, variant, batch, settings, timeout=recipe.measure.timeout_s)
             wall = time.perf_counter() - t0
             row = slim_row(candidate_record(trial=0, variant=variant, spec=workload.specs[variant],
                                             batch_size=batch, result=res, constraints=recipe.constraints))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.client import WorkerClient
+from autotune.measure_settings import MeasureSettings
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 
@@ -121,9 +123,10 @@ shape = [4]
 variants = ["eager"]
 """))
     with Runner(env=env) as runner:
-        runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=120)
-        res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": "eager", "batch_size": 3,
-                           "settings": {"mode": "throughput", "ci_target": 0.5, "max_seconds": 0.2}}, timeout=120)
+        client = WorkerClient(runner)
+        client.validate(recipe, timeout=120)
+        res = client.measure(recipe, "eager", 3, MeasureSettings(mode="throughput", ci_target=0.5, max_seconds=0.2),
+                             timeout=120)
     assert res["status"] == "ok", res
     states = [json.loads(line) for line in log.read_text().splitlines()]
     assert states, "the model's forward never ran at the measured batch size"

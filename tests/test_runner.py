@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.client import WorkerClient
+from autotune.measure_settings import MeasureSettings
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from tests.support import tiny_recipe
@@ -16,7 +18,7 @@ from tests.support import tiny_recipe
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 
 MODELS = Path(__file__).resolve().parent / "models"
-SETTINGS = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
+SETTINGS = MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.3)
 
 
 def _recipe(write_recipe, crash: str | None):
@@ -25,8 +27,7 @@ def _recipe(write_recipe, crash: str | None):
 
 
 def _measure(runner: Runner, recipe, batch: int, *, timeout: float = 120.0) -> dict:
-    return runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": "eager", "batch_size": batch,
-                        "settings": SETTINGS}, timeout=timeout)
+    return WorkerClient(runner).measure(recipe, "eager", batch, SETTINGS, timeout=timeout)
 
 
 def test_healthy_worker_is_reused_across_candidates(write_recipe) -> None:
@@ -90,7 +91,9 @@ shape = [4]
 
 
 def test_probes_and_measurements_run_in_separate_workers() -> None:
-    """The probe worker pins glibc's mmap threshold; timing must never happen in that process."""
+    """The probe worker pins glibc's mmap threshold; timing must never happen in that process.
+
+    Raw requests to one process (the client routes each op to its role, so it never sends these)."""
     from autotune.runner import WorkerProcess
 
     for role, refused in (("probe", "measure"), ("measure", "probe")):

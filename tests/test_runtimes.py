@@ -15,8 +15,10 @@ import pytest
 import torch
 from torch import nn
 
+from autotune.client import WorkerClient
 from autotune.correctness import check_variant
 from autotune.errors import InputError, VariantError
+from autotune.measure_settings import MeasureSettings
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.showdown import simplicity
@@ -173,13 +175,13 @@ def test_a_failed_export_is_a_variant_error_not_a_crash() -> None:
 def test_runtimes_are_measured_by_the_real_worker(write_recipe) -> None:
     recipe = load_recipe(write_recipe(tiny_recipe(name="rt", variants='["eager", "onnx", "openvino:throughput"]',
                                                   batch_sizes="[4]")))
-    settings = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
+    settings = MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.3)
     with Runner() as runner:
-        validated = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=120)
+        client = WorkerClient(runner)
+        validated = client.validate(recipe, timeout=120)
         assert validated["variants"] == ["eager", "onnx", "openvino:throughput"], validated["unavailable"]
         for variant in ("onnx", "openvino:throughput"):
-            res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": variant, "batch_size": 4,
-                               "settings": settings}, timeout=180)
+            res = client.measure(recipe, variant, 4, settings, timeout=180)
             assert res["status"] == "ok", res
             assert res["correctness"]["passed"] and res["build_seconds"] > 0
             assert res["measurement"]["throughput"] > 0

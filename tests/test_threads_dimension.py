@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.client import WorkerClient
+from autotune.measure_settings import MeasureSettings
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.variants import thread_counts
@@ -22,11 +24,11 @@ def test_validate_crosses_the_variants_with_the_usable_thread_counts_and_measure
     recipe = load_recipe(write_recipe(text.replace("[measure]", 'threads = "auto"\n[measure]')))
     ladder = thread_counts("auto", device="cpu")
     with Runner() as runner:
-        validated = runner.call({"op": "validate", "recipe": recipe.to_dict()}, timeout=120)
+        client = WorkerClient(runner)
+        validated = client.validate(recipe, timeout=120)
         assert "status" not in validated, validated
         assert validated["variants"] == [*(f"eager+threads={n}" for n in ladder), "frozen+threads=1"]
-        settings = {"mode": "throughput", "ci_target": 0.05, "max_seconds": 0.3}
-        res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": f"eager+threads={ladder[-1]}",
-                           "batch_size": 2, "settings": settings}, timeout=120)
+        settings = MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.3)
+        res = client.measure(recipe, f"eager+threads={ladder[-1]}", 2, settings, timeout=120)
         assert res["status"] == "ok", res
         assert res["measurement"]["throughput"] > 0

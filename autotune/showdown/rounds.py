@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune.client import WorkerClient
 from autotune.showdown.paired import Verdict, candidate_key, compare, contender_from, undecided
 
 if TYPE_CHECKING:
@@ -82,11 +83,10 @@ def run_showdown(
             for _ in range(settings.processes):
                 runner = make_runner()
                 runners[key].append(runner)
-                res = runner.call({"op": "stage", "recipe": dict(recipe_data), "variant": row["variant"],
-                                   "batch_size": row["batch_size"],
-                                   "warmup_iterations": int(row.get("warmup_iterations") or 0),
-                                   "warmup_seconds": 2.0 * settings.round_seconds},
-                                  timeout=settings.timeout_s)
+                res = WorkerClient(runner).stage(
+                    recipe_data, row["variant"], row["batch_size"],
+                    warmup_iterations=int(row.get("warmup_iterations") or 0),
+                    warmup_seconds=2.0 * settings.round_seconds, timeout=settings.timeout_s)
                 if res.get("status") != "ok":
                     dropped[key] = f"{res.get('status')}: {res.get('reason')}"
                     break
@@ -118,10 +118,9 @@ def run_showdown(
                             "undisturbed so far)")
             hit = False
             for key in order:
-                worker = runners[key][(r - 1) % len(runners[key])]
-                res = worker.call({"op": "slice", "seconds": settings.round_seconds, "per_call": per_call,
-                                   "percentile": settings.latency_percentile},
-                                  timeout=settings.round_seconds + SLICE_GRACE_S)
+                worker = WorkerClient(runners[key][(r - 1) % len(runners[key])])
+                res = worker.slice(settings.round_seconds, per_call=per_call, percentile=settings.latency_percentile,
+                                   timeout=settings.round_seconds + SLICE_GRACE_S)
                 if res["status"] != "ok":
                     dropped[key] = f"round {r}: {res.get('status')}: {res.get('reason')}"
                     continue

@@ -238,7 +238,7 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
     lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"])
     batch = int(req["batch_size"])
-    settings = MeasureSettings(**req.get("settings", {}))
+    settings = MeasureSettings.from_dict(req["settings"])
     device, backend = lw.device, lw.backend
 
     def body() -> MeasureOutcome:

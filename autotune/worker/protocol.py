@@ -7,9 +7,11 @@ One JSON request per line on the worker's stdin, one response per line on its pr
             | {"id": 3, "ok": false, "error": {"type": "WorkloadError", "message": "...", "input_error": true}}
 
 The messages are TypedDicts, not dataclasses, because the JSON shape *is* the contract: the parent
-(:mod:`autotune.runner`, no torch) and the child (:mod:`autotune.worker.ops`) both import this module
-and build or read plain dicts, so what goes over the pipe is what the types say, key for key. ``id`` is
-added by :meth:`autotune.runner.WorkerProcess.request`; callers leave it out. Each closed set of names
+(:mod:`autotune.client`, :mod:`autotune.runner`, no torch) and the child (:mod:`autotune.worker.ops`) both
+import this module, so what goes over the pipe is what the types say, key for key. Requests are built in
+one place, :class:`autotune.client.WorkerClient` (one method per op); the one exception is :data:`HELLO`,
+the fixed handshake every new worker process answers first (:class:`autotune.runner.WorkerProcess`).
+``id`` is added by :meth:`autotune.runner.WorkerProcess.request`; callers leave it out. Each closed set of names
 (ops, roles, statuses) is a ``Literal`` type, and its tuple of values is read off that type, so each
 is written once. This module imports nothing beyond the standard library.
 """
@@ -53,10 +55,28 @@ class HelloRequest(TypedDict):
     id: NotRequired[int]
 
 
+#: The handshake: a request without fields, so a constant of the protocol rather than something built per
+#: call. :class:`autotune.runner.WorkerProcess` sends it to every worker it starts (the transport's own
+#: request, below :mod:`autotune.client`, which builds all the others).
+HELLO: HelloRequest = {"op": "hello"}
+
+
 class ValidateRequest(TypedDict):
     op: Literal["validate"]
     recipe: dict[str, Any]  # Recipe.to_dict()
     id: NotRequired[int]
+
+
+class MeasureSettingsData(TypedDict):
+    """:class:`autotune.measure_settings.MeasureSettings` as JSON (its ``to_dict``; its fields, one for one)."""
+
+    mode: str
+    ci_target: float
+    max_seconds: float
+    block_target_seconds: float
+    max_samples: int
+    per_call_seconds: float
+    margin: float
 
 
 class MeasureRequest(TypedDict):
@@ -64,7 +84,7 @@ class MeasureRequest(TypedDict):
     recipe: dict[str, Any]
     variant: str
     batch_size: int
-    settings: NotRequired[dict[str, Any]]  # MeasureSettings' fields
+    settings: MeasureSettingsData
     id: NotRequired[int]
 
 
@@ -89,7 +109,6 @@ class ParseVariantRequest(TypedDict):
     op: Literal["parse_variant"]
     recipe: dict[str, Any]
     variant: str
-    device: NotRequired[str]  # sent by the API, not read: the recipe names the device
     id: NotRequired[int]
 
 
