@@ -183,7 +183,7 @@ class Traffic:
 
 
 def _resolve_data_factory(recipe: Recipe) -> Callable[..., Any]:
-    from autotune.workload import resolve_factory
+    from autotune.factory import resolve_factory
 
     assert recipe.data is not None
     return resolve_factory(recipe.data, recipe_path=recipe.path, field="data.factory")
