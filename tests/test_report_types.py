@@ -69,5 +69,5 @@ def test_what_the_schema_requires_the_type_requires(section: str) -> None:
 
 def test_a_candidate_row_is_the_recommendation_without_its_verdict() -> None:
     """Candidates and the recommendation share the schema's candidate table; only the verdict differs."""
-    assert _keys(Recommendation) - _keys(CandidateRow) == {"decided_by", "showdown"}
+    assert _keys(Recommendation) - _keys(CandidateRow) == {"decided_by", "showdown", "throughput_source"}
     assert CandidateRow.__required_keys__ <= Recommendation.__required_keys__

@@ -120,6 +120,29 @@ def test_recommendation_follows_the_verdict() -> None:
     assert recommendation(rows, None, fallback=rows[1])["decided_by"] == "search"
 
 
+def test_the_headline_throughput_is_the_showdowns_fresh_processes() -> None:
+    """The screen (a reused worker) said 100/s; the rounds in fresh processes say ~110/s: the report says 110."""
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "compile", 90, 0.01)]
+    rounds = (1 / 108, 1 / 110, 1 / 112, 1 / 109, 1 / 111)
+    contenders = [Contender("eager@1", 1, rounds, simplicity(rows[0])),
+                  Contender("compile@1", 1, tuple(r * 1.2 for r in rounds), simplicity(rows[1]))]
+    verdict = compare(contenders).to_dict()
+    rec = recommendation(rows, {"verdict": verdict, "objective": "throughput"}, fallback=rows[0])
+    assert rec is not None and rec["throughput_source"] == "showdown"
+    assert rec["throughput"] == pytest.approx(110.0)
+    lo, hi = rec["throughput_ci"]
+    assert 108 <= lo <= 110 <= hi <= 112
+    assert rec["showdown"]["screen_throughput"] == 100
+    # a traffic's partial batches: a call serves its mean rows, not the batch size
+    traffic_row = {**rows[0], "traffic": {"samples_per_call": 0.5}}
+    from autotune.showdown import contender_from
+
+    assert contender_from(traffic_row, rounds).batch_size == 0.5
+    # under the latency objective the rounds' perf is 1/latency: no throughput is made of it
+    latency = recommendation(rows, {"verdict": verdict, "objective": "latency"}, fallback=rows[0])
+    assert latency is not None and "throughput_source" not in latency and latency["throughput"] == 100
+
+
 @pytest.mark.worker
 def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""

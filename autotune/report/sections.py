@@ -42,6 +42,9 @@ def _decided_by(rec: Mapping[str, Any]) -> str:
             f"(95% CI {lo:.3f}-{hi:.3f})")
     if sd.get("tied_with"):
         text += f"; tie within {sd['margin']:.0%} with {', '.join(sd['tied_with'])}, broken by the tie-break"
+    if rec.get("throughput_source") == "showdown" and is_number(sd.get("screen_throughput")):
+        text += (f"; throughput is the median of its rounds in fresh processes (the search's screen in a "
+                 f"reused worker: {fmt_rate(sd['screen_throughput'])})")
     return text
 
 

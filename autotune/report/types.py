@@ -112,13 +112,21 @@ class ShowdownStanding(TypedDict):
     round_spread: float
     margin: float
     rounds: int
+    #: the search's screening measurement, replaced as the headline by the showdown's fresh-process rounds
+    screen_throughput: NotRequired[float | None]
+    screen_throughput_ci: NotRequired[list[float] | None]
 
 
 class Recommendation(CandidateRow):
-    """The recommended candidate's row, and what decided it."""
+    """The recommended candidate's row, and what decided it.
+
+    After a showdown (throughput objective) ``throughput`` and ``throughput_ci`` are the median of its rounds in
+    fresh processes (``throughput_source`` = ``showdown``); the screen's are kept in ``showdown``.
+    """
 
     decided_by: Literal["showdown", "search"]
     showdown: NotRequired[ShowdownStanding]
+    throughput_source: NotRequired[Literal["showdown"]]
 
 
 class _ArtifactStatus(TypedDict):

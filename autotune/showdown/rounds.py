@@ -139,7 +139,7 @@ def run_showdown(
     used = _compared_rounds(disturbed, settings)
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
-        "seed": settings.seed, "processes": settings.processes,
+        "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
         "finalists": [candidate_key(r) for r in finalists],
         "seconds_per_call": {k: per_round[k] for k in staged},
         "foreign_cores": {k: foreign[k] for k in staged},
