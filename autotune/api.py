@@ -126,33 +126,42 @@ def factory_reference(factory: str | Callable[..., Any]) -> str:
     return f"{Path(source).resolve()}:{name}"
 
 
-def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str, Any]], name: str = "recipe",
+def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str, Any]] = (), name: str = "recipe",
                 kwargs: Mapping[str, Any] | None = None, device: str = "cpu", variants: Sequence[str] = ("eager",),
                 batch_sizes: Sequence[int] | str = "auto", objective: str = "throughput",
                 time_budget_s: float | None = None, batch: Mapping[str, Any] | None = None,
                 measure: Mapping[str, Any] | None = None, constraints: Mapping[str, Any] | None = None,
-                search: Mapping[str, Any] | None = None) -> Recipe:
+                search: Mapping[str, Any] | None = None,
+                data: Mapping[str, Any] | str | Callable[..., Any] | None = None) -> Recipe:
     """A recipe built in code, validated exactly as a TOML file is (the same errors, the same defaults).
 
     ``inputs``: one mapping per positional argument of ``forward``, as a recipe's ``[[inputs]]``
     (``name``, ``shape`` per sample, optional ``dtype`` and ``vocab_size``). ``batch``, ``measure``,
     ``constraints`` and ``search`` are the recipe tables of those names (extra search fields).
-    Relative ``file.py`` factories are relative to the current directory.
+    ``data``: instead of ``inputs``, the user's own batches: a factory reference (``"data.py:batches"``, or a
+    module-level function) or a recipe ``[data]`` table (``factory``, ``kwargs``, ``max_batches``, ``buckets``,
+    ``pad_values``). Relative ``file.py`` factories are relative to the current directory.
     """
     search_table: dict[str, Any] = {"variants": list(variants), "objective": objective,
                                     "batch_sizes": batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes)}
     if time_budget_s is not None:
         search_table["time_budget_s"] = time_budget_s
     search_table.update(search or {})
-    data: dict[str, Any] = {
+    recipe_data: dict[str, Any] = {
         "name": name, "device": device,
         "model": {"factory": factory_reference(model), "kwargs": dict(kwargs or {})},
-        "inputs": [dict(i) for i in inputs], "search": search_table,
+        "search": search_table,
     }
+    if inputs or data is None:
+        recipe_data["inputs"] = [dict(i) for i in inputs]
+    if data is not None:
+        data_table: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {"factory": data}
+        data_table["factory"] = factory_reference(data_table["factory"])
+        recipe_data["data"] = data_table
     for key, table in (("batch", batch), ("measure", measure), ("constraints", constraints)):
         if table:
-            data[key] = dict(table)
-    return parse_recipe(data, path=Path.cwd() / f"{name}.toml")
+            recipe_data[key] = dict(table)
+    return parse_recipe(recipe_data, path=Path.cwd() / f"{name}.toml")
 
 
 def tune(recipe: Recipe | str | Path, *, device: str | None = None, time_budget: float | None = None,

@@ -255,3 +255,15 @@ def test_bad_data_exits_2_before_measuring(tmp_path: Path, factory: str) -> None
     assert "data.factory" in err and factory in err and "Traceback" not in err
     assert not (out_dir / "study.db").exists() or "candidates" not in (out_dir / "report.json").read_text() \
         if (out_dir / "report.json").exists() else True
+
+
+def test_make_recipe_takes_a_data_factory() -> None:
+    from autotune import make_recipe
+
+    r = make_recipe(model=f"{KEYWORD}:classifier", data=f"{KEYWORD}:batches", batch_sizes=[4])
+    assert r.inputs == () and r.data is not None and r.data.factory.endswith("keyword.py:batches")
+    r2 = make_recipe(model=f"{KEYWORD}:classifier", data={"factory": f"{KEYWORD}:batches", "kwargs": {"n": 3}},
+                     batch_sizes=[4])
+    assert r2.data is not None and dict(r2.data.kwargs) == {"n": 3}
+    t = load_traffic(r2, batch_size=4, device=torch.device("cpu"))
+    assert len(t.batches) == 3
