@@ -288,7 +288,8 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             measurement=m.to_dict(),
             build_seconds=built.build_seconds,
             first_call_seconds=first,
-            compile_seconds=built.build_seconds + first,
+            # over a traffic, every shape's first call compiles / specialises: it is part of the cost
+            compile_seconds=built.build_seconds + first + (first_pass if isinstance(call, TrafficCall) else 0.0),
             peak_memory_bytes=max(build_peak, loop_peak),
             peak_memory_scope="build, first call and steady loop of the candidate (correctness gate excluded)",
             recompiles=recompiles,
