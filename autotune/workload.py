@@ -122,7 +122,8 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
         input_ndims=tuple(t.dim() for t in inputs),
         input_is_float=tuple(t.is_floating_point() for t in inputs),
         output_summary=describe_output(out),
-        data=traffic.describe() if recipe.data is not None else None,
+        data=({"factory": recipe.data.factory, "kwargs": dict(recipe.data.kwargs), **traffic.describe()}
+              if recipe.data is not None else None),
     )
 
 

@@ -226,24 +226,27 @@ def test_measure_on_keyword_traffic_reports_buckets(tmp_path: Path) -> None:
     path = data_recipe(tmp_path, kwargs="buckets = [8, 16]", extra='shapes = ["dynamic", "buckets"]')
     code, out, err = run_cli("measure", str(path), "--variant", "trace+buckets", "--batch-size", "4", "--json")
     assert code == 0, err
-    res = json.loads(out)
-    assert res["status"] == "ok", res
-    extra = res["measurement"]["extra"]
-    assert extra["samples_per_call"] == pytest.approx(19 / 5)
-    assert extra["shape_policy"] == "buckets"
-    assert [k for k, _ in extra["traffic_batches"]][:3] == ["input_ids 4x5, attention_mask 4x5",
-                                                              "input_ids 4x9, attention_mask 4x9",
-                                                              "input_ids 4x12, attention_mask 4x12"]
-    assert res["correctness"]["passed"] and res["correctness"]["batches"] == 5
+    row = json.loads(out)
+    assert row["status"] == "ok", row
+    traffic = row["traffic"]
+    assert traffic["samples_per_call"] == pytest.approx(19 / 5) and traffic["batches"] == 5
+    assert traffic["shape_policy"] == "buckets"
+    assert traffic["dynamic_dims"] == ["input_ids[1]", "attention_mask[1]"]
+    # a +buckets variant's shapes are its buckets (the padded shapes it runs): 5 -> 8; 9, 12 -> 16; partial 3x9
+    assert [b["shape"] for b in traffic["buckets"]] == ["input_ids 4x8, attention_mask 4x8",
+                                                        "input_ids 4x16, attention_mask 4x16",
+                                                        "input_ids 3x16, attention_mask 3x16"]
+    assert sum(b["calls"] for b in traffic["buckets"]) % 5 == 0  # whole passes over the 5 batches
+    assert row["correctness"]["passed"] and row["correctness"]["batches"] == 5
 
 
 @pytest.mark.worker
 def test_padding_that_changes_the_answer_is_rejected(tmp_path: Path) -> None:
     path = data_recipe(tmp_path, model_kwargs="kwargs = { use_mask = false }", extra='shapes = ["buckets"]')
     code, out, err = run_cli("measure", str(path), "--variant", "eager+buckets", "--batch-size", "4", "--json")
-    assert code == 0, err
-    res = json.loads(out)
-    assert res["status"] == "rejected", res
+    row = json.loads(out)
+    assert code == 1 and row["status"] == "rejected", (row, err)
+    assert "outside tolerance" in row["reason"] or "cosine" in row["reason"]
 
 
 @pytest.mark.worker

@@ -47,7 +47,16 @@ from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E40
 from autotune.measure import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
 from autotune.stats import percentiles  # noqa: E402
-from autotune.traffic import Traffic, TrafficCall, adapt, bucket_plan, iterate_all, load_traffic  # noqa: E402
+from autotune.traffic import (  # noqa: E402
+    BucketPlan,
+    Traffic,
+    TrafficCall,
+    adapt,
+    bucket_plan,
+    iterate_all,
+    load_traffic,
+    shape_text,
+)
 from autotune.variants import (  # noqa: E402
     BuiltVariant,
     VariantSpec,
@@ -133,6 +142,7 @@ class _Candidate:
     built: BuiltVariant  # ``fn`` includes the bucket padding of a ``+buckets`` variant
     prepared: list[tuple[Any, ...]]
     call: Callable[[], Any]
+    plan: BucketPlan | None = None
 
 
 def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model: torch.nn.Module | None = None,
@@ -168,15 +178,17 @@ def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model
             return fn(*only)
     else:
         call = TrafficCall(fn, prepared)
-    return _Candidate(traffic=traffic, model=eager, built=built, prepared=prepared, call=call)
+    return _Candidate(traffic=traffic, model=eager, built=built, prepared=prepared, call=call, plan=plan)
 
 
-def _traffic_extra(traffic: Traffic) -> dict[str, Any]:
-    """What a measurement records about its traffic (:meth:`Measurement.bucket_stats` reads it)."""
+def _traffic_extra(traffic: Traffic, plan: BucketPlan | None) -> dict[str, Any]:
+    """What a measurement records about its traffic (:meth:`Measurement.bucket_stats` reads it): each batch's
+    shape as the variant runs it (a ``+buckets`` variant's padded shape: its buckets are its shapes)."""
     if len(traffic.batches) == 1 and traffic.source == "inputs":
         return {}
+    keys = [shape_text(traffic.layout, plan.pad(b)[0] if plan is not None else b) for b in traffic.batches]
     return {"samples_per_call": traffic.samples_per_call,
-            "traffic_batches": [[k, r] for k, r in zip(traffic.shape_keys(), traffic.rows, strict=True)],
+            "traffic_batches": [[k, r] for k, r in zip(keys, traffic.rows, strict=True)],
             "dynamic_dims": traffic.dynamic_dim_names()}
 
 
@@ -278,7 +290,7 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             load = window.stop()
             recompiles = recompile_count() - recompiles_before
             loop_peak = backend.peak_memory_bytes()
-        extra = _traffic_extra(traffic)
+        extra = _traffic_extra(traffic, cand.plan)
         if extra:
             extra.update(first_pass_seconds=first_pass, warmup_recompiles=first_recompiles,
                          shape_policy="buckets" if spec.buckets else "dynamic")
