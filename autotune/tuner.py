@@ -171,7 +171,9 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide.
 
     Finalists are dropped from the end of the ranking while the showdown's estimated cost exceeds
-    the time left (at least two always compete: a showdown is what makes the pick reproducible).
+    the time left (at least two always compete: a showdown is what makes the pick reproducible). A single
+    finalist still gets its rounds: they are fresh processes, so they give the headline throughput a
+    deployment sees (a screen in a reused worker can be off by several percent: its allocation history).
     """
     from autotune.showdown import ShowdownSettings, estimated_seconds, run_showdown, select_finalists
 
@@ -187,7 +189,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                                 processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0))
     while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
         finalists = finalists[:-1]
-    if len(finalists) < 2:
+    if not finalists:
         return None
     def say(text: str) -> None:
         emit(on_event, "showdown", f"showdown: {text}")

@@ -64,7 +64,8 @@ def run_showdown(
     """Stage every finalist in its own worker, run the interleaved rounds, compare.
 
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
-    why it dropped out), and the :class:`Verdict` (absent when fewer than two finalists lasted).
+    why it dropped out), and the :class:`Verdict` (absent when fewer than two of several finalists lasted; a
+    single finalist gets its rounds and a verdict of one).
     """
     runners: dict[str, list[Runner]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
@@ -97,20 +98,24 @@ def run_showdown(
             staged[key] = row
             per_round[key], latency[key], foreign[key] = [], [], []
         rng = random.Random(settings.seed)
+        # one finalist alone still gets its rounds: fresh processes give the headline throughput; of several,
+        # at least two must last for a comparison
+        need = min(2, len(finalists))
         r = 0
         limit = MAX_ROUNDS_FACTOR * settings.rounds + settings.processes
 
         def settled() -> bool:  # enough undisturbed rounds, and no tie decision left to a coin flip
             if sum(not d for d in disturbed[settings.processes:]) < settings.rounds:
                 return False
-            verdict = _verdict(staged, dropped, per_round, latency, _compared_rounds(disturbed, settings), settings)
+            verdict = _verdict(staged, dropped, per_round, latency, _compared_rounds(disturbed, settings), settings,
+                               need=need)
             return verdict is None or not undecided(verdict)
 
         while (not settled() and r < limit
                and (settings.deadline is None or time.monotonic() < settings.deadline or r < 2)):
             r += 1
             order = [k for k in staged if k not in dropped]
-            if len(order) < 2:
+            if len(order) < need:
                 break
             rng.shuffle(order)
             if on_progress:
@@ -148,7 +153,7 @@ def run_showdown(
         "rounds_compared": used,
         "dropped": dropped, "verdict": None,
     }
-    verdict = _verdict(staged, dropped, per_round, latency, used, settings)
+    verdict = _verdict(staged, dropped, per_round, latency, used, settings, need=min(2, len(finalists)))
     doc["verdict"] = None if verdict is None else verdict.to_dict()
     return doc
 
@@ -167,9 +172,9 @@ def _compared_rounds(disturbed: Sequence[bool], settings: ShowdownSettings) -> l
 
 def _verdict(staged: Mapping[str, Mapping[str, Any]], dropped: Mapping[str, str],
              per_round: Mapping[str, Sequence[float]], latency: Mapping[str, Sequence[float]],
-             used: Sequence[int], settings: ShowdownSettings) -> Verdict | None:
+             used: Sequence[int], settings: ShowdownSettings, *, need: int = 2) -> Verdict | None:
     alive = [k for k in staged if k not in dropped]
-    if len(alive) < 2 or not used:
+    if len(alive) < max(1, need) or not used:
         return None
     contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
                                  [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
