@@ -286,8 +286,8 @@ def test_bad_documents_name_the_path_and_the_field(tmp_path: Path, base: dict[st
     with pytest.raises(InputError, match=r"other.json: report.recipe: required field missing"):
         compare_files(BASE_FILE, _write(tmp_path, "other.json", {"schema": 1}))
     newer = copy.deepcopy(base)
-    newer["schema"] = 2
-    with pytest.raises(InputError, match=r"newer.json: schema: this autotune reads report schema 1.*says 2"):
+    newer["schema"] = 3
+    with pytest.raises(InputError, match=r"newer.json: schema: this autotune reads report schema 1 and 2.*says 3"):
         compare_files(_write(tmp_path, "newer.json", newer), BASE_FILE)
     broken = copy.deepcopy(base)
     broken["candidates"][1]["throughput"] = "fast"

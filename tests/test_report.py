@@ -530,7 +530,7 @@ def test_load_report_errors_name_the_file(tmp_path: Path, document: dict[str, An
     with pytest.raises(InputError, match=re.escape(str(broken)) + ".*not valid JSON"):
         load_report(broken)
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**normalise_report(document), "schema": 2}), encoding="utf-8")
+    future.write_text(json.dumps({**normalise_report(document), "schema": SCHEMA_VERSION + 1}), encoding="utf-8")
     with pytest.raises(InputError, match=re.escape(str(future)) + ": schema"):
         load_report(future)
 

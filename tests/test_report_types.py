@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from autotune.candidate import CandidateRow
+from autotune.measurement import MeasurementRecord
 from autotune.report import schema
 from autotune.report.types import (
     ArtifactSection,
@@ -40,6 +41,7 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "probe": (ProbeEntry, schema.PROBE_FIELDS, {"phase", "baseline_bytes"}),
     "artifact": (ArtifactSection, schema.ARTIFACT_FIELDS, set()),
     "profile": (ProfileSection, schema.PROFILE_FIELDS, set()),
+    "measurement": (MeasurementRecord, schema.MEASUREMENT_FIELDS, set()),
 }
 
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from autotune.correctness import check_variant
 from autotune.errors import InputError, VariantError
+from autotune.measurement import Measurement
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.showdown import simplicity
@@ -182,7 +183,7 @@ def test_runtimes_are_measured_by_the_real_worker(write_recipe) -> None:
                                "settings": settings}, timeout=180)
             assert res["status"] == "ok", res
             assert res["correctness"]["passed"] and res["build_seconds"] > 0
-            assert res["measurement"]["throughput"] > 0
+            assert Measurement.from_dict(res["measurement"]).throughput > 0
             assert any(variant.split(":")[0] + ":" in n for n in res["notes"])
 
 

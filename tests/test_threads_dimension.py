@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.recipe import load_recipe
+from autotune.measurement import Measurement
 from autotune.runner import Runner
 from autotune.variants import thread_counts
 from tests.support import tiny_recipe
@@ -29,4 +30,4 @@ def test_validate_crosses_the_variants_with_the_usable_thread_counts_and_measure
         res = runner.call({"op": "measure", "recipe": recipe.to_dict(), "variant": f"eager+threads={ladder[-1]}",
                            "batch_size": 2, "settings": settings}, timeout=120)
         assert res["status"] == "ok", res
-        assert res["measurement"]["throughput"] > 0
+        assert Measurement.from_dict(res["measurement"]).throughput > 0

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune.errors import InputError
-from autotune.report.schema import CANDIDATE_FIELDS, PERCENTILES, REPORT_FILES, show, validate_report
+from autotune.report.schema import (
+    CANDIDATE_FIELDS,
+    MEASUREMENT_FIELDS,
+    PERCENTILES,
+    REPORT_FILES,
+    show,
+    validate_report,
+)
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -55,7 +62,7 @@ def normalise_report(doc: Mapping[str, Any]) -> ReportDocument:
         if plain.get(key) is None:
             plain[key] = default
     validate_report(plain)
-    # Validated against schema 1, which requires less than ReportDocument declares: a report written by an
+    # Validated against its schema, which requires less than ReportDocument declares: a report written by an
     # older version may lack fields added since, so readers .get() what the schema does not require.
     return cast("ReportDocument", plain)
 
@@ -77,6 +84,10 @@ _ORDER_TOP = (
     "notes",
 )
 _ORDER_CANDIDATE = tuple(CANDIDATE_FIELDS)
+_ORDER_MEASUREMENT = tuple(MEASUREMENT_FIELDS)
+_ORDER_ANALYSIS = ("classification", "steady_start", "steady_mean", "steady_median", "ci", "changepoints",
+                   "outliers", "one_off", "n")
+_ORDER_SECONDS = ("format", "count", "data")
 _ORDER_RECIPE = (
     "path",
     "name",
@@ -125,6 +136,14 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
             out["latency_ms"] = _ordered(out["latency_ms"], _ORDER_LATENCY)
         if isinstance(out.get("correctness"), Mapping):
             out["correctness"] = _ordered(out["correctness"], ())
+        if isinstance(out.get("measurement"), Mapping):
+            record = _ordered(out["measurement"], _ORDER_MEASUREMENT)
+            if isinstance(record.get("analysis"), Mapping):
+                record["analysis"] = _ordered(record["analysis"], _ORDER_ANALYSIS)
+            for key in ("samples", "latency_samples"):
+                if isinstance(record.get(key), Mapping):
+                    record[key] = _ordered(record[key], _ORDER_SECONDS)
+            out["measurement"] = record
         return out
 
     def sorted_deep(value: Any) -> Any:
