@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.recipe import load_recipe
 from autotune.measurement import Measurement
+from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.variants import thread_counts
 from tests.support import tiny_recipe

@@ -136,6 +136,8 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
             out["latency_ms"] = _ordered(out["latency_ms"], _ORDER_LATENCY)
         if isinstance(out.get("correctness"), Mapping):
             out["correctness"] = _ordered(out["correctness"], ())
+        if "measurement" in out:  # last, after the fields the schema does not know too: it is long
+            out["measurement"] = out.pop("measurement")
         if isinstance(out.get("measurement"), Mapping):
             record = _ordered(out["measurement"], _ORDER_MEASUREMENT)
             if isinstance(record.get("analysis"), Mapping):
