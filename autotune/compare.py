@@ -45,8 +45,8 @@ them (absent, pruned by the search, or its failure). Differences between the two
 (machine, torch version, model factory, ...) are listed too: a comparison across machines is
 meant to show them, one on the same machine should have none.
 
-Why one module (~420 lines): the comparison of two reports is one concept: its value objects, the
-matching of configurations and the verdict rule, which read together.
+Why one module (~500 lines): the comparison of two reports is one concept: its value objects, the
+matching of configurations, the two ways to a ratio CI and the verdict rule, which read together.
 """
 
 from __future__ import annotations
