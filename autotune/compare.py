@@ -77,6 +77,7 @@ __all__ = [
     "compare_reports",
     "parse_threshold",
     "ratio_ci",
+    "sample_latency_ratio",
     "sample_ratio_ci",
 ]
 

@@ -256,13 +256,15 @@ class Measurement:
 
     # -- resampling (comparisons of two runs: autotune.compare) ---------------------------------
     def throughput_replicates(self, *, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
-        """Bootstrap replicates of :attr:`throughput`: ``batch_size`` over resampled steady means.
+        """Bootstrap replicates of :attr:`throughput`: the throughput at each resampled steady mean.
 
         The resampling is :func:`autotune.stats.bootstrap_means` of :attr:`steady_samples` (circular
         blocks, the block length from their autocorrelation), the scheme the analysis's CI comes from.
+        Written as :attr:`throughput` x ``mean_seconds / resampled mean`` so that it follows however
+        :attr:`throughput` turns seconds per iteration into samples per second.
         """
         means = bootstrap_means(self.steady_samples, n_boot=n_boot, seed=seed)
-        return np.asarray(self.batch_size / means)
+        return np.asarray(self.throughput * (self.mean_seconds / means))
 
     def latency_replicates(self, statistic: str, *, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
         """Bootstrap replicates of ``latency_ms[statistic]`` (``mean``, ``p50``, ``p90`` or ``p99``), in ms."""
