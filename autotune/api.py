@@ -19,16 +19,24 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import InputError
 from autotune.events import Event, OnEvent, emit
 from autotune.recipe import Recipe, load_recipe, parse_recipe
 
+if TYPE_CHECKING:
+    from autotune.measurement import Measurement
+
 
 @dataclass(frozen=True)
 class CandidateResult:
-    """One measured configuration (a typed view of a candidate row; ``row`` holds every field)."""
+    """One measured configuration (a typed view of a candidate row; ``row`` holds every field).
+
+    ``measurement`` is the measurement itself, with its raw samples (``steady_samples``,
+    ``latency_samples``, the warmup ``analysis``), from which every number here was derived; None for a
+    candidate that was not measured, or a report written before schema 2.
+    """
 
     variant: str
     batch_size: int
@@ -41,16 +49,21 @@ class CandidateResult:
     compile_seconds: float | None
     feasible: bool
     row: Mapping[str, Any]
+    measurement: Measurement | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateResult:
+        from autotune.measurement import Measurement
+
         ci = row.get("throughput_ci")
+        record = row.get("measurement")
         return cls(
             variant=str(row["variant"]), batch_size=int(row["batch_size"]), status=str(row["status"]),
             reason=row.get("reason"), throughput=row.get("throughput"),
             throughput_ci=(float(ci[0]), float(ci[1])) if ci else None,
             latency_ms=dict(row.get("latency_ms") or {}), peak_memory_bytes=row.get("peak_memory_bytes"),
             compile_seconds=row.get("compile_seconds"), feasible=bool(row.get("feasible")), row=row,
+            measurement=Measurement.from_dict(record) if isinstance(record, Mapping) else None,
         )
 
 

@@ -10,12 +10,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from autotune.measurement import Measurement
+from autotune.measurement import Measurement, MeasurementRecord
 from autotune.recipe import Constraints
 from autotune.vocab import STATUSES as STATUSES
 from autotune.vocab import RowStatus, ShapePolicy
 
-#: Points kept of a candidate's timing trace in report.json (enough to plot warmup).
+#: Points kept of a candidate's timing trace in ``trace_ms`` (enough to plot warmup; the full samples are
+#: in ``measurement``).
 TRACE_POINTS = 400
 
 
@@ -45,7 +46,12 @@ class TrafficSummary(TypedDict):
 class CandidateRow(TypedDict):
     """One row of report.json's ``candidates`` (``CANDIDATE_FIELDS`` in :mod:`autotune.report.schema`
     validates it): the variant's fields, what was measured, and the verdict. Keys are in the order the
-    row is written; measured fields are None until a measurement fills them."""
+    row is written; measured fields are None until a measurement fills them.
+
+    ``measurement`` is the measurement itself (:class:`autotune.measurement.MeasurementRecord`: the raw
+    samples and their warmup analysis); the measured fields before it are its statistics, copied from
+    :class:`~autotune.measurement.Measurement` once here so the search and the renderers read plain numbers.
+    Rows written before report schema 2 (and rows of studies from then) have no ``measurement``."""
 
     trial: int
     variant: str
@@ -75,6 +81,7 @@ class CandidateRow(TypedDict):
     notes: list[str]
     trace_ms: list[float] | None
     foreign_cores: float | None
+    measurement: MeasurementRecord | None
     #: set with a measurement
     iterations_per_sample: NotRequired[int]
     #: set by the search on a row told only so the sampler learns: the trial it repeats, or None for a
@@ -135,6 +142,7 @@ def candidate_row(
         "notes": list(result.get("notes", [])),
         "trace_ms": None,
         "foreign_cores": (result.get("load") or {}).get("foreign_cores"),
+        "measurement": None,
     }
     if row["compile_seconds"] is None and result.get("first_call_seconds") is not None:
         row["compile_seconds"] = (result.get("build_seconds") or 0.0) + result["first_call_seconds"]
@@ -152,6 +160,7 @@ def candidate_row(
             "iterations_per_sample": m.iterations_per_sample,
             "stopped_by": m.stopped_by,
             "trace_ms": [s * 1e3 for s in _downsample(m.samples)],
+            "measurement": m.to_dict(),
         })
         traffic = traffic_summary(m)
         if traffic is not None:
@@ -292,7 +301,7 @@ def best_row(
 _MEASURED_FIELDS = (
     "throughput", "throughput_ci", "latency_ms", "latency_source", "peak_memory_bytes", "compile_seconds",
     "warmup_iterations", "classification", "relative_ci_half_width", "stopped_by", "recompiles", "correctness",
-    "trace_ms", "foreign_cores",
+    "trace_ms", "foreign_cores", "measurement",
 )
 
 

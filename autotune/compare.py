@@ -4,38 +4,49 @@
 machines, two torch versions, or before and after a model change. A configuration is a variant
 and a batch size; only configurations measured (status ``ok``) in both reports are compared.
 
-**The ratio's confidence interval.** report.json keeps, per candidate, the throughput and its
-95% CI but not the raw samples (``trace_ms`` is a downsampled trace with the warmup in it, not
-what the CI was computed from), so a bootstrap of the ratio is not possible. The interval of
-``B/A`` is derived from the two stored intervals with the MOVER method (Zou & Donner 2008,
-"method of variance estimates recovery") on the log scale. With ``a = ln A``, ``b = ln B`` and
-each side's 95% limits ``[a_lo, a_hi]``, ``[b_lo, b_hi]``::
+**The ratio's confidence interval.** A report of schema 2 keeps each candidate's measurement
+(``measurement``: every timed sample, the per-call latencies and the warmup analysis, see
+:mod:`autotune.measurement`). When both rows have one, the interval of ``B/A`` is a bootstrap of the raw
+samples: each side's steady samples are resampled on their own by the circular block bootstrap the
+measurement's own CI uses (block length from their autocorrelation, :mod:`autotune.stats`), with a seed of
+its own, and the 2.5% and 97.5% quantiles of ``throughput*(B) / throughput*(A)`` over
+:data:`N_BOOT` resamples are the interval. The latency percentile the reports constrain gets an interval
+the same way (resampled percentiles of the per-call latencies, or of the steady block means where those
+are what the percentile was taken of).
+
+A report of schema 1 kept only each candidate's throughput and its 95% CI, so for a row without raw
+samples on either side the interval is derived from the two stored intervals with the MOVER method (Zou &
+Donner 2008, "method of variance estimates recovery") on the log scale. With ``a = ln A``, ``b = ln B``
+and each side's 95% limits ``[a_lo, a_hi]``, ``[b_lo, b_hi]``::
 
     low  = (b - a) - sqrt((b - b_lo)**2 + (a_hi - a)**2)
     high = (b - a) + sqrt((b_hi - b)**2 + (a - a_lo)**2)
 
-and the ratio's interval is ``[exp(low), exp(high)]``. It keeps each interval's asymmetry (a
-throughput interval is ``batch / seconds`` and so is skewed), and it assumes the two measurements
-are independent, which two separate runs are. It describes the noise within each run only: the
-difference between two runs of the same thing on the same machine (other load, frequency,
-memory placement) is not in it. That is what the threshold is for.
+and the ratio's interval is ``[exp(low), exp(high)]``. It keeps each interval's asymmetry (a throughput
+interval is ``batch / seconds`` and so is skewed). On the same data the two methods give intervals of
+about the same width (both add the two runs' variances; ``tests/test_compare.py`` measures it); what the
+samples add is an interval for the latency percentile, which has no stored CI, and a report that can be
+analysed again. Both assume the two measurements are independent, which two separate runs are, and
+describe the noise within each run only: the difference between two runs of the same thing on the same
+machine (other load, frequency, memory placement) is not in it. That is what the threshold is for.
 
 **A regression** is a configuration whose throughput ratio interval lies entirely below
 ``1 - threshold`` (B is slower than A by more than the threshold, beyond the measurement noise),
 or one that ran in A and no longer runs in B (``oom``, ``failed`` or ``rejected`` by the
 correctness gate). An improvement is the mirror image: the interval entirely above
-``1 + threshold``. The latency percentile the reports constrain (``p99`` by default) has no CI
-in report.json, so its ratio is shown as a point value and never decides a regression. A
-configuration whose stored interval has zero width (one steady sample: no interval at all) gets
-no ratio CI either, and is shown as ``no CI`` rather than judged.
+``1 + threshold``. The latency percentile the reports constrain (``p99`` by default) is shown with
+its ratio (and, from raw samples, its interval) but never decides a regression: the verdict is the
+throughput's. A configuration with one steady sample on a side (a zero-width stored interval, or a
+single resampled value: no interval at all) gets no ratio CI either, and is shown as ``no CI``
+rather than judged.
 
 Configurations measured in only one report are listed, with what the other report says about
 them (absent, pruned by the search, or its failure). Differences between the two environments
 (machine, torch version, model factory, ...) are listed too: a comparison across machines is
 meant to show them, one on the same machine should have none.
 
-Why one module (~420 lines): the comparison of two reports is one concept: its value objects, the
-matching of configurations and the verdict rule, which read together.
+Why one module (~500 lines): the comparison of two reports is one concept: its value objects, the
+matching of configurations, the two ways to a ratio CI and the verdict rule, which read together.
 """
 
 from __future__ import annotations
@@ -46,9 +57,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autotune.errors import InputError
+from autotune.measurement import Measurement
 from autotune.report.document import load_report
 from autotune.report.schema import PERCENTILES
+from autotune.stats import replicate_interval
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -62,6 +77,8 @@ __all__ = [
     "compare_reports",
     "parse_threshold",
     "ratio_ci",
+    "sample_latency_ratio",
+    "sample_ratio_ci",
 ]
 
 DEFAULT_THRESHOLD = 0.05
@@ -71,6 +88,13 @@ _Z95 = 1.959963984540054
 _BROKEN = ("oom", "failed", "rejected")
 
 VERDICTS = ("regression", "improvement", "unchanged", "no CI")
+#: Bootstrap resamples per side of a sample-based ratio interval.
+N_BOOT = 2000
+#: Seeds of the two sides' resampling: different, so a report compared with itself is resampled apart
+#: (with one seed both sides would resample alike and every ratio replicate would be exactly 1).
+_SEED_A, _SEED_B = 1, 2
+#: How a ratio's interval was made (``Ratio.method``).
+METHODS = ("bootstrap", "mover")
 
 
 def parse_threshold(text: str, *, field: str = "--threshold") -> float:
@@ -88,10 +112,11 @@ def parse_threshold(text: str, *, field: str = "--threshold") -> float:
 
 @dataclass(frozen=True)
 class Ratio:
-    """B/A with its 95% CI (``None`` when a side has no CI)."""
+    """B/A with its 95% CI (``None`` when a side has no CI) and how the CI was made (:data:`METHODS`)."""
 
     value: float
     ci: tuple[float, float] | None
+    method: str | None = None
 
 
 def _log_limits(value: float, ci: Sequence[float | None] | None) -> tuple[float, float] | None:
@@ -120,17 +145,44 @@ def ratio_ci(a: float, a_ci: Sequence[float | None] | None, b: float, b_ci: Sequ
     centre = math.log(value)
     low = centre - math.hypot(b_down, a_up)
     high = centre + math.hypot(b_up, a_down)
-    return Ratio(value, (math.exp(low), math.exp(high)))
+    return Ratio(value, (math.exp(low), math.exp(high)), "mover")
+
+
+def _replicate_ratio(value: float, a: np.ndarray, b: np.ndarray) -> Ratio:
+    """``value`` with the percentile interval of the replicates' ratios ``b / a`` (None if it has no width)."""
+    lo, hi = replicate_interval(b / a)
+    return Ratio(value, (lo, hi) if lo < hi else None, "bootstrap")
+
+
+def sample_ratio_ci(a: Measurement, b: Measurement, *, n_boot: int = N_BOOT) -> Ratio:
+    """B/A throughput and its 95% CI by a bootstrap of the two measurements' raw samples (module docstring)."""
+    value = b.throughput / a.throughput
+    if a.steady_samples.size < 2 or b.steady_samples.size < 2:
+        return Ratio(value, None, "bootstrap")
+    return _replicate_ratio(value, a.throughput_replicates(n_boot=n_boot, seed=_SEED_A),
+                            b.throughput_replicates(n_boot=n_boot, seed=_SEED_B))
+
+
+def sample_latency_ratio(a: Measurement, b: Measurement, statistic: str, *, n_boot: int = 1000) -> Ratio | None:
+    """B/A of ``latency_ms[statistic]`` and its 95% CI from the raw samples (None without a latency)."""
+    la, lb = a.latency_ms[statistic], b.latency_ms[statistic]
+    if not (la > 0 and math.isfinite(la) and math.isfinite(lb)):
+        return None
+    if a.latency_values.size < 2 or b.latency_values.size < 2:
+        return Ratio(lb / la, None, "bootstrap")
+    return _replicate_ratio(lb / la, a.latency_replicates(statistic, n_boot=n_boot, seed=_SEED_A),
+                            b.latency_replicates(statistic, n_boot=n_boot, seed=_SEED_B))
 
 
 @dataclass(frozen=True)
 class Measured:
-    """What one report says about a configuration that it measured."""
+    """What one report says about a configuration that it measured (``measurement``: its raw samples, schema 2)."""
 
     throughput: float
     throughput_ci: tuple[float, float] | None
     latency_ms: float | None
     trial: int | None
+    measurement: Measurement | None = None
 
 
 @dataclass(frozen=True)
@@ -232,7 +284,8 @@ class Comparison:
         def measured(m: Measured) -> dict[str, Any]:
             return {"trial": m.trial, "throughput": m.throughput,
                     "throughput_ci": list(m.throughput_ci) if m.throughput_ci else None,
-                    f"latency_{self.latency_percentile}_ms": m.latency_ms}
+                    f"latency_{self.latency_percentile}_ms": m.latency_ms,
+                    "raw_samples": m.measurement is not None}
 
         def unmatched(u: Unmatched) -> dict[str, Any]:
             return {"variant": u.variant, "batch_size": u.batch_size, "label": u.label,
@@ -243,12 +296,14 @@ class Comparison:
             "b": self.b_path,
             "threshold": self.threshold,
             "latency_percentile": self.latency_percentile,
-            "ratio_ci_method": "MOVER on log throughput from the two 95% CIs (independent runs)",
+            "ratio_ci_method": _METHOD_TEXT,
             "rows": [
                 {"variant": r.variant, "batch_size": r.batch_size, "label": r.label, "verdict": r.verdict,
                  "throughput_ratio": r.throughput.value,
                  "throughput_ratio_ci": list(r.throughput.ci) if r.throughput.ci else None,
+                 "ratio_ci_method": r.throughput.method,
                  "latency_ratio": r.latency.value if r.latency else None,
+                 "latency_ratio_ci": list(r.latency.ci) if r.latency and r.latency.ci else None,
                  "a": measured(r.a), "b": measured(r.b)}
                 for r in self.rows
             ],
@@ -260,6 +315,10 @@ class Comparison:
             "recommendation": {"a": self.recommendation_a, "b": self.recommendation_b},
             "regressions": list(self.regressions),
         }
+
+
+_METHOD_TEXT = ("bootstrap of the two runs' steady samples (circular blocks, independent runs) where both rows keep "
+                "them (report schema 2); else MOVER on log throughput from the two stored 95% CIs")
 
 
 # ----------------------------------------------------------------------------- environments
@@ -343,15 +402,34 @@ def _configurations(doc: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str
     return best
 
 
-def _measured(row: Mapping[str, Any], percentile: str) -> Measured:
+def _measured(row: Mapping[str, Any], percentile: str, side: str) -> Measured:
+    trial = row.get("trial") if isinstance(row.get("trial"), int) else None
+    if row.get("measurement") is not None:
+        try:
+            m = Measurement.from_dict(row["measurement"])
+        except InputError as exc:
+            raise InputError(f"{side}: {row['variant']}@{row['batch_size']}: {exc}") from None
+        lo, hi = m.throughput_ci
+        return Measured(throughput=m.throughput, throughput_ci=(lo, hi) if lo < hi else None,
+                        latency_ms=m.latency_ms.get(percentile), trial=trial, measurement=m)
     ci = row.get("throughput_ci")
     pair = (float(ci[0]), float(ci[1])) if ci and ci[0] is not None and ci[1] is not None else None
     if pair is not None and pair[0] == pair[1]:
         pair = None  # a zero-width interval comes from a single steady sample: it is no interval
     latency = (row.get("latency_ms") or {}).get(percentile)
     return Measured(throughput=float(row["throughput"]), throughput_ci=pair,
-                    latency_ms=float(latency) if latency is not None else None,
-                    trial=row.get("trial") if isinstance(row.get("trial"), int) else None)
+                    latency_ms=float(latency) if latency is not None else None, trial=trial)
+
+
+def _ratios(ma: Measured, mb: Measured, percentile: str) -> tuple[Ratio, Ratio | None]:
+    """B/A of throughput and of the latency percentile: from the raw samples when both sides have them."""
+    if ma.measurement is not None and mb.measurement is not None:
+        return (sample_ratio_ci(ma.measurement, mb.measurement),
+                sample_latency_ratio(ma.measurement, mb.measurement, percentile))
+    tput = ratio_ci(ma.throughput, ma.throughput_ci, mb.throughput, mb.throughput_ci)
+    lat = (Ratio(mb.latency_ms / ma.latency_ms, None)
+           if ma.latency_ms and mb.latency_ms is not None and ma.latency_ms > 0 else None)
+    return tput, lat
 
 
 def _verdict(ratio: Ratio, threshold: float) -> str:
@@ -398,10 +476,8 @@ def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, threshold: fl
         variant, batch = key
         if _usable(ra) and _usable(rb):
             assert ra is not None and rb is not None
-            ma, mb = _measured(ra, percentile), _measured(rb, percentile)
-            tput = ratio_ci(ma.throughput, ma.throughput_ci, mb.throughput, mb.throughput_ci)
-            lat = (Ratio(mb.latency_ms / ma.latency_ms, None)
-                   if ma.latency_ms and mb.latency_ms is not None and ma.latency_ms > 0 else None)
+            ma, mb = _measured(ra, percentile, a_path), _measured(rb, percentile, b_path)
+            tput, lat = _ratios(ma, mb, percentile)
             rows.append(Row(variant, batch, ma, mb, tput, lat, _verdict(tput, threshold)))
         elif _usable(ra):
             only_a.append(Unmatched(variant, batch, "A", _other(rb)))

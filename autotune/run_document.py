@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune.candidate import best_row, pareto_front
 from autotune.errors import InputError
 from autotune.recipe import Recipe
+from autotune.report.schema import SCHEMA_VERSION
 from autotune.study import SearchOutcome, display_url, load_existing_study, storage_errors
 from autotune.validation import ValidatedWorkload
 from autotune.version import __version__
@@ -68,6 +69,7 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
     showdown = study.user_attrs.get(SHOWDOWN_ATTR) or doc.get("showdown")
     # the study's rows are plain dicts read back from its JSON (autotune.candidate.candidate_record)
+    doc["schema"] = SCHEMA_VERSION  # the rows are this version's now (an older report's rows had no measurement)
     doc["candidates"] = cast("list[CandidateRow]", rows)
     doc["recommendation"] = cast("Recommendation | None", recommendation(rows, showdown, best))
     doc["showdown"] = showdown
@@ -92,7 +94,7 @@ def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[
     # the recommendation showdown.recommendation's copy of one: their shapes are the types named here.
     recipe_doc = cast("RecipeSection", {**recipe.to_dict(), "device_resolved": workload.device})
     doc: ReportDocument = {
-        "schema": 1,
+        "schema": SCHEMA_VERSION,
         "tool": {"name": "autotune", "version": __version__},
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "recipe": recipe_doc,

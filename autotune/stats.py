@@ -22,10 +22,13 @@ from autotune.errors import InputError
 
 __all__ = [
     "block_bootstrap_ci",
+    "bootstrap_means",
+    "bootstrap_percentiles",
     "choose_block_length",
     "lag1_autocorrelation",
     "normal_quantile",
     "percentiles",
+    "replicate_interval",
 ]
 
 
@@ -101,6 +104,38 @@ def choose_block_length(values: Sequence[float] | np.ndarray) -> int:
     return int(min(max(1, math.ceil(b)), max(1, n // 4)))
 
 
+def _block_geometry(n: int, block: int | None, values: np.ndarray) -> tuple[int, int]:
+    """(block length, blocks per resample) of a circular block bootstrap of ``n`` values."""
+    b = choose_block_length(values) if block is None else int(block)
+    if b < 1:
+        raise ValueError(f"block must be at least 1, got {block}")
+    b = min(max(b, math.ceil(n / _MAX_BLOCKS)), n)
+    return b, max(1, round(n / b))
+
+
+def _check_bootstrap(x: np.ndarray, *, n_boot: int, name: str) -> None:
+    if x.size == 0:
+        raise ValueError(f"{name} needs at least one value")
+    if not np.all(np.isfinite(x)):
+        raise InputError(f"{name} needs finite values")
+    if n_boot < 10:
+        raise ValueError(f"n_boot must be at least 10, got {n_boot}")
+
+
+def _mean_deviations(x: np.ndarray, *, n_boot: int, block: int | None, seed: int) -> np.ndarray:
+    """Resampled means minus the sample mean (circular block bootstrap; see :func:`block_bootstrap_ci`)."""
+    n = x.size
+    b, k = _block_geometry(n, block, x)
+    centred = x - float(x.mean())
+    wrapped = np.concatenate((centred, centred[: b - 1]))
+    prefix = np.concatenate(([0.0], np.cumsum(wrapped)))
+    block_sums = prefix[b : b + n] - prefix[:n]
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n, size=(n_boot, k))
+    deviations: np.ndarray = block_sums[starts].sum(axis=1) / (k * b)
+    return deviations
+
+
 def block_bootstrap_ci(
     values: Sequence[float] | np.ndarray,
     *,
@@ -114,7 +149,7 @@ def block_bootstrap_ci(
     Pseudo-code::
 
         b      = block or choose_block_length(x)          # from the autocorrelation
-        b      = max(b, ceil(n / 256))                    # bound the work per resample
+        b      = max(b, ceil(n / 128))                    # bound the work per resample
         k      = round(n / b)                             # blocks per resample
         sums   = prefix sums of x wrapped around (circular), so a block sum is one subtraction
         repeat n_boot times: draw k block starts uniformly in [0, n); mean of the k blocks
@@ -124,33 +159,84 @@ def block_bootstrap_ci(
     Deterministic for a given ``seed``. A single value gives a zero-width interval.
     """
     x = _as_1d(values)
-    n = x.size
-    if n == 0:
-        raise ValueError("block_bootstrap_ci needs at least one value")
-    if not np.all(np.isfinite(x)):
-        raise InputError("block_bootstrap_ci needs finite values")
+    _check_bootstrap(x, n_boot=n_boot, name="block_bootstrap_ci")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if n_boot < 10:
-        raise ValueError(f"n_boot must be at least 10, got {n_boot}")
     mean = float(x.mean())
-    if n == 1 or float(x.max()) == float(x.min()):
+    if x.size == 1 or float(x.max()) == float(x.min()):
         return (mean, mean)
-    b = choose_block_length(x) if block is None else int(block)
-    if b < 1:
-        raise ValueError(f"block must be at least 1, got {block}")
-    b = min(max(b, math.ceil(n / _MAX_BLOCKS)), n)
-    k = max(1, round(n / b))
-    centred = x - mean
-    wrapped = np.concatenate((centred, centred[: b - 1]))
-    prefix = np.concatenate(([0.0], np.cumsum(wrapped)))
-    block_sums = prefix[b : b + n] - prefix[:n]
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n, size=(n_boot, k))
-    boot = block_sums[starts].sum(axis=1) / (k * b)
+    boot = _mean_deviations(x, n_boot=n_boot, block=block, seed=seed)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(boot, [alpha, 1.0 - alpha])
     return (mean + float(lo), mean + float(hi))
+
+
+def bootstrap_means(
+    values: Sequence[float] | np.ndarray, *, n_boot: int = 1000, block: int | None = None, seed: int = 0
+) -> np.ndarray:
+    """``n_boot`` resampled means of ``values``: the distribution :func:`block_bootstrap_ci` takes quantiles of.
+
+    For statistics of several series (a ratio of two runs' throughputs): resample each series on its own
+    (its own block length, from its own autocorrelation), combine the replicates element-wise, and take the
+    quantiles of the result. Give the series different seeds, or two copies of one series resample alike.
+    """
+    x = _as_1d(values)
+    _check_bootstrap(x, n_boot=n_boot, name="bootstrap_means")
+    mean = float(x.mean())
+    if x.size == 1 or float(x.max()) == float(x.min()):
+        return np.full(n_boot, mean)
+    return mean + _mean_deviations(x, n_boot=n_boot, block=block, seed=seed)
+
+
+#: Values resampled per chunk in :func:`bootstrap_percentiles` (bounds its memory at ~16 MB).
+_CHUNK_VALUES = 2_000_000
+
+
+def bootstrap_percentiles(
+    values: Sequence[float] | np.ndarray, q: float, *, n_boot: int = 1000, block: int | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """``n_boot`` resampled ``q``-th percentiles (0-100) of ``values``, by the same circular block bootstrap.
+
+    Pseudo-code::
+
+        b, k = block length and blocks per resample, as for the mean
+        repeat n_boot times: draw k block starts in [0, n); the percentile q of the k*b values
+                             x[start], ..., x[start + b - 1] (indices mod n) of those blocks
+
+    A percentile needs the resampled values themselves, not block sums, so resamples are drawn in chunks.
+    Extreme percentiles of few values resample poorly (a p99 of 100 values is about their maximum): the
+    interval is then too narrow, like any bootstrap of a sample maximum.
+    """
+    x = _as_1d(values)
+    _check_bootstrap(x, n_boot=n_boot, name="bootstrap_percentiles")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile must be in [0, 100], got {q}")
+    n = x.size
+    if n == 1 or float(x.max()) == float(x.min()):
+        return np.full(n_boot, float(x[0]))
+    b, k = _block_geometry(n, block, x)
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n, size=(n_boot, k))
+    offsets = np.arange(b)
+    chunk = max(1, _CHUNK_VALUES // (k * b))
+    out = np.empty(n_boot)
+    for first in range(0, n_boot, chunk):
+        idx = (starts[first : first + chunk, :, None] + offsets) % n
+        out[first : first + chunk] = np.percentile(x[idx].reshape(idx.shape[0], -1), q, axis=1)
+    return out
+
+
+def replicate_interval(replicates: np.ndarray, *, confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates (their (1-c)/2 and (1+c)/2 quantiles)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    r = _as_1d(replicates)
+    if r.size == 0 or not np.all(np.isfinite(r)):
+        raise InputError("replicate_interval needs finite replicates")
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(r, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
 
 
 def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> dict[float, float]:

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from autotune.candidate import candidate_record  # noqa: E402
 from autotune.client import WorkerClient  # noqa: E402
 from autotune.measure_settings import MeasureSettings  # noqa: E402
+from autotune.measurement import Measurement  # noqa: E402
 from autotune.recipe import load_recipe  # noqa: E402
 from autotune.runner import Runner  # noqa: E402
 from autotune.validation import validate  # noqa: E402
@@ -170,9 +171,8 @@ def record(name: str, out: Path) -> None:
             wall = time.perf_counter() - t0
             row = slim_row(candidate_record(trial=0, variant=variant, spec=workload.specs[variant],
                                             batch_size=batch, result=res, constraints=recipe.constraints))
-            m = res.get("measurement") or {}
-            k = int(m.get("iterations_per_sample") or 1)
-            measure_s = sum(m.get("samples") or []) * k + sum(m.get("latency_samples") or [])
+            m = Measurement.from_dict(res["measurement"]) if res.get("measurement") else None
+            measure_s = (sum(m.samples) * m.iterations_per_sample + sum(m.latency_samples)) if m else 0.0
             build = float(res.get("build_seconds") or 0.0)
             first = float(res.get("first_call_seconds") or 0.0)
             row["cost"] = {"wall_seconds": round(wall, 4), "build_seconds": round(build, 4),

@@ -80,3 +80,20 @@ def search_row(trial: int, variant: str, batch: int, *, latency_ms: float | None
 
 
 FakeRow = Callable[..., dict[str, Any]]
+
+
+def largest_measurement_record(seed: int = 0) -> dict[str, Any]:
+    """The largest measurement record the timing loop makes (MAX_SAMPLES blocks, MAX_PER_CALL per-call latencies):
+    about 100 kB of JSON, a real ``Measurement.to_dict()`` of synthetic timings with their real analysis."""
+    import numpy as np
+
+    from autotune.measurement import Measurement
+    from autotune.warmup import analyze
+
+    rng = np.random.default_rng(seed)
+    blocks = 1e-3 * (1 + 0.02 * rng.standard_normal(20_000))
+    per_call = 1e-3 * rng.lognormal(0.0, 0.1, 5_000)
+    m = Measurement(batch_size=8, mode="throughput", samples=tuple(blocks.tolist()), iterations_per_sample=4,
+                    first_call_seconds=0.1, analysis=analyze(blocks), stopped_by="max_values",
+                    latency_samples=tuple(per_call.tolist()))
+    return dict(m.to_dict())

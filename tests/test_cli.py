@@ -88,7 +88,7 @@ def test_run_with_a_crashing_variant_recommends_the_best_other(write_recipe, tmp
     code, stdout, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
     assert code == 0, err
     doc = json.loads((out / "report.json").read_text())
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     statuses = {(c["variant"], c["batch_size"]): c["status"] for c in doc["candidates"]}
     assert statuses[("trace", 1)] == "failed" or statuses[("trace", 4)] == "failed"
     trace_rows = [c for c in doc["candidates"] if c["variant"] == "trace"]

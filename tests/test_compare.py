@@ -1,14 +1,18 @@
 """``autotune compare``: the ratio CI, matching, regressions, bad input, and a real slowed model.
 
-The unit tests derive their documents from ``tests/data/compare-base-report.json``, a real
-report.json of a tiny recipe (two configurations of ``eager+threads=1``), so they have exactly the
-structure ``autotune run`` writes. Expected values are computed from the document, never typed in.
-The last test runs two real short tunings, the second of a deliberately slowed model.
+The unit tests derive their documents from two real report.json files of the same tiny recipe (two
+configurations of ``eager+threads=1``), so they have exactly the structure ``autotune run`` writes:
+``tests/data/compare-base-report.json`` (schema 1: statistics only, compared by MOVER) and
+``tests/data/compare-base-report-v2.json`` (schema 2: every candidate's raw samples, compared by a
+bootstrap of them). Expected values are computed from the documents, never typed in. The sample-based
+interval's width and coverage are measured on synthetic runs with a known true ratio. The last test runs
+two real short tunings, the second of a deliberately slowed model.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -25,17 +29,28 @@ from autotune.compare import (
     compare_reports,
     parse_threshold,
     ratio_ci,
+    sample_latency_ratio,
+    sample_ratio_ci,
 )
 from autotune.errors import InputError
+from autotune.measurement import Measurement
 from autotune.report import load_report
+from autotune.stats import block_bootstrap_ci
+from autotune.warmup import WarmupAnalysis
 from tests.support import run_cli, tiny_recipe
 
 BASE_FILE = Path(__file__).resolve().parent / "data" / "compare-base-report.json"
+BASE_V2_FILE = Path(__file__).resolve().parent / "data" / "compare-base-report-v2.json"
 
 
 @pytest.fixture(scope="module")
 def base() -> dict[str, Any]:
     return load_report(BASE_FILE)
+
+
+@pytest.fixture(scope="module")
+def base2() -> dict[str, Any]:
+    return load_report(BASE_V2_FILE)
 
 
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,6 +67,23 @@ def _scaled(row: dict[str, Any], factor: float, *, ci_factor: tuple[float, float
     else:
         row["throughput_ci"] = [t * factor * ci_factor[0], t * factor * ci_factor[1]]
     row["latency_ms"] = {k: v / factor for k, v in row["latency_ms"].items()}
+
+
+def _scaled_samples(row: dict[str, Any], factor: float) -> None:
+    """Scale a schema-2 row's throughput by ``factor``: its raw samples (and the analysis's levels) by
+    1/factor, and the row's statistics recomputed from them as ``autotune.candidate.candidate_row`` does."""
+    m = Measurement.from_dict(row["measurement"])
+    a = m.analysis
+
+    def div(v: float | None) -> float | None:
+        return None if v is None else v / factor
+
+    scaled = dataclasses.replace(
+        m, samples=tuple(x / factor for x in m.samples), latency_samples=tuple(x / factor for x in m.latency_samples),
+        analysis=dataclasses.replace(a, steady_mean=div(a.steady_mean), steady_median=div(a.steady_median),
+                                     ci=None if a.ci is None else (a.ci[0] / factor, a.ci[1] / factor)))
+    row.update(measurement=scaled.to_dict(), throughput=scaled.throughput, throughput_ci=list(scaled.throughput_ci),
+               latency_ms=dict(scaled.latency_ms))
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -108,6 +140,91 @@ def test_ratio_ci_covers_the_true_ratio_about_95_percent_of_the_time() -> None:
         assert r.ci is not None
         covered += r.ci[0] <= true_b / true_a <= r.ci[1]
     assert 0.935 <= covered / trials <= 0.965
+
+
+# --------------------------------------------------------------------------- the ratio CI from raw samples
+
+
+def _flat(values: np.ndarray, *, latency: np.ndarray | None = None, batch: int = 4) -> Measurement:
+    """A measurement of stationary synthetic timings, steady from the first sample: the analysis a flat
+    trace gets, made directly (the tests below are about the comparison; the real analysis runs in the
+    report-based tests above and in tests/test_warmup.py)."""
+    x = np.asarray(values, dtype=np.float32).astype(float)
+    analysis = WarmupAnalysis(classification="flat", steady_start=0, steady_mean=float(x.mean()),
+                              steady_median=float(np.median(x)), ci=block_bootstrap_ci(x), changepoints=(),
+                              outliers=(), n=int(x.size))
+    return Measurement(batch_size=batch, mode="throughput", samples=tuple(x.tolist()), iterations_per_sample=1,
+                       first_call_seconds=0.0, analysis=analysis, stopped_by="precision",
+                       latency_samples=() if latency is None else tuple(latency.tolist()))
+
+
+def _ar1(rng: np.random.Generator, n: int, *, mean: float, cv: float, phi: float = 0.5) -> np.ndarray:
+    """Timings with an autocorrelated (AR(1)) relative noise of standard deviation ``cv`` around ``mean``."""
+    e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
+    y = np.empty(n)
+    y[0] = rng.standard_normal()
+    for i in range(1, n):
+        y[i] = phi * y[i - 1] + e[i]
+    return mean * (1 + cv * y)
+
+
+#: Seconds per call of A and B in the simulated pairs: B/A throughput is 0.8 exactly.
+_MEAN_A, _MEAN_B = 1.0e-3, 1.25e-3
+
+
+def _simulated_pairs(pairs: int, *, seed: int, latency: bool = False) -> list[tuple[Measurement, Measurement]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(pairs):
+        lat_a = rng.lognormal(math.log(_MEAN_A), 0.2, 500) if latency else None
+        lat_b = rng.lognormal(math.log(_MEAN_B), 0.2, 500) if latency else None
+        out.append((_flat(_ar1(rng, 400, mean=_MEAN_A, cv=0.05), latency=lat_a),
+                    _flat(_ar1(rng, 600, mean=_MEAN_B, cv=0.05), latency=lat_b)))
+    return out
+
+
+def test_the_sample_ratio_ci_covers_the_true_ratio_about_95_percent_of_the_time() -> None:
+    """200 simulated pairs of autocorrelated runs with a known true ratio: the bootstrap's coverage is ~95%."""
+    true = _MEAN_A / _MEAN_B
+    covered = 0
+    for a, b in _simulated_pairs(200, seed=11):
+        r = sample_ratio_ci(a, b)
+        assert r.method == "bootstrap" and r.ci is not None and r.ci[0] < r.value < r.ci[1]
+        covered += r.ci[0] <= true <= r.ci[1]
+    assert 0.90 <= covered / 200 <= 0.99
+
+
+def test_the_sample_ratio_ci_is_as_wide_as_movers_on_the_same_data() -> None:
+    """Both add the two runs' variances, so on the same samples their widths agree (on log scale, within a few %).
+
+    The raw samples do not buy a narrower throughput interval: two independent runs' noise is what it is.
+    They buy an interval for the latency percentile (below), and a report that can be analysed again.
+    """
+    widths = []
+    for a, b in _simulated_pairs(200, seed=12):
+        boot = sample_ratio_ci(a, b)
+        mover = ratio_ci(a.throughput, a.throughput_ci, b.throughput, b.throughput_ci)
+        assert boot.ci is not None and mover.ci is not None and mover.method == "mover"
+        widths.append(math.log(boot.ci[1] / boot.ci[0]) / math.log(mover.ci[1] / mover.ci[0]))
+    assert 0.97 <= float(np.median(widths)) <= 1.03
+    assert 0.85 <= min(widths) and max(widths) <= 1.15
+
+
+def test_the_latency_percentile_ratio_gets_a_ci_that_covers_about_95_percent() -> None:
+    """Per-call latencies of two runs (100 simulated pairs): the p99 ratio's bootstrap interval covers its truth."""
+    covered = 0
+    for a, b in _simulated_pairs(100, seed=13, latency=True):
+        r = sample_latency_ratio(a, b, "p99")
+        assert r is not None and r.ci is not None and r.method == "bootstrap"
+        covered += r.ci[0] <= _MEAN_B / _MEAN_A <= r.ci[1]  # same log-normal shape: every percentile scales alike
+    assert 0.88 <= covered / 100 <= 0.99
+
+
+def test_one_steady_sample_gives_no_sample_ci() -> None:
+    rng = np.random.default_rng(14)
+    a, b = _flat(_ar1(rng, 300, mean=_MEAN_A, cv=0.05)), _flat(np.array([_MEAN_B]))
+    assert sample_ratio_ci(a, b).ci is None and sample_ratio_ci(a, b).value == b.throughput / a.throughput
+    assert sample_ratio_ci(a, a).ci is not None  # a run compared with itself: resampled apart, an interval around 1
 
 
 # --------------------------------------------------------------------------- thresholds
@@ -244,6 +361,53 @@ def test_the_latency_ratio_uses_the_reports_percentile(base: dict[str, Any]) -> 
     assert hit.verdict == "unchanged"  # latency has no CI: shown, never the verdict
 
 
+def test_a_schema_2_report_against_itself_is_compared_from_its_raw_samples(base2: dict[str, Any]) -> None:
+    result = compare_reports(base2, copy.deepcopy(base2))
+    assert [r.label for r in result.rows] == sorted(_label(r) for r in _rows(base2))
+    for row in result.rows:
+        assert row.a.measurement is not None and row.throughput.method == "bootstrap"
+        assert row.throughput.value == 1.0 and row.verdict == "unchanged"
+        assert row.throughput.ci is not None and row.throughput.ci[0] < 1.0 < row.throughput.ci[1]
+        assert row.latency is not None and row.latency.value == 1.0
+        assert row.latency.ci is not None and row.latency.ci[0] <= 1.0 <= row.latency.ci[1]
+    assert result.regressions == ()
+
+
+def test_a_slower_configuration_from_raw_samples_is_a_regression(base2: dict[str, Any]) -> None:
+    slow = copy.deepcopy(base2)
+    target = _rows(slow)[0]
+    _scaled_samples(target, 0.5)
+    result = compare_reports(base2, slow)
+    assert result.regressions == (_label(target),)
+    hit = next(r for r in result.rows if r.label == _label(target))
+    assert hit.throughput.method == "bootstrap" and hit.throughput.value == pytest.approx(0.5, rel=1e-6)
+    assert hit.throughput.ci is not None and hit.throughput.ci[0] < 0.5 < hit.throughput.ci[1] < 1 - DEFAULT_THRESHOLD
+    assert hit.latency is not None and hit.latency.value == pytest.approx(2.0, rel=1e-6)
+    assert hit.latency.ci is not None and hit.latency.ci[0] <= 2.0 <= hit.latency.ci[1]
+    assert hit.verdict == "regression"
+
+
+def test_rows_without_raw_samples_on_a_side_are_compared_by_mover(base: dict[str, Any],
+                                                                  base2: dict[str, Any]) -> None:
+    """A schema 1 report against a schema 2 one (same recipe), and a schema 2 row that lost its samples."""
+    old_new = compare_reports(base, base2)
+    assert len(old_new.rows) == 2 and {r.throughput.method for r in old_new.rows} == {"mover"}
+    assert all(r.latency is None or r.latency.ci is None for r in old_new.rows)
+    partial = copy.deepcopy(base2)
+    del _rows(partial)[0]["measurement"]
+    methods = {r.label: r.throughput.method for r in compare_reports(base2, partial).rows}
+    assert methods == {_label(_rows(partial)[0]): "mover", _label(_rows(partial)[1]): "bootstrap"}
+
+
+def test_to_dict_names_each_rows_ci_method_and_the_latency_ci(base: dict[str, Any], base2: dict[str, Any]) -> None:
+    data = json.loads(json.dumps(compare_reports(base2, base2).to_dict()))
+    assert {r["ratio_ci_method"] for r in data["rows"]} == {"bootstrap"}
+    assert all(r["latency_ratio_ci"] is not None and r["a"]["raw_samples"] for r in data["rows"])
+    old = json.loads(json.dumps(compare_reports(base, base).to_dict()))
+    assert {r["ratio_ci_method"] for r in old["rows"]} == {"mover"}
+    assert all(r["latency_ratio_ci"] is None and not r["a"]["raw_samples"] for r in old["rows"])
+
+
 def test_different_machines_and_torch_versions_are_named(base: dict[str, Any]) -> None:
     b = copy.deepcopy(base)
     b["environment"].update(hostname="other-host", cpu_model="Some Other CPU", torch_version="2.13.0+cpu")
@@ -286,8 +450,8 @@ def test_bad_documents_name_the_path_and_the_field(tmp_path: Path, base: dict[st
     with pytest.raises(InputError, match=r"other.json: report.recipe: required field missing"):
         compare_files(BASE_FILE, _write(tmp_path, "other.json", {"schema": 1}))
     newer = copy.deepcopy(base)
-    newer["schema"] = 2
-    with pytest.raises(InputError, match=r"newer.json: schema: this autotune reads report schema 1.*says 2"):
+    newer["schema"] = 3
+    with pytest.raises(InputError, match=r"newer.json: schema: this autotune reads report schema 1 and 2.*says 3"):
         compare_files(_write(tmp_path, "newer.json", newer), BASE_FILE)
     broken = copy.deepcopy(base)
     broken["candidates"][1]["throughput"] = "fast"
@@ -298,7 +462,7 @@ def test_bad_documents_name_the_path_and_the_field(tmp_path: Path, base: dict[st
 # --------------------------------------------------------------------------- the CLI
 
 
-def test_cli_exit_codes_table_and_json(tmp_path: Path, base: dict[str, Any]) -> None:
+def test_cli_exit_codes_table_and_json(tmp_path: Path, base: dict[str, Any], base2: dict[str, Any]) -> None:
     slow = copy.deepcopy(base)
     _scaled(_rows(slow)[0], 0.5)
     b = _write(tmp_path, "b.json", slow)
@@ -310,7 +474,11 @@ def test_cli_exit_codes_table_and_json(tmp_path: Path, base: dict[str, Any]) -> 
     data = json.loads(out)
     assert data["threshold"] == 0.6 and data["regressions"] == []
     code, out, err = run_cli("compare", str(BASE_FILE), str(BASE_FILE))
-    assert code == 0 and "No regression beyond 5%" in out, err
+    assert code == 0 and "No regression beyond 5%" in out and "MOVER" in out, err
+    slow2 = copy.deepcopy(base2)
+    _scaled_samples(_rows(slow2)[0], 0.5)
+    code, out, err = run_cli("compare", str(BASE_V2_FILE), str(_write(tmp_path, "b2.json", slow2)))
+    assert code == 3 and "REGRESSION" in out and "samples" in out, err
 
 
 def test_cli_bad_input_is_exit_2_naming_the_problem(tmp_path: Path) -> None:
@@ -346,6 +514,7 @@ def test_compare_flags_a_deliberately_slowed_model(write_recipe, tmp_path: Path)
     assert "model.kwargs: A {'slow': False}, B {'slow': True}" in out
     data = json.loads(run_cli("compare", str(a_out), str(b_out), "--json")[1])
     assert sorted(data["regressions"]) == ["eager+threads=1@1", "eager+threads=1@4"]
+    assert {r["ratio_ci_method"] for r in data["rows"]} == {"bootstrap"}  # both reports keep their raw samples
     code, out, err = run_cli("compare", str(a_out), str(a_out / "report.json"))
     assert code == 0, out + err
     print(f"two real runs and three compares in {time.monotonic() - start:.1f} s")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, FakeRow, run_cli, tiny_recipe
+from tests.support import ROOT, FakeRow, largest_measurement_record, run_cli, tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts worker or CLI processes: not in `make test-fast`
 
@@ -421,6 +421,17 @@ def test_waits_while_others_measure_what_is_left(pg_url: str, fake_row: FakeRow)
     assert out.stopped_by == "exhausted"
     assert len(slept) == 3 and all(0 < s <= 1.0 for s in slept)
     assert out.trials <= 6, out.trials  # a handful, not one per spin of the loop
+
+
+def test_the_largest_measurement_record_is_stored_and_read_back_whole(pg_url: str, fake_row: FakeRow) -> None:
+    """~100 kB of raw samples per row (the timing loop's maximum) through PostgreSQL's storage and back."""
+    from autotune.study import Search, measured_rows
+
+    record = largest_measurement_record(seed=1)
+    out = Search(small_space(), search_settings(pg_url, "samples"),
+                 lambda t, v, b: {**fake_row(t, v, b), "measurement": record}).run()
+    assert out.stopped_by == "exhausted" and [r["measurement"] for r in out.rows] == [record, record]
+    assert [r["measurement"] for r in measured_rows(load_study(pg_url, "samples"))] == [record, record]
 
 
 def test_a_second_worker_does_not_enqueue_the_priors_again(pg_url: str, fake_row: FakeRow) -> None:

@@ -531,9 +531,76 @@ def test_load_report_errors_name_the_file(tmp_path: Path, document: dict[str, An
     with pytest.raises(InputError, match=re.escape(str(broken)) + ".*not valid JSON"):
         load_report(broken)
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**normalise_report(document), "schema": 2}), encoding="utf-8")
+    future.write_text(json.dumps({**normalise_report(document), "schema": SCHEMA_VERSION + 1}), encoding="utf-8")
     with pytest.raises(InputError, match=re.escape(str(future)) + ": schema"):
         load_report(future)
+
+
+# ---------------------------------------------------------------------------- schema 2: raw samples
+
+#: A real schema 2 report.json (tiny recipe, two configurations): every candidate carries its measurement.
+REPORT_V2 = Path(__file__).resolve().parent / "data" / "compare-base-report-v2.json"
+
+
+def test_a_schema_2_report_keeps_its_raw_samples_and_renders_from_them(tmp_path: Path) -> None:
+    from autotune.measurement import Measurement
+    from autotune.report.plots import _trace_from_measurement
+
+    doc = load_report(REPORT_V2)
+    assert doc["schema"] == SCHEMA_VERSION == 2
+    for row in [*doc["candidates"], doc["recommendation"]]:
+        assert row is not None and row["measurement"] is not None
+        m = Measurement.from_dict(row["measurement"])
+        # the row's statistics are the measurement's, copied once (autotune.candidate), not a second computation
+        assert (row["throughput"], row["throughput_ci"], row["latency_ms"]) == (
+            m.throughput, list(m.throughput_ci), m.latency_ms)
+        assert row["samples"] == len(m.samples) and row["classification"] == m.classification
+    rec = doc["recommendation"]
+    assert rec is not None
+    trace = _trace_from_measurement(rec)
+    m = Measurement.from_dict(rec["measurement"])
+    assert trace is not None and len(trace[0]) == len(m.samples) and trace[3] == m.mean_seconds * 1e3
+    paths = write_reports(doc, tmp_path)
+    assert (tmp_path / "plots" / "trace.png") in paths["plots"]
+    text = paths["json"].read_text(encoding="utf-8")
+    assert load_report(tmp_path) == doc
+    assert write_reports(load_report(tmp_path), tmp_path / "again")["json"].read_bytes() == text.encode()
+    assert list(json.loads(text)["candidates"][0])[-1] == "measurement"  # the long field last in each row
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("measurement.samples.count", 7, "measurement.samples: data: holds"),
+        ("measurement.samples.format", "f64", "measurement.samples: format"),
+        ("measurement.latency_samples", [1.0], "measurement.latency_samples: expected an object"),
+        ("measurement.analysis.classification", "odd", "measurement.analysis.classification: expected one of"),
+        ("measurement.stopped_by", "boredom", "measurement.stopped_by"),
+        ("measurement.iterations_per_sample", 0, "measurement.iterations_per_sample"),
+    ],
+)
+def test_validate_report_names_a_bad_measurement_field(path: str, value: Any, expected: str) -> None:
+    doc = json.loads(REPORT_V2.read_text(encoding="utf-8"))
+    _set(doc, "candidates[1]." + path, value)
+    with pytest.raises(InputError, match=re.escape("report.candidates[1]." + expected)):
+        validate_report(doc)
+
+
+def test_a_schema_1_report_is_still_read_and_the_api_gives_the_measurement_where_there_is_one() -> None:
+    """A schema 1 report is a schema 2 report without the measurement records (and says 1)."""
+    from autotune.api import CandidateResult
+
+    new = load_report(REPORT_V2)
+    old = json.loads(REPORT_V2.read_text(encoding="utf-8"))
+    old["schema"] = 1
+    for row in [*old["candidates"], old["recommendation"]]:
+        del row["measurement"]
+    old = normalise_report(old)
+    assert old["schema"] == 1
+    for then, now in zip(old["candidates"], new["candidates"], strict=True):
+        assert CandidateResult.from_row(then).measurement is None
+        result = CandidateResult.from_row(now)
+        assert result.measurement is not None and result.measurement.throughput == result.throughput
 
 
 # ---------------------------------------------------------------------------- degenerate documents

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from autotune.candidate import CandidateRow, TrafficBucket, TrafficSummary
+from autotune.measurement import MeasurementRecord
 from autotune.report import schema
 from autotune.report.types import (
     ArtifactSection,
@@ -46,6 +47,7 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "data_shape": (DataShape, schema.DATA_SHAPE_FIELDS, set()),
     "traffic": (TrafficSummary, schema.TRAFFIC_FIELDS, set()),
     "traffic_bucket": (TrafficBucket, schema.TRAFFIC_BUCKET_FIELDS, set()),
+    "measurement": (MeasurementRecord, schema.MEASUREMENT_FIELDS, set()),
 }
 
 

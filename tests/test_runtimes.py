@@ -19,6 +19,7 @@ from autotune.client import WorkerClient
 from autotune.correctness import check_variant
 from autotune.errors import InputError, VariantError
 from autotune.measure_settings import MeasureSettings
+from autotune.measurement import Measurement
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.showdown import simplicity
@@ -184,7 +185,7 @@ def test_runtimes_are_measured_by_the_real_worker(write_recipe) -> None:
             res = client.measure(recipe, variant, 4, settings, timeout=180)
             assert res["status"] == "ok", res
             assert res["correctness"]["passed"] and res["build_seconds"] > 0
-            assert res["measurement"]["throughput"] > 0
+            assert Measurement.from_dict(res["measurement"]).throughput > 0
             assert any(variant.split(":")[0] + ":" in n for n in res["notes"])
 
 

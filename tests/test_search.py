@@ -23,7 +23,7 @@ from autotune.errors import InputError
 from autotune.recipe import Constraints
 from autotune.study import Search, SearchSettings, SearchSpace, display_url
 from autotune.study import heartbeat as heartbeat_mod
-from tests.support import ROOT, FakeRow, run_cli, tiny_recipe
+from tests.support import ROOT, FakeRow, largest_measurement_record, run_cli, tiny_recipe
 
 
 def settings(tmp_path: Path, **kw: Any) -> SearchSettings:
@@ -432,3 +432,46 @@ def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path, fake_row: Fake
     assert set(trial.params) == {"variant", "batch_size"}
     assert trial.user_attrs["status"] == "ok" and trial.user_attrs["throughput"] > 0
     assert trial.user_attrs["p90_ms"] > 0 and trial.user_attrs["peak_memory_bytes"] > 0
+
+
+# --------------------------------------------------------------------------- rows: the measurement record
+
+
+#: What one user attribute may take on any Optuna storage: MySQL's TEXT column (SQLite and PostgreSQL take ~1 GB).
+MYSQL_TEXT_BYTES = 65_535
+
+
+def test_rows_keep_their_raw_samples_in_pieces_every_sql_storage_holds(tmp_path: Path, fake_row: FakeRow) -> None:
+    """The largest record (~100 kB) is stored beside its row in pieces under 64 KiB and read back whole."""
+    import optuna
+
+    from autotune.measurement import Measurement
+    from autotune.study import stored_rows
+
+    record = largest_measurement_record()
+    out = Search(SPACE, settings(tmp_path, max_trials=2),
+                 lambda t, v, b: {**fake_row(t, v, b), "measurement": record}).run()
+    assert [r["measurement"] for r in out.rows] == [record, record]
+    study = optuna.load_study(study_name="t", storage=settings(tmp_path).storage)
+    told = [t for t in study.trials if "row" in t.user_attrs]
+    assert len(told) == 2
+    for trial in told:
+        sizes = {key: len(json.dumps(value).encode()) for key, value in trial.user_attrs.items()}
+        assert max(sizes.values()) < MYSQL_TEXT_BYTES, sizes
+        assert sorted(k for k in sizes if k.startswith("measurement.")) == [f"measurement.{i}" for i in range(4)]
+        assert "measurement" not in trial.user_attrs["row"]  # the row stays a readable dashboard column
+    rows = stored_rows(study)
+    assert Measurement.from_dict(rows[0]["measurement"]) == Measurement.from_dict(record)
+
+
+def test_row_attrs_store_no_record_for_a_repeat_and_survive_a_broken_one() -> None:
+    from autotune.study.rows import ROW_ATTR, row_attrs, row_from_attrs
+
+    row = {"trial": 3, "variant": "eager", "batch_size": 8, "status": "ok", "measurement": {"samples": "x" * 70_000}}
+    attrs = row_attrs(row)
+    assert list(attrs) == ["measurement.0", "measurement.1", "measurement.2", ROW_ATTR]  # the row written last
+    assert row_from_attrs(attrs) == row
+    assert list(row_attrs({**row, "repeat_of_trial": 1})) == [ROW_ATTR]  # its original holds the record
+    assert list(row_attrs({**row, "measurement": None})) == [ROW_ATTR]
+    broken = {k: v for k, v in attrs.items() if k != "measurement.2"}  # a piece lost: the JSON is cut
+    assert row_from_attrs(broken) == {k: v for k, v in row.items() if k != "measurement"}

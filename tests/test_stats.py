@@ -9,13 +9,16 @@ import numpy as np
 import pytest
 
 from autotune.errors import InputError
-from autotune.measurement import Measurement
+from autotune.measurement import SECONDS_FORMAT, Measurement, decode_seconds, encode_seconds
 from autotune.stats import (
     block_bootstrap_ci,
+    bootstrap_means,
+    bootstrap_percentiles,
     choose_block_length,
     lag1_autocorrelation,
     normal_quantile,
     percentiles,
+    replicate_interval,
 )
 from autotune.traces import synthetic_trace
 from autotune.warmup import analyze
@@ -134,12 +137,87 @@ def test_measurement_without_steady_state_uses_the_trailing_half() -> None:
 
 def test_measurement_round_trip_through_json() -> None:
     t = synthetic_trace("compile_first", n=600, cv=0.02, seed=2)
-    m = _measurement(t.values, mode="latency", iterations_per_sample=1, extra={"device": "cpu"})
+    per_call = tuple(np.random.default_rng(3).lognormal(math.log(2e-3), 0.1, 300).tolist())
+    m = _measurement(t.values, mode="latency", iterations_per_sample=1, extra={"device": "cpu"},
+                     latency_samples=per_call)
     data = json.loads(json.dumps(m.to_dict()))
-    assert data["samples"] == list(m.samples) and data["classification"] == m.classification
+    # the raw samples and the analysis, nothing derived: every statistic is recomputed from them
+    assert set(data) == {"batch_size", "mode", "iterations_per_sample", "first_call_seconds", "stopped_by",
+                         "analysis", "samples", "latency_samples", "extra"}
+    assert data["samples"]["format"] == SECONDS_FORMAT and data["samples"]["count"] == 600
+    assert tuple(decode_seconds(data["samples"]).tolist()) == m.samples
+    assert tuple(decode_seconds(data["latency_samples"]).tolist()) == m.latency_samples
     back = Measurement.from_dict(data)
     assert back == m
-    assert back.throughput == pytest.approx(m.throughput) and back.latency_ms == m.latency_ms
+    assert back.throughput == m.throughput and back.latency_ms == m.latency_ms and back.ci_seconds == m.ci_seconds
+
+
+def test_samples_are_float32_and_the_old_list_form_is_still_read() -> None:
+    t = synthetic_trace("flat", n=300, cv=0.02, seed=4)
+    m = _measurement(t.values)
+    assert m.samples == tuple(t.values.astype(np.float32).astype(float).tolist())
+    assert max(abs(a / b - 1) for a, b in zip(m.samples, t.values, strict=True)) < 1e-7
+    old = {**m.to_dict(), "samples": t.values.tolist(), "latency_samples": []}  # as to_dict wrote it before
+    assert Measurement.from_dict(old) == m
+
+
+def test_encoded_seconds_are_compact_and_bad_ones_say_why() -> None:
+    t = synthetic_trace("step", n=4000, cv=0.03, seed=6)
+    enc = encode_seconds(t.values)
+    assert len(json.dumps(enc)) < 4.8 * 4000  # a JSON list of the same floats takes ~20 characters a value
+    assert np.array_equal(decode_seconds(enc), t.values.astype(np.float32).astype(float))
+    assert decode_seconds(encode_seconds([])).size == 0
+    for bad, message in (
+        ({**enc, "format": "f64"}, "format"),
+        ({**enc, "count": 3999}, "3999 needs 15996"),
+        ({**enc, "count": -1}, "count"),
+        ({**enc, "data": enc["data"][:-8]}, "data"),
+        ({**enc, "data": "!!!"}, "base64"),
+        (encode_seconds([1.0, float("inf")]), "not finite"),
+        ([1.0], "expected an object"),
+    ):
+        with pytest.raises(InputError, match=message):
+            decode_seconds(bad)
+    with pytest.raises(InputError, match="not a stored Measurement \\(samples: format"):
+        Measurement.from_dict({**_measurement(t.values).to_dict(), "samples": {**enc, "format": "x"}})
+
+
+def test_steady_samples_are_what_the_analysis_computed_its_statistics_from() -> None:
+    """One-off spikes inside the steady tail are left out of the mean by the analysis, so of the samples too."""
+    rng = np.random.default_rng(7)
+    x = 1e-3 * (1 + 0.01 * rng.standard_normal(800))
+    x[500] = 0.2  # a recompile: 200x the level
+    m = _measurement(x)
+    assert 500 in m.analysis.one_off and m.analysis.steady_start is not None
+    assert m.analysis.steady_start < 500
+    assert m.steady_samples.size == 800 - m.analysis.steady_start - 1
+    assert float(m.steady_samples.mean()) == pytest.approx(m.mean_seconds, rel=1e-7)
+    assert m.latency_ms["p99"] < 2.0  # the spike is no latency tail either
+
+
+def test_bootstrap_replicates_are_the_ci_resampling() -> None:
+    x = 1e-3 * (1 + 0.02 * _ar1(np.random.default_rng(8), 1000, 0.6))
+    means = bootstrap_means(x, seed=3)
+    assert replicate_interval(means) == pytest.approx(block_bootstrap_ci(x, seed=3), rel=1e-12)
+    assert np.all(bootstrap_means(np.full(5, 2.0)) == 2.0)
+    p90 = bootstrap_percentiles(x, 90.0, seed=3, n_boot=400)
+    lo, hi = replicate_interval(p90)
+    assert lo < float(np.percentile(x, 90)) < hi
+    # drawn in chunks: a chunk of one resample gives the same replicates
+    import autotune.stats as stats
+
+    saved = stats._CHUNK_VALUES
+    try:
+        stats._CHUNK_VALUES = 1
+        assert np.array_equal(bootstrap_percentiles(x, 90.0, seed=3, n_boot=400), p90)
+    finally:
+        stats._CHUNK_VALUES = saved
+    m = _measurement(x, iterations_per_sample=1)
+    tput = m.throughput_replicates(seed=1)
+    assert tput.shape == (1000,) and np.median(tput) == pytest.approx(m.throughput, rel=2e-3)
+    assert m.latency_replicates("p99", seed=1, n_boot=100).shape == (100,)
+    with pytest.raises(ValueError):
+        m.latency_replicates("p95")
 
 
 def test_measurement_validation() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from autotune.client import WorkerClient
 from autotune.measure_settings import MeasureSettings
+from autotune.measurement import Measurement
 from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.variants import thread_counts
@@ -31,4 +32,4 @@ def test_validate_crosses_the_variants_with_the_usable_thread_counts_and_measure
         settings = MeasureSettings(mode="throughput", ci_target=0.05, max_seconds=0.3)
         res = client.measure(recipe, f"eager+threads={ladder[-1]}", 2, settings, timeout=120)
         assert res["status"] == "ok", res
-        assert res["measurement"]["throughput"] > 0
+        assert Measurement.from_dict(res["measurement"]).throughput > 0

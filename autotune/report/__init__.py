@@ -1,6 +1,6 @@
 """The report document: validation, report.json / report.md / report.html, plots, console table.
 
-The orchestrator builds one plain JSON-able dict (schema 1, see DESIGN.md) and hands it here;
+The orchestrator builds one plain JSON-able dict (schema 2, see ARCHITECTURE.md) and hands it here;
 nothing in this package measures anything. The document is the single source of truth:
 ``report.json`` is written first and ``autotune report DIR`` re-renders the other files from it,
 so every rendering is a pure function of the document.

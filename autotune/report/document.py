@@ -19,6 +19,7 @@ from autotune.report.schema import (
     CANDIDATE_FIELDS,
     DATA_FIELDS,
     DATA_SHAPE_FIELDS,
+    MEASUREMENT_FIELDS,
     PERCENTILES,
     REPORT_FILES,
     TRAFFIC_BUCKET_FIELDS,
@@ -65,7 +66,7 @@ def normalise_report(doc: Mapping[str, Any]) -> ReportDocument:
         if plain.get(key) is None:
             plain[key] = default
     validate_report(plain)
-    # Validated against schema 1, which requires less than ReportDocument declares: a report written by an
+    # Validated against its schema, which requires less than ReportDocument declares: a report written by an
     # older version may lack fields added since, so readers .get() what the schema does not require.
     return cast("ReportDocument", plain)
 
@@ -88,6 +89,10 @@ _ORDER_TOP = (
     "notes",
 )
 _ORDER_CANDIDATE = tuple(CANDIDATE_FIELDS)
+_ORDER_MEASUREMENT = tuple(MEASUREMENT_FIELDS)
+_ORDER_ANALYSIS = ("classification", "steady_start", "steady_mean", "steady_median", "ci", "changepoints",
+                   "outliers", "one_off", "n")
+_ORDER_SECONDS = ("format", "count", "data")
 _ORDER_RECIPE = (
     "path",
     "name",
@@ -141,6 +146,16 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(out["traffic"].get("buckets"), list):
                 out["traffic"]["buckets"] = [_ordered(b, tuple(TRAFFIC_BUCKET_FIELDS)) if isinstance(b, Mapping) else b
                                              for b in out["traffic"]["buckets"]]
+        if "measurement" in out:  # last, after the fields the schema does not know too: it is long
+            out["measurement"] = out.pop("measurement")
+        if isinstance(out.get("measurement"), Mapping):
+            record = _ordered(out["measurement"], _ORDER_MEASUREMENT)
+            if isinstance(record.get("analysis"), Mapping):
+                record["analysis"] = _ordered(record["analysis"], _ORDER_ANALYSIS)
+            for key in ("samples", "latency_samples"):
+                if isinstance(record.get(key), Mapping):
+                    record[key] = _ordered(record[key], _ORDER_SECONDS)
+            out["measurement"] = record
         return out
 
     def sorted_deep(value: Any) -> Any:

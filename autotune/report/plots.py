@@ -254,22 +254,47 @@ def _plot_memory(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | N
     return _png(fig)
 
 
+def _trace_from_measurement(rec: Mapping[str, Any]) -> tuple[list[tuple[int, float]], int, float | None, float] | None:
+    """(points, samples, warmup end in samples or None, steady mean ms) from a schema-2 row's raw samples."""
+    from autotune.measurement import Measurement
+
+    record = rec.get("measurement")
+    if not isinstance(record, Mapping):
+        return None
+    m = Measurement.from_dict(record)
+    points = [(i, s * 1e3) for i, s in enumerate(m.samples)]
+    start = m.analysis.steady_start
+    return points, len(m.samples), None if start is None else float(start), m.mean_seconds * 1e3
+
+
 def _plot_trace(doc: Mapping[str, Any]) -> bytes | None:
     rec = doc.get("recommendation")
     if rec is None:
         return None
-    trace = rec.get("trace_ms")
-    if not trace:
-        return None
-    # trace_ms is the measurement's samples downsampled evenly (autotune.candidate): point i is
-    # sample floor(i * samples / len(trace)); a sample is one timed block of
-    # iterations_per_sample calls, and warmup_iterations counts calls.
-    samples = (
-        rec.get("samples") if is_int(rec.get("samples")) and rec["samples"] > len(trace) else len(trace)
-    )
     per_sample = rec.get("iterations_per_sample") or 1
-    step = samples / len(trace)
-    points = [(math.floor(i * step), v) for i, v in enumerate(trace) if is_number(v)]
+    warmup = rec.get("warmup_iterations")
+    from_samples = _trace_from_measurement(rec)
+    end: float | None = None
+    steady_mean: float | None = None
+    if from_samples is not None:
+        # schema 2: every sample, and the steady mean the measurement itself reports (no recomputation here)
+        points, samples, end, steady_mean = from_samples
+        shown = samples
+    else:
+        trace = rec.get("trace_ms")
+        if not trace:
+            return None
+        # trace_ms is the measurement's samples downsampled evenly (autotune.candidate): point i is
+        # sample floor(i * samples / len(trace)); a sample is one timed block of
+        # iterations_per_sample calls, and warmup_iterations counts calls.
+        samples = (
+            rec.get("samples") if is_int(rec.get("samples")) and rec["samples"] > len(trace) else len(trace)
+        )
+        shown = len(trace)
+        step = samples / len(trace)
+        points = [(math.floor(i * step), v) for i, v in enumerate(trace) if is_number(v)]
+        if is_int(warmup) and not (rec.get("iterations_per_sample") is None and warmup > samples):
+            end = warmup / per_sample
     if not points:
         return None
     fig, ax = _new_axes(
@@ -277,22 +302,21 @@ def _plot_trace(doc: Mapping[str, Any]) -> bytes | None:
         f"({rec.get('classification') or 'unclassified'})"
     )
     ax.plot([x for x, _ in points], [y for _, y in points], lw=0.8, color="tab:blue", label="per-iteration")
-    warmup = rec.get("warmup_iterations")
-    if is_int(warmup) and rec.get("iterations_per_sample") is None and warmup > samples:
+    if is_int(warmup) and end is None and from_samples is None:
         # Without iterations_per_sample the warmup end cannot be placed on the sample axis.
         ax.plot([], [], " ", label=f"warmup: {warmup} iterations (position unknown)")
-    elif is_int(warmup):
-        end = warmup / per_sample
+    elif end is not None:
         ax.axvspan(0, end, color="orange", alpha=0.15)
         ax.axvline(end, color="orange", lw=1.5, label=f"warmup end ({warmup} iterations)")
-        steady = [y for x, y in points if x >= end]
-        if steady:
-            mean = sum(steady) / len(steady)
-            ax.axhline(mean, color="black", ls="--", lw=1, label=f"steady mean {fmt_ms(mean)} ms")
+        if steady_mean is None:  # schema 1: the mean of the shown steady points
+            steady = [y for x, y in points if x >= end]
+            steady_mean = sum(steady) / len(steady) if steady else None
+        if steady_mean is not None:
+            ax.axhline(steady_mean, color="black", ls="--", lw=1, label=f"steady mean {fmt_ms(steady_mean)} ms")
     ax.set_xlabel(
         "timed sample"
         + (f" ({per_sample} iterations each)" if per_sample > 1 else "")
-        + (f", {len(trace)} of {samples} shown" if samples > len(trace) else "")
+        + (f", {shown} of {samples} shown" if samples > shown else "")
     )
     ax.set_ylabel("ms per batch")
     _legend(ax, 3)

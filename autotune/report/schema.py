@@ -1,4 +1,8 @@
-"""Report schema 1: its constants and the validation of a document against it.
+"""Report schema 2 (and 1, which it extends): its constants and the validation of a document against it.
+
+Schema 2 adds one field, a candidate's ``measurement`` (:class:`autotune.measurement.MeasurementRecord`:
+the raw samples and their warmup analysis), and makes it the source of the candidate's statistics. A
+schema 1 document is a schema 2 document without it, so both are read; only 2 is written.
 
 Validation is data-driven: every section is a ``Checker`` built from small combinators, so an
 error can name the exact field (``report.candidates[3].latency_ms.p99``) and the expected kind.
@@ -9,12 +13,16 @@ number is: a bool is not one, although Python says it is an int.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from autotune.errors import InputError
+from autotune.measurement import MODES, STOPPED_BY, decode_seconds
 from autotune.vocab import DATA_SOURCES, OBJECTIVES, PERCENTILES, SHAPE_POLICIES, STATUSES
+from autotune.warmup import CLASSIFICATIONS
 
-SCHEMA_VERSION = 1
+#: The version written; :data:`READ_VERSIONS` are the ones read (older reports stay readable).
+SCHEMA_VERSION: Final = 2
+READ_VERSIONS = (1, 2)
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 Checker = Callable[[Any, str], None]
@@ -129,6 +137,41 @@ TRAFFIC_FIELDS: dict[str, tuple[Checker, bool]] = {
     "dynamic_dims": (_nullable(_list_of(_STR)), False),
     "first_pass_seconds": (_nullable(_NUMBER), False),
 }
+
+
+def _encoded_seconds(value: Any, path: str) -> None:
+    """EncodedSeconds whose data decodes to ``count`` finite values (a corrupt one is named on load)."""
+    try:
+        decode_seconds(value)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+_ANALYSIS = _record(
+    {
+        "classification": (_one_of(CLASSIFICATIONS), True),
+        "steady_start": (_nullable(_INT), True),
+        "steady_mean": (_nullable(_NUMBER), False),
+        "steady_median": (_nullable(_NUMBER), False),
+        "ci": (_nullable(_list_of(_NUMBER, length=2)), False),
+        "changepoints": (_list_of(_INT), False),
+        "outliers": (_list_of(_INT), False),
+        "one_off": (_list_of(_INT), False),
+        "n": (_INT, True),
+    }
+)
+#: A candidate's measurement record (schema 2): ``autotune.measurement.MeasurementRecord``.
+MEASUREMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "batch_size": (_POSITIVE_INT, True),
+    "mode": (_one_of(MODES), True),
+    "iterations_per_sample": (_POSITIVE_INT, True),
+    "first_call_seconds": (_NUMBER, True),
+    "stopped_by": (_one_of(STOPPED_BY), True),
+    "analysis": (_ANALYSIS, True),
+    "samples": (_encoded_seconds, True),
+    "latency_samples": (_encoded_seconds, True),
+    "extra": (_ANY_MAPPING, False),
+}
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),
     "variant": (_kind(lambda v: isinstance(v, str) and v != "", "a non-empty string"), True),
@@ -161,6 +204,7 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "iterations_per_sample": (_nullable(_POSITIVE_INT), False),
     "notes": (_nullable(_list_of(_STR)), False),
     "traffic": (_nullable(_record(TRAFFIC_FIELDS)), False),
+    "measurement": (_nullable(_record(MEASUREMENT_FIELDS)), False),  # schema 2
 }
 _CANDIDATE_RECORD = _record(CANDIDATE_FIELDS)
 
@@ -323,7 +367,7 @@ DATA_FIELDS: dict[str, tuple[Checker, bool]] = {
     "inputs": (_nullable(_list_of(_STR)), False),
     "dtypes": (_nullable(_list_of(_STR)), False),
 }
-_SCHEMA = _kind(lambda v: is_int(v) and v == SCHEMA_VERSION, f"schema version {SCHEMA_VERSION}")
+_SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "schema": (_SCHEMA, True),
     "tool": (_nullable(_ANY_MAPPING), False),
@@ -335,7 +379,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "candidates": (_list_of(_candidate), True),
     "recommendation": (_nullable(_candidate), True),
     "showdown": (_nullable(_ANY_MAPPING), False),
-    # optional additions within schema 1 (older readers ignore unknown fields; older reports lack them)
+    # optional additions within schema 1 (readers of schema 1 ignore unknown fields; older reports lack them)
     "artifact": (_nullable(_ARTIFACT), False),
     "profile": (_nullable(_PROFILE), False),
     "pareto": (_nullable(_list_of(_INT)), False),
@@ -346,7 +390,7 @@ _DOCUMENT = _record(DOCUMENT_FIELDS)
 
 
 def validate_report(doc: Mapping[str, Any]) -> None:
-    """Check a report document against schema 1; raise ``InputError`` naming the first bad field.
+    """Check a report document against its schema (1 or 2); raise ``InputError`` naming the first bad field.
 
     Field paths read like ``candidates[3].latency_ms.p99``. Unknown extra fields are accepted
     (forward compatibility within a schema version); an unknown ``schema`` is not, because
@@ -354,10 +398,10 @@ def validate_report(doc: Mapping[str, Any]) -> None:
     """
     if not isinstance(doc, Mapping):
         raise InputError(f"report: expected a JSON object, got {show(doc)}")
-    if "schema" in doc and doc["schema"] != SCHEMA_VERSION:
+    if "schema" in doc and (not is_int(doc["schema"]) or doc["schema"] not in READ_VERSIONS):
         raise InputError(
-            f"schema: this autotune reads report schema {SCHEMA_VERSION}, the document says "
-            f"{show(doc['schema'])}"
+            f"schema: this autotune reads report schema {' and '.join(map(str, READ_VERSIONS))}, the document "
+            f"says {show(doc['schema'])}"
         )
     _DOCUMENT(doc, "report")
 

@@ -1,4 +1,4 @@
-"""The report document's shape (report.json, schema 1) as TypedDicts: what the tuner writes, section by section.
+"""The report document's shape (report.json, schema 2) as TypedDicts: what the tuner writes, section by section.
 
 These describe the *writer's* document (:func:`autotune.tuner.build_document`, then
 :func:`autotune.artifact.write_deployment` adding ``artifact`` and ``profile``). The *reader's* contract is
@@ -193,9 +193,9 @@ class DataSection(TypedDict):
 
 
 class ReportDocument(TypedDict):
-    """report.json as the tuner writes it (schema 1)."""
+    """report.json as the tuner writes it (schema 2; a report of an older version, loaded, says 1)."""
 
-    schema: Literal[1]
+    schema: Literal[1, 2]
     tool: ToolInfo
     created: str  # ISO 8601, UTC
     recipe: RecipeSection

@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 from autotune.candidate import constraint_values, objective_values, skipped_record
 from autotune.study.heartbeat import Heartbeat, fail_stale_trials, quiet_heartbeat, start_heartbeats_of_beatless_trials
-from autotune.study.rows import ROW_ATTR, SUMMARY_ATTRS, is_repeat, planned_combo, state_for, stored_rows
+from autotune.study.rows import SUMMARY_ATTRS, is_repeat, planned_combo, row_attrs, state_for, stored_rows
 from autotune.study.space import Evaluate, SearchSettings, SearchSpace
 from autotune.study.storage import make_storage, open_study
 
@@ -123,7 +123,8 @@ class StudySession:
         return Heartbeat(self._storage, trial_id)
 
     def _tell_unguarded(self, trial: optuna.Trial, row: dict[str, Any]) -> None:
-        trial.set_user_attr(ROW_ATTR, row)
+        for key, value in row_attrs(row).items():
+            trial.set_user_attr(key, value)
         for key in SUMMARY_ATTRS:
             if row.get(key) is not None:
                 trial.set_user_attr(key, row[key])

@@ -13,12 +13,16 @@ one place, :class:`autotune.client.WorkerClient` (one method per op); the one ex
 the fixed handshake every new worker process answers first (:class:`autotune.runner.WorkerProcess`).
 ``id`` is added by :meth:`autotune.runner.WorkerProcess.request`; callers leave it out. Each closed set of names
 (ops, roles, statuses) is a ``Literal`` type, and its tuple of values is read off that type, so each
-is written once. This module imports nothing beyond the standard library.
+is written once. This module imports nothing beyond the standard library (the measurement record's
+type is imported for type checking only).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict, get_args
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
+
+if TYPE_CHECKING:
+    from autotune.measurement import MeasurementRecord
 
 #: The ops a worker serves (:data:`autotune.worker.ops.OPS` maps each to its function).
 OpName = Literal["hello", "validate", "measure", "probe", "device_memory", "parse_variant", "stage", "slice",
@@ -203,7 +207,7 @@ class Outcome(TypedDict):
 class MeasureOutcome(Outcome, total=False):
     """op ``measure``: ``ok`` has the measurement; ``rejected`` the gate's verdict."""
 
-    measurement: dict[str, Any]  # Measurement.to_dict()
+    measurement: MeasurementRecord  # Measurement.to_dict(): raw samples, encoded, and their analysis
     build_seconds: float
     first_call_seconds: float
     compile_seconds: float
