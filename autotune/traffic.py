@@ -164,7 +164,10 @@ class Traffic:
 
     def describe(self) -> dict[str, Any]:
         """The report's ``data`` section (what the traffic is), without timings."""
-        counts = Counter(self.shape_keys())
+        # per-sample shapes ("b" for the batch dim): what the data looks like whatever the batch size it was
+        # loaded at (validation loads it at 2)
+        counts = Counter(", ".join(f"{n} {'x'.join(['b', *(str(d) for d in t.shape[1:])])}"
+                                   for n, t in zip(self.layout.names, batch, strict=True)) for batch in self.batches)
         return {
             "source": self.source,
             "batches": len(self.batches),
