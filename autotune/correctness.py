@@ -22,6 +22,17 @@ dict keys, namedtuple fields, tensor shapes) must match.
 
 Reported errors: ``max_abs_error`` = max |cand - ref|; ``max_rel_error`` = that error over the
 reference's largest magnitude (a norm-wise relative error that stays meaningful near zeros).
+
+Detector outputs are the exception to comparing by position. A mapping with ``boxes`` (K, 4) float and
+``scores`` (K,) float (optionally ``labels`` (K,) integer and per-detection leaves with first dimension K,
+such as ``masks``) on both sides is one image's detections: top-k and NMS are discontinuous, so harmless
+rounding reorders near-tied detections or swaps one at a cut. :mod:`autotune.detections` matches them as
+sets (same label, box and score within this tolerance, scaled by the boxes' RMS) and accepts an unmatched
+detection only at a score cut or the NMS threshold, and never more than half of a list; the matched pairs
+are then compared with the rule above, cosine included. Errors are the matched pairs'; where detections
+are left unmatched, how far the nearest same-label candidate boxes are off (inf for a missing one), and
+the reason names the image, e.g. ``out[0]: 7 of 100 reference detections unmatched (top score 0.81, best
+IoU 0.31); ...; 93 matched, 2 excused``.
 """
 
 from __future__ import annotations
