@@ -190,21 +190,25 @@ def _box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(union > 0, inter / union.clamp(min=1e-300), torch.zeros_like(union))
 
 
-def _iou_slack(d: torch.Tensor, k: torch.Tensor, e: float) -> float:
-    """How far IoU(d, k) can move when every coordinate of both boxes moves by at most ``e``.
+def _iou_slack(d: torch.Tensor, others: torch.Tensor, iou: torch.Tensor, e: float) -> torch.Tensor:
+    """How far IoU(d, k) can move, for each k in ``others`` (M, 4), when every coordinate moves by <= ``e``.
 
-    Intersection and union each change by at most e times the two perimeters, so IoU = I/U changes by
-    at most e * (P_d + P_k) * (1 + IoU) / U <= 2 e (P_d + P_k) / U; capped at MAX_NMS_SLACK.
+    To first order the intersection I and the union U each change by at most e times the sum of the two
+    perimeters P, so IoU = I / U changes by at most e P (1 + IoU) / U <= 2 e P / U, with
+    U = (area_d + area_k) / (1 + IoU). Capped at MAX_NMS_SLACK.
     """
-    def perimeter(x: torch.Tensor) -> float:
-        return 2.0 * (float(x[2] - x[0]) + float(x[3] - x[1]))
+    import torch
 
-    area = (float(d[2] - d[0]) * float(d[3] - d[1]) + float(k[2] - k[0]) * float(k[3] - k[1]))
-    iou = float(_box_iou(d[None], k[None])[0, 0])
-    union = area / (1.0 + iou) if area > 0 else 0.0
-    if union <= 0:
-        return MAX_NMS_SLACK
-    return min(MAX_NMS_SLACK, 2.0 * e * (perimeter(d) + perimeter(k)) / union)
+    def sides(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (b[..., 2] - b[..., 0]).clamp(min=0), (b[..., 3] - b[..., 1]).clamp(min=0)
+
+    wd, hd = sides(d)
+    wk, hk = sides(others)
+    perimeter = 2.0 * (wd + hd + wk + hk)
+    union = (wd * hd + wk * hk) / (1.0 + iou)
+    slack = torch.where(union > 0, 2.0 * e * perimeter / union.clamp(min=1e-300),
+                        torch.full_like(union, MAX_NMS_SLACK))
+    return slack.clamp(max=MAX_NMS_SLACK)
 
 
 def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: float,
@@ -254,6 +258,9 @@ def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: f
             taken[j] = True
     matched_ref = set(pairs)
     matched_cand = set(pairs.values())
+    ref_is_matched = torch.zeros(n_ref, dtype=torch.bool)
+    ref_is_matched[list(matched_ref)] = True
+    cand_is_matched = taken
 
     # 2. excuses for the unmatched
     threshold = min(float(rs.min()) if n_ref else math.inf, float(cs.min()) if n_cand else math.inf)
@@ -262,17 +269,18 @@ def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: f
     iou_d_cand = _box_iou(rb, cb)  # reference d against candidate detections k_C
 
     def excuse(score: float, label: int, box: torch.Tensor, own_len: int, other_scores: torch.Tensor,
-               iou_to_other: torch.Tensor, other_boxes: torch.Tensor, other_matched: set[int],
+               iou_to_other: torch.Tensor, other_boxes: torch.Tensor, other_matched: torch.Tensor,
                other_labels: torch.Tensor) -> str | None:
         cut = threshold
         if other_scores.numel() and other_scores.numel() >= own_len:
             cut = max(cut, float(other_scores.min()))
         if score <= cut + e_score(score):
             return "boundary"
-        for k in other_matched:
-            if int(other_labels[k]) != label or float(other_scores[k]) < score - e_score(score):
-                continue
-            if abs(float(iou_to_other[k]) - NMS_IOU) <= _iou_slack(box, other_boxes[k], e_coord):
+        suppressors = other_matched & (other_labels == label) & (other_scores >= score - e_score(score))
+        if bool(suppressors.any()):
+            ious = iou_to_other[suppressors]
+            slack = _iou_slack(box, other_boxes[suppressors], ious, e_coord)
+            if bool(((ious - NMS_IOU).abs() <= slack).any()):
                 return "nms"
         return None
 
@@ -282,7 +290,7 @@ def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: f
     for i in order:
         if i in matched_ref:
             continue
-        why = excuse(float(rs[i]), int(rl[i]), rb[i], n_ref, cs, iou_d_cand[i], cb, matched_cand, cl)
+        why = excuse(float(rs[i]), int(rl[i]), rb[i], n_ref, cs, iou_d_cand[i], cb, cand_is_matched, cl)
         boundary += why == "boundary"
         nms += why == "nms"
         if why is None:
@@ -290,7 +298,7 @@ def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: f
     for j in (int(j) for j in torch.sort(-cs, stable=True).indices):
         if j in matched_cand:
             continue
-        why = excuse(float(cs[j]), int(cl[j]), cb[j], n_cand, rs, iou_d_ref[j], rb, matched_ref, rl)
+        why = excuse(float(cs[j]), int(cl[j]), cb[j], n_cand, rs, iou_d_ref[j], rb, ref_is_matched, rl)
         boundary += why == "boundary"
         nms += why == "nms"
         if why is None:
@@ -305,9 +313,7 @@ def match_detections(ref: Mapping[Any, Any], cand: Mapping[Any, Any], *, rtol: f
 
     # diagnosis: the nearest unmatched same-label candidate of each blamed reference detection (not
     # one-to-one: this only measures how far off the candidate is, the verdict is already taken)
-    unmatched_cand = torch.ones(n_cand, dtype=torch.bool)
-    for j in matched_cand:
-        unmatched_cand[j] = False
+    unmatched_cand = ~cand_is_matched
     box_off = score_off = allowed_off = 0.0
     for i in blamed_ref:
         dist = (cb - rb[i]).abs().amax(dim=1).masked_fill(~(unmatched_cand & (cl == rl[i])), math.inf) \
