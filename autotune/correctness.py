@@ -22,6 +22,17 @@ dict keys, namedtuple fields, tensor shapes) must match.
 
 Reported errors: ``max_abs_error`` = max |cand - ref|; ``max_rel_error`` = that error over the
 reference's largest magnitude (a norm-wise relative error that stays meaningful near zeros).
+
+Detector outputs are the exception to comparing by position. A mapping with ``boxes`` (K, 4) float and
+``scores`` (K,) float (optionally ``labels`` (K,) integer and per-detection leaves with first dimension K,
+such as ``masks``) on both sides is one image's detections: top-k and NMS are discontinuous, so harmless
+rounding reorders near-tied detections or swaps one at a cut. :mod:`autotune.detections` matches them as
+sets (same label, box and score within this tolerance, scaled by the boxes' RMS) and accepts an unmatched
+detection only at a score cut or the NMS threshold, and never more than half of a list; the matched pairs
+are then compared with the rule above, cosine included. Errors are the matched pairs'; where detections
+are left unmatched, how far the nearest same-label candidate boxes are off (inf for a missing one), and
+the reason names the image, e.g. ``out[0]: 7 of 100 reference detections unmatched (top score 0.81, best
+IoU 0.31); ...; 93 matched, 2 excused``.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from autotune.detections import detection_keys, match_detections
 
 if TYPE_CHECKING:
     import torch
@@ -128,6 +141,14 @@ class _StructureMismatch(Exception):
         self.what = what
 
 
+@dataclass(frozen=True)
+class _Detections:
+    """A leaf of :func:`_walk`: one image's detections, the mapping and its per-detection keys."""
+
+    mapping: Mapping[Any, Any]
+    keys: tuple[Any, ...]
+
+
 def _is_namedtuple(x: Any) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
@@ -163,8 +184,12 @@ def _walk(ref: Any, cand: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
             missing = sorted(map(repr, set(ref) - set(cand)))
             extra = sorted(map(repr, set(cand) - set(ref)))
             raise _StructureMismatch(path, f"keys differ (missing {missing}, extra {extra})")
+        per_detection = detection_keys(ref, cand)
+        if per_detection is not None:  # one image's detections: matched as a set, not by position
+            yield path, _Detections(ref, per_detection), _Detections(cand, per_detection)
         for k in ref:
-            yield from _walk(ref[k], cand[k], f"{path}[{k!r}]")
+            if per_detection is None or k not in per_detection:
+                yield from _walk(ref[k], cand[k], f"{path}[{k!r}]")
         return
     yield path, ref, cand
 
@@ -255,6 +280,40 @@ def _compare_scalar(path: str, ref: Any, cand: Any, tol: Tolerance) -> _LeafRepo
                        None if ok else f"{cand!r} != reference {ref!r} (non-float leaves must be equal)")
 
 
+def _compare_detections(path: str, ref: _Detections, cand: _Detections, tol: Tolerance) -> _LeafReport:
+    """One image's detections: match them (:func:`autotune.detections.match_detections`), then the pairs.
+
+    The matched pairs' boxes, scores, labels and other per-detection leaves (masks, keypoints) are
+    stacked in reference order and compared with the tensor rule, cosine included, so a systematic drift
+    within the elementwise bounds still fails. Errors: the matched pairs' worst, or, where detections are
+    left unmatched, how far the nearest same-label candidate boxes are off (inf for a missing detection).
+    """
+    import torch
+
+    match = match_detections(ref.mapping, cand.mapping, rtol=tol.rtol, atol=tol.atol)
+    ri = torch.tensor(match.ref_index, dtype=torch.long)
+    ci = torch.tensor(match.cand_index, dtype=torch.long)
+    reports = []
+    for key in ref.keys:
+        r, c = ref.mapping[key], cand.mapping[key]
+        reports.append(_compare_tensor(f"{path}[{key!r}] (matched detections)", r[ri.to(r.device)],
+                                       c[ci.to(c.device)], tol))
+    abs_err = max((rep.abs_err for rep in reports), default=0.0)
+    rel_err = max((rep.rel_err for rep in reports), default=0.0)
+    cosine = min((rep.cosine for rep in reports), default=1.0)
+    if not match.passed:
+        peak = float(ref.mapping["boxes"].detach().abs().max()) if match.n_ref else 0.0
+        off = match.displaced_box_error
+        abs_err = max(abs_err, off)
+        rel_err = max(rel_err, off / peak if peak > 0 else math.inf)
+        return _LeafReport(path, False, abs_err, rel_err, cosine, match.problem)
+    bad = [rep for rep in reports if not rep.ok]
+    if bad:
+        worst = max(bad, key=lambda rep: (rep.rel_err, rep.abs_err))
+        return _LeafReport(worst.path, False, abs_err, rel_err, cosine, f"{worst.why} ({match.summary})")
+    return _LeafReport(path, True, abs_err, rel_err, cosine, None)
+
+
 def compare_outputs(reference: Any, candidate: Any, *, tolerance: Tolerance, root: str = "out") -> GateResult:
     """Compare one pair of (nested) outputs. ``batches`` is 1; the reason names the worst leaf's path."""
     import torch
@@ -262,7 +321,9 @@ def compare_outputs(reference: Any, candidate: Any, *, tolerance: Tolerance, roo
     leaves: list[_LeafReport] = []
     try:
         for path, r, c in _walk(reference, candidate, root):
-            if isinstance(r, torch.Tensor):
+            if isinstance(r, _Detections):
+                leaves.append(_compare_detections(path, r, c, tolerance))
+            elif isinstance(r, torch.Tensor):
                 leaves.append(_compare_tensor(path, r, c, tolerance))
             else:
                 leaves.append(_compare_scalar(path, r, c, tolerance))

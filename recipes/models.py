@@ -61,3 +61,74 @@ def mlp(in_features: int = 512, hidden: int = 2048, layers: int = 3, out_feature
         blocks += [nn.Linear(a, b), nn.GELU()]
     blocks.append(nn.Linear(dims[-1], out_features))
     return nn.Sequential(*blocks)
+
+
+class BatchedDetector(nn.Module):
+    """A torchvision detector that takes one batched image tensor instead of a list of images.
+
+    torchvision's detection models take ``list[Tensor]`` (images of any size) and return one dict
+    ``{boxes (K,4), labels (K,), scores (K,)}`` per image; autotune feeds models positional tensors,
+    so this wrapper unbinds ``(N, 3, H, W)`` into N images. The output is torchvision's list of dicts
+    unchanged, which the correctness gate compares by matching detections (see
+    :mod:`autotune.detections`).
+    """
+
+    def __init__(self, detector: nn.Module) -> None:
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, images: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        return self.detector(list(images.unbind(0)))  # type: ignore[no-any-return]
+
+
+def _calibrate_batchnorm(detector: nn.Module, *, size: int, batches: int = 2) -> None:
+    """Set the backbone's BatchNorm running statistics from random images (in place; weights untouched).
+
+    With random weights torchvision's BatchNorm layers hold their initial running statistics (mean 0,
+    variance 1), so in eval mode they do not normalise: MobileNetV3's depthwise convolutions (kaiming
+    fan-out init) shrink the activations layer by layer, the FPN features come out at ~1e-7, every RoI
+    gets the same class logits (the biases) and every detection the same score. Such a detector is one
+    big tie: its post-processing (top-k, NMS) ranks equal numbers, which neither exercises it nor gives
+    a representative timing. Running the backbone on two seeded batches of N(0, 1) images (what
+    autotune feeds) with BatchNorm in training mode and a cumulative average (``momentum=None``) gives
+    O(1) features, spread scores and distinct boxes, as a trained model has.
+    """
+    bns = [mod for mod in detector.modules() if isinstance(mod, nn.modules.batchnorm._BatchNorm)]
+    gen = torch.Generator().manual_seed(0)
+    momenta = [bn.momentum for bn in bns]
+    with torch.no_grad():
+        for bn in bns:
+            bn.reset_running_stats()
+            bn.momentum = None
+            bn.train()
+        for _ in range(batches):
+            images = torch.randn(2, 3, size, size, generator=gen)
+            transformed, _ = detector.transform(list(images.unbind(0)))  # type: ignore[operator]
+            detector.backbone(transformed.tensors)  # type: ignore[operator]
+    for bn, momentum in zip(bns, momenta, strict=True):
+        bn.momentum = momentum
+    detector.eval()
+
+
+def fasterrcnn_batched(num_classes: int = 5, min_size: int = 320, max_size: int = 320,
+                       calibrate: bool = True, **kwargs: object) -> nn.Module:
+    """torchvision's ``fasterrcnn_mobilenet_v3_large_320_fpn`` with random weights, in eval mode, batched.
+
+    No weights are downloaded (``weights=None, weights_backbone=None``): the recipes and tests time and
+    gate the architecture, not its accuracy. The 320 model's defaults (``min_size=max_size=320``, 150
+    RPN proposals) keep a CPU forward at batch 2 well under a second (~0.12 s on 2 cores). A handful of
+    classes by default: random class scores are ~1/num_classes, and with COCO's 91 none clears the 0.05
+    score threshold (no detection, nothing post-processed). ``calibrate`` sets the backbone's
+    BatchNorm statistics from random images (:func:`_calibrate_batchnorm`; ``False`` keeps torchvision's
+    initial ones, whose detections all tie). Extra ``kwargs`` go to the torchvision builder
+    (``box_score_thresh``, ``box_detections_per_img``, ``box_nms_thresh``, ...).
+    """
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
+
+    detector = fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=num_classes, min_size=min_size, max_size=max_size,
+        **kwargs,
+    ).eval()
+    if calibrate:
+        _calibrate_batchnorm(detector, size=min_size)
+    return BatchedDetector(detector).eval()
