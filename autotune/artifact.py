@@ -14,18 +14,30 @@ What is saved, per compiler (``KINDS``):
 * ``export`` → ``model.pt2``, the AOTInductor package the measurement compiled
   (``torch._inductor.aoti_compile_and_package``; it builds with the machine's C++ compiler, and the
   package only runs on a machine like this one: same CPU ISA / GPU architecture and a compatible torch).
-  Load with ``torch._inductor.aoti_load_package``.
+  Load with ``torch._inductor.aoti_load_package``. A structured output is exported as its flat leaves (a
+  library's output class could not be rebuilt where the library is not imported).
 * ``onnx`` → ``model.onnx`` (and ``model.onnx.data`` when the exporter stores weights externally), the
   file the measured session ran; the loader opens an ``InferenceSession`` with the measured options.
 * ``openvino`` → ``model.xml`` + ``model.bin`` (``openvino.save_model`` with ``compress_to_fp16=False``:
   its default would halve the weights to fp16, a different model than the one measured), the
-  ``ov.Model`` as compiled (static shapes); the loader compiles it with the measured configuration.
+  ``ov.Model`` as compiled (its ``PartialShape``s: dim 0 bounded by the request batch, the traffic's
+  varying dims unbounded); the loader compiles it with the measured configuration.
 * ``eager`` / ``compile`` have no file form: the artifact is the code (:mod:`autotune.report.loader`
   writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
 
 Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
-parent from the document, so ``autotune report`` shows the same text. Fixed shapes: runtimes and AOTI
-are built for the recommended batch size, so the loader makes inputs of exactly that shape.
+parent from the document, so ``autotune report`` shows the same text (:mod:`autotune.report.loader`).
+
+The artifact serves the traffic. It is built exactly as the measured candidate was (the worker's
+``_candidate_inputs``: the traffic's largest batch, padded to its bucket for ``+buckets``, with
+``Traffic.build_dims()`` as the dynamic dims and the layout's names as the graph's input names), so the
+shipped model is the measured one and takes every batch size from 1 to the recommended one and every shape
+of the data (export and the runtimes leave those dims dynamic; TorchScript and code read sizes at run time).
+What ``load.py`` needs to be called like the model is recorded by the worker in the section's ``interface``
+(:func:`describe_interface`: the batch's form, each input's name, keyword or positional, dtype, first-batch
+shape, integer range and dynamic dims, each output's name and pytree path); a ``+buckets`` artifact's
+padding is in ``runtime["buckets"]`` (:meth:`autotune.traffic.BucketPlan.describe`, with each input's padded
+dims and pad value), which ``load.py`` applies before the call and undoes after it, as the measurement did.
 
 A failure here (an export that does not serialise, a full disk, a crash) is reported in the document's
 ``artifact`` section with the reason; the run and everything it measured stand.

@@ -27,12 +27,14 @@ What a built runtime variant is, and why:
   ``dynamic_axes``; the notes list the graph's input shapes and any dim the exporter fixed anyway (the model's
   code specialised it: the gate on the traffic's other shapes then rejects the candidate). OpenVINO: the
   converted model is reshaped to a ``PartialShape`` with dim 0 bounded ``1..b`` and the other dynamic dims
-  unbounded, the rest static. A dynamic batch dim costs nothing measurable on full batches (README: ratios
-  of 0.97-1.07 against static-b models, interleaved), and a partial batch then runs its own rows instead of
-  being padded to b. ``+buckets`` variants pad the dynamic dims to the recipe's buckets before the call
+  unbounded, the rest static. On full batches a dynamic batch dim costs ONNX Runtime nothing measurable and
+  OpenVINO up to about 7% on a small BERT (1% on resnet18; README's artifact section), while a partial
+  batch then runs its own rows instead of being padded to b (3-4x cheaper at a quarter batch).
+  ``+buckets`` variants pad the dynamic dims to the recipe's buckets before the call
   (:class:`autotune.traffic.BucketPlan`); the runtime model is the same dynamic one. The graph's inputs
   carry the layout's names (``input_ids``...) and its outputs their pytree paths (``logits``), so a
-  deployment feeds the user's own batch by name.
+  deployment feeds the user's own batch by name. On CUDA, outputs whose shapes are dynamic are allocated
+  by ONNX Runtime on the device each call and handed to torch without a copy (``__cuda_array_interface__``).
 * **Build time is the export/conversion plus the session or compiled model** (graph optimisation
   happens there); the first inference is timed apart by the worker, as for every variant.
 * **Threads are set explicitly.** ONNX Runtime's ``intra_op_num_threads`` and OpenVINO's
@@ -78,7 +80,7 @@ returns f(x) for its own x, so the gate checks exactly what is timed). Pipelinin
 output, which no gate could check. The price: between calls the queue drains, and the output
 concatenation is one copy; both are what a service that receives one batch at a time would pay.
 
-Why one module (~620 lines): ONNX Runtime and OpenVINO share the export's interface (names, dynamic dims),
+Why one module (~650 lines): ONNX Runtime and OpenVINO share the export's interface (names, dynamic dims),
 the availability rules and the call wrappers' conventions; each runtime's half is under 180 lines, and a
 seventh of the length is this docstring (about 85 lines).
 """

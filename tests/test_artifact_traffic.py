@@ -181,6 +181,19 @@ def test_runtime_artifact_serves_every_batch_size_and_length(tmp_path: Path, rec
     if variant.endswith("+buckets"):
         assert out["section"]["runtime"]["buckets"]["buckets"] == [16, 32]
         assert "_pad(arrays)" in out["loader"]
+    # the exported graph's inputs and outputs carry the batch's names and the output's path
+    if variant.startswith("onnx"):
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(tmp_path / ARTIFACT_DIR / "model.onnx"))
+        names = [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+    else:
+        import openvino as ov
+
+        model = ov.Core().read_model(str(tmp_path / ARTIFACT_DIR / "model.xml"))
+        names = [i.get_any_name() for i in model.inputs], [o.get_any_name() for o in model.outputs]
+        assert all(i.get_partial_shape()[1].is_dynamic for i in model.inputs)
+    assert names == (["input_ids", "attention_mask", "token_type_ids"], ["logits"])
 
 
 @pytest.mark.worker
@@ -195,3 +208,102 @@ def test_aoti_artifact_serves_every_batch_size_and_length(tmp_path: Path, recipe
     out = _deploy_and_check(tmp_path, recipe_dir, "export")
     assert out["section"]["kind"] == "aoti"
     assert "returns the output's leaves" in " ".join(out["section"]["notes"])
+
+
+# ---- the fixed-shape case: [[inputs]] only, the batch dim is still dynamic --------------------------------
+
+FRESH_POSITIONAL = r"""
+import json, runpy, sys
+from pathlib import Path
+import numpy as np
+sys.modules["autotune"] = None
+directory, data = Path(sys.argv[1]), np.load(sys.argv[2])
+ns = runpy.run_path(str(directory / "load.py"), run_name="artifact_load")
+predict = ns["load"]()
+results = {key: predict(data[key])[0] for key in data.files}  # one positional input, one output
+np.savez(sys.argv[3], **{k: v.detach().cpu().numpy() if hasattr(v, "detach") else v for k, v in results.items()})
+print(json.dumps({"demo_rows": int(ns["make_inputs"]()[0].shape[0])}))
+"""
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize("variant", [
+    pytest.param("onnx", marks=needs_onnx),
+    pytest.param("openvino:throughput", marks=needs_openvino),
+    "frozen",
+    "export",
+])
+def test_fixed_shape_artifact_takes_every_batch_size_up_to_the_recommended_one(tmp_path: Path, variant: str) -> None:
+    """No [data]: the measured and shipped model is built at batch 4 with dim 0 dynamic (README: a dynamic batch
+    dim measured as fast as a static one), so a service's partial batches of 1-3 rows need no padding."""
+    from tests.support import MODELS, tiny_recipe
+
+    (tmp_path / "recipe.toml").write_text(tiny_recipe().replace("@MODELS@", str(MODELS)))
+    recipe = load_recipe(tmp_path / "recipe.toml")
+    spec = VariantSpec.parse(variant)
+    data = recipe.to_dict()
+    data["device_resolved"] = "cpu"
+    doc: dict[str, Any] = {"recipe": data,
+                           "recommendation": {"variant": spec.name, "batch_size": BATCH, **spec.to_dict()}}
+    write_deployment(recipe.to_dict(), doc, tmp_path, make_runner=Runner, timeout=600, profile=False)
+    assert doc["artifact"]["status"] == "ok", doc["artifact"]
+    assert all(x["dynamic_dims"] == [0] for x in doc["artifact"]["interface"]["inputs"])
+    batches = {f"r{r}": torch.randn(r, 3, 8, 8, generator=torch.Generator().manual_seed(r))
+               for r in range(1, BATCH + 1)}
+    np.savez(tmp_path / "in.npz", **{k: v.numpy() for k, v in batches.items()})
+    proc = subprocess.run([sys.executable, "-I", "-c", FRESH_POSITIONAL, str(tmp_path / ARTIFACT_DIR),
+                           str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["demo_rows"] == BATCH
+    got = np.load(tmp_path / "out.npz")
+    model = build_model(recipe, device=torch.device("cpu"))
+    for key, x in batches.items():
+        with torch.inference_mode():
+            reference = model(x)
+        result = compare_outputs([reference], [torch.from_numpy(got[key])], tolerance=tolerance_for("fp32"))
+        assert result.passed, f"{variant} at {key}: {result.reason}"
+
+
+# ---- the loader's text is safe for any names -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["onnx", "openvino", "torchscript", "aoti", "code"])
+def test_loader_text_pastes_names_safely(tmp_path: Path, kind: str) -> None:
+    """Input names, output paths and the recipe's name come from the user: they land in constants (repr) and
+    in the docstring, never as code; the text compiles and imports nothing but what the kind needs."""
+    import ast
+
+    from autotune.report.loader import loader_script
+
+    evil = 'x"""\nimport os  #'
+    iface = {"source": "factory", "form": "dict", "batch_size": 2, "batch_rows": [2], "shapes": ["a"],
+             "dynamic_sizes": {evil + "[1]": [3, 4]},
+             "inputs": [{"name": "class", "keyword": True, "dtype": "int64", "shape": [2, 3], "range": [0, 5],
+                         "dynamic_dims": [0, 1]},
+                        {"name": evil, "keyword": True, "dtype": "float32", "shape": [2, 3], "range": None,
+                         "dynamic_dims": [0, 1]}],
+             "outputs": [{"name": "logits", "path": evil, "dtype": "float32", "shape": [2, 2]}]}
+    runtime = {"buckets": {"buckets": [4, 8], "output_dims": [[0, 1]],
+                           "inputs": [{"name": evil, "dims": [1], "pad_value": 0.0}]}}
+    doc = {"recipe": {"name": "evil\nimport os", "device": "cpu", "inputs": [],
+                      "model": {"factory": "torch.nn:Identity", "kwargs": {}}},
+           "recommendation": {"variant": "eager", "batch_size": 2, "compiler": "eager", "precision": "fp32"},
+           "artifact": {"status": "ok", "kind": kind, "variant": "v", "batch_size": 2, "threads": 1,
+                        "runtime": runtime, "files": [], "format": "f", "interface": iface}}
+    text = loader_script(doc)
+    assert text is not None
+    tree = ast.parse(text)
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in node.names} | {node.module.split(".")[0] for node in ast.walk(tree)
+                                            if isinstance(node, ast.ImportFrom) and node.module}
+    assert "os" not in imported and "autotune" not in imported, imported
+    namespace: dict[str, Any] = {"__name__": "artifact_load", "__file__": str(tmp_path / "load.py")}
+    if kind in ("onnx", "openvino"):
+        pytest.importorskip("onnxruntime" if kind == "onnx" else "openvino")
+    exec(compile(text, "load.py", "exec"), namespace)  # defines the names; loads nothing yet
+    assert namespace["INPUTS"] == ["class", evil] and namespace["OUTPUTS"] == ["logits"]
+    batch = namespace["make_inputs"]()
+    assert sorted(batch) == sorted(["class", evil]) and tuple(batch["class"].shape) == (2, 3)
+    with pytest.raises(TypeError, match="keyword inputs"):
+        namespace["_flatten"]((1,), {})

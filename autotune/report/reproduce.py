@@ -157,18 +157,26 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
     """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
     if compiler == "onnx":
         convert = [
-            "# torch.onnx.export with the dynamo exporter, fixed shapes (autotune falls back to dynamo=False,",
-            "# opset_version=17 when it fails; the report's notes say whether it did)",
+            "# torch.onnx.export with the dynamo exporter, the batch dim dynamic as autotune measured it (it falls",
+            "# back to dynamo=False, opset_version=17, dynamic_axes when it fails; the report's notes say so)",
+            "dynamic = tuple({0: torch.export.Dim.DYNAMIC} for _ in inputs) if BATCH_SIZE > 1 else None",
             "with torch.no_grad():",
-            '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False)',
+            '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False, dynamic_shapes=dynamic)',
         ]
         load = onnx_lines(mode=mode, threads="THREADS", path='"model.onnx"', device=device)
     else:
         hint = "THROUGHPUT" if mode == "throughput" else "LATENCY"
         convert = [
-            "# openvino.convert_model from the module, reshaped to the batch's static shapes",
+            "# openvino.convert_model from the module, reshaped to the batch's shapes, dim 0 bounded 1..batch",
             "ov_model = ov.convert_model(model, example_input=inputs)",
-            "ov_model.reshape({i: list(x.shape) for i, x in enumerate(inputs)})",
+            "",
+            "",
+            "def reshape(batch):",
+            "    ov_model.reshape({i: ov.PartialShape([ov.Dimension(1, batch) if BATCH_SIZE > 1 else batch,",
+            "                                          *x.shape[1:]]) for i, x in enumerate(inputs)})",
+            "",
+            "",
+            "reshape(BATCH_SIZE)",
             f'CONFIG = {{"PERFORMANCE_HINT": "{hint}", "INFERENCE_NUM_THREADS": THREADS, '
             f'"INFERENCE_PRECISION_HINT": "{_OV_PRECISION.get(precision, "f32")}"}}',
             "REQUESTS = 1",
@@ -178,7 +186,7 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
             '    probe = ov.Core().compile_model(ov_model, "CPU", CONFIG)',
             '    n = int(probe.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))',
             "    REQUESTS = max(k for k in range(1, max(1, min(BATCH_SIZE, n)) + 1) if BATCH_SIZE % k == 0)",
-            "    ov_model.reshape({i: [BATCH_SIZE // REQUESTS, *x.shape[1:]] for i, x in enumerate(inputs)})",
+            "    reshape(BATCH_SIZE // REQUESTS)",
         ]
         load = openvino_lines(config="CONFIG", requests="REQUESTS", model="ov_model")
     return [*convert, "arrays = [x.cpu().contiguous().numpy() for x in inputs]", "", "", *load, "", "",
