@@ -217,7 +217,7 @@ def build_variant(
                   into the graph); eager/script enter autocast around every call instead
         set threads (inductor reads the thread count at compile time)
         inner = m | jit.script(m) | jit.trace(m, x) | optimize_for_inference(freeze(script-or-trace(m)))
-                | torch.compile(m, mode, dynamic=False)            (compiles at the first call)
+                | torch.compile(m, mode, dynamic=compile_dynamic(..))   (compiles at the first call)
                 | aoti_load_package(aoti_compile_and_package(export(m, x, dynamic_shapes)))
                 | ONNX Runtime / OpenVINO session on an export of m, dynamic in dynamic_dims  (autotune.runtimes)
         cudagraphs: capture inner(x) into a CUDA graph; calls copy inputs in and replay
@@ -405,7 +405,7 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
 
     With ``dynamic_dims`` those dims are ``Dim.DYNAMIC`` (torch.export decides their range, or specialises
     a dim the model's code fixes: the gate on the traffic's other shapes then says so). A model whose output
-    is not a lone tensor is exported returning its flat leaves (:class:`_FlatOutputs`) and the call rebuilds
+    is not a lone tensor is exported returning its flat leaves (:func:`_flat_outputs`) and the call rebuilds
     the structure. The temp dir object is returned so the caller keeps it alive as long as the loaded model.
     """
     import torch
