@@ -14,18 +14,30 @@ What is saved, per compiler (``KINDS``):
 * ``export`` → ``model.pt2``, the AOTInductor package the measurement compiled
   (``torch._inductor.aoti_compile_and_package``; it builds with the machine's C++ compiler, and the
   package only runs on a machine like this one: same CPU ISA / GPU architecture and a compatible torch).
-  Load with ``torch._inductor.aoti_load_package``.
+  Load with ``torch._inductor.aoti_load_package``. A structured output is exported as its flat leaves (a
+  library's output class could not be rebuilt where the library is not imported).
 * ``onnx`` → ``model.onnx`` (and ``model.onnx.data`` when the exporter stores weights externally), the
   file the measured session ran; the loader opens an ``InferenceSession`` with the measured options.
 * ``openvino`` → ``model.xml`` + ``model.bin`` (``openvino.save_model`` with ``compress_to_fp16=False``:
   its default would halve the weights to fp16, a different model than the one measured), the
-  ``ov.Model`` as compiled (static shapes); the loader compiles it with the measured configuration.
+  ``ov.Model`` as compiled (its ``PartialShape``s: dim 0 bounded by the request batch, the traffic's
+  varying dims unbounded); the loader compiles it with the measured configuration.
 * ``eager`` / ``compile`` have no file form: the artifact is the code (:mod:`autotune.report.loader`
   writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
 
 Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
-parent from the document, so ``autotune report`` shows the same text. Fixed shapes: runtimes and AOTI
-are built for the recommended batch size, so the loader makes inputs of exactly that shape.
+parent from the document, so ``autotune report`` shows the same text (:mod:`autotune.report.loader`).
+
+The artifact serves the traffic. It is built exactly as the measured candidate was (the worker's
+``_candidate_inputs``: the traffic's largest batch, padded to its bucket for ``+buckets``, with
+``Traffic.build_dims()`` as the dynamic dims and the layout's names as the graph's input names), so the
+shipped model is the measured one and takes every batch size from 1 to the recommended one and every shape
+of the data (export and the runtimes leave those dims dynamic; TorchScript and code read sizes at run time).
+What ``load.py`` needs to be called like the model is recorded by the worker in the section's ``interface``
+(:func:`describe_interface`: the batch's form, each input's name, keyword or positional, dtype, first-batch
+shape, integer range and dynamic dims, each output's name and pytree path); a ``+buckets`` artifact's
+padding is in ``runtime["buckets"]`` (:meth:`autotune.traffic.BucketPlan.describe`, with each input's padded
+dims and pad value), which ``load.py`` applies before the call and undoes after it, as the measurement did.
 
 A failure here (an export that does not serialise, a full disk, a crash) is reported in the document's
 ``artifact`` section with the reason; the run and everything it measured stand.
@@ -71,10 +83,18 @@ def directory_files(directory: Path) -> list[dict[str, Any]]:
     return [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(directory.iterdir()) if p.is_file()]
 
 
-def save_artifact(built: Any, directory: Path) -> dict[str, Any]:
+def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims: Any = None) -> dict[str, Any]:
     """Write ``built.artifact`` (a :class:`autotune.variants.BuiltVariant` built with ``keep_artifact``) into
-    ``directory``; return the kind, the files written and the runtime options a loader needs."""
+    ``directory``; return the kind, the files written and the runtime options a loader needs.
+
+    ``plan`` (the :class:`autotune.traffic.BucketPlan` of a ``+buckets`` variant) goes into the runtime options
+    as ``buckets`` (its ``describe()``, plus per input the padded dims and the pad value), so ``load.py`` pads
+    and slices back as the measured call did; ``dynamic_dims`` (what the variant was built with) decides a
+    ``code`` artifact's ``torch.compile(dynamic=...)``.
+    """
     import torch
+
+    from autotune.variants import compile_dynamic
 
     spec = built.spec
     kind = kind_of(spec.compiler)
@@ -108,8 +128,17 @@ def save_artifact(built: Any, directory: Path) -> dict[str, Any]:
         ov.save_model(built.artifact, str(directory / "model.xml"), compress_to_fp16=False)
         runtime["config"] = openvino_config(spec, threads)
         first = built.artifact.inputs[0].get_partial_shape() if built.artifact.inputs else None
-        runtime["request_batch"] = (int(first[0].get_length()) if first is not None and first.rank.get_length() > 0
-                                    and first[0].is_static else None)
+        bound = None
+        if first is not None and first.rank.is_static and first.rank.get_length() > 0:
+            dim0 = first[0]
+            bound = int(dim0.get_length()) if dim0.is_static else int(dim0.get_max_length())
+        runtime["request_batch"] = bound if bound is not None and bound > 0 else None
+    elif spec.compiler == "compile":
+        runtime["compile_dynamic"] = compile_dynamic(spec, dynamic_dims)
+    if plan is not None:
+        runtime["buckets"] = {**plan.describe(), "inputs": [
+            {"name": n, "dims": list(d), "pad_value": v}
+            for n, d, v in zip(plan.layout.names, plan.dynamic_dims, plan.pad_values, strict=True) if d]}
     return {"kind": kind, "format": FORMATS[kind], "files": directory_files(directory),
             "save_seconds": time.perf_counter() - t0, "threads": threads, "runtime": runtime}
 
@@ -147,12 +176,54 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
+def describe_interface(traffic: Any, model: Any) -> dict[str, Any]:
+    """How the artifact is called, for ``load.py``: the batch's form, each input (name, keyword or positional,
+    dtype, the first batch's shape, the integer range seen or drawn from, the dims left dynamic), each
+    output (its name in the exported graph, its pytree path, dtype and shape on the build example), the batch
+    sizes and the sizes of each varying dim seen in the data, and the distinct batch shapes.
+
+    ``traffic`` is the :class:`autotune.traffic.Traffic` the variant was built from and ``model`` the eager
+    model as the builders saw it (keyword inputs adapted): one eager call on the example gives the outputs.
+    """
+    import torch
+    import torch.utils._pytree as pytree
+
+    from autotune.traffic import output_paths
+
+    first = traffic.batches[0]
+    dims = traffic.build_dims()
+    inputs = []
+    for j, (name, keyword, x) in enumerate(zip(traffic.layout.names, traffic.layout.keyword, first, strict=True)):
+        integer = not x.is_floating_point() and x.dtype != torch.bool
+        lo_hi = None
+        if integer:  # the values seen over the whole traffic (random [[inputs]]: the range they were drawn from)
+            lo_hi = [min(int(b[j].min()) for b in traffic.batches if b[j].numel()),
+                     max(int(b[j].max()) for b in traffic.batches if b[j].numel()) + 1]
+        inputs.append({"name": name, "keyword": bool(keyword), "dtype": str(x.dtype).replace("torch.", ""),
+                       "shape": [int(d) for d in x.shape], "range": lo_hi,
+                       "dynamic_dims": list(dims[j]) if dims is not None else []})
+    with torch.inference_mode():
+        out = model(*traffic.example)
+    leaves = pytree.tree_leaves(out)
+    outputs = [{"name": n, "path": p, "dtype": str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor)
+                else type(t).__name__, "shape": [int(d) for d in t.shape] if isinstance(t, torch.Tensor) else None}
+               for (n, p), t in zip(output_paths(out), leaves, strict=True)]
+    sizes = {f"{name}[{d}]": sorted({int(b[j].shape[d]) for b in traffic.batches})
+             for j, (name, dyn) in enumerate(zip(traffic.layout.names, traffic.dynamic_dims, strict=True)) for d in dyn}
+    return {"source": traffic.source, "form": traffic.layout.form, "inputs": inputs, "outputs": outputs,
+            "batch_size": max(traffic.rows), "batch_rows": sorted(set(traffic.rows)), "dynamic_sizes": sizes,
+            "shapes": sorted(set(traffic.shape_keys()))}
+
+
 def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, directory: str | None,
-           profile: bool, iterations: int) -> dict[str, Any]:
+           profile: bool, iterations: int, traffic: Any = None, plan: Any = None) -> dict[str, Any]:
     """Build ``spec`` once (``keep_artifact``), save it into ``directory`` (None: no artifact), profile it and
     eager (with the same threads) at the same batch; each part fails on its own, with its reason.
 
-    ``inputs`` are the example batch (fp32, on the device) the measurement built the variant on.
+    ``inputs`` are the example batch (fp32, on the device) the measurement built the variant on (padded to
+    its bucket for a ``+buckets`` variant); ``traffic`` (:class:`autotune.traffic.Traffic`) gives the
+    dynamic dims and input names it was built with and the interface ``load.py`` offers
+    (:func:`describe_interface`); ``plan`` the bucket padding. Without ``traffic`` every shape is static.
     Returns ``{"artifact": {...} | None, "profile": {...} | None}``.
     """
     import torch
@@ -162,10 +233,13 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
     out: dict[str, Any] = {"artifact": None, "profile": None}
     tables: list[dict[str, Any]] = []
     notes: list[str] = []
+    dynamic_dims = traffic.build_dims() if traffic is not None else None
     t0 = time.perf_counter()
     try:
         with torch.inference_mode():
-            built = build_variant(spec, model, inputs, device=str(device), keep_artifact=directory is not None)
+            built = build_variant(spec, model, inputs, device=str(device), keep_artifact=directory is not None,
+                                  dynamic_dims=dynamic_dims,
+                                  input_names=traffic.layout.names if traffic is not None else None)
             prepared = built.prepare_inputs(inputs)
             built.fn(*prepared)  # the first call: torch.compile compiles here, like the measured one
             backend.synchronize()
@@ -176,7 +250,9 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
                 "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
     if directory is not None:
         try:
-            saved = save_artifact(built, Path(directory))
+            saved = save_artifact(built, Path(directory), plan=plan, dynamic_dims=dynamic_dims)
+            if traffic is not None:
+                saved["interface"] = describe_interface(traffic, model)
             out["artifact"] = {"status": "ok", "reason": "", "build_seconds": build_seconds, **saved,
                                "notes": list(built.notes)}
         except Exception as exc:
@@ -280,5 +356,5 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
         doc["profile"] = profile_section
 
 
-__all__ = ["ARTIFACT_DIR", "FORMATS", "KINDS", "LOADER_NAME", "deploy", "directory_files", "kind_of",
-           "save_artifact", "write_deployment"]
+__all__ = ["ARTIFACT_DIR", "FORMATS", "KINDS", "LOADER_NAME", "deploy", "describe_interface", "directory_files",
+           "kind_of", "save_artifact", "write_deployment"]

@@ -125,8 +125,11 @@ def openvino_table(model: Any, config: dict[str, Any], arrays: Sequence[Any], *,
 
     compiled = ov.Core().compile_model(model, "CPU", {**config, "PERF_COUNT": True})
     request = compiled.create_infer_request()
-    shapes = [tuple(int(d.get_length()) for d in i.get_partial_shape()) for i in compiled.inputs]
-    feeds = [a[: s[0]] if len(s) and a.ndim and a.shape[0] != s[0] else a for a, s in zip(arrays, shapes, strict=True)]
+    # the largest batch one request takes (a dynamic dim: its upper bound, -1 when unbounded)
+    shapes = [tuple(int(d.get_length() if d.is_static else d.get_max_length()) for d in i.get_partial_shape())
+              for i in compiled.inputs]
+    feeds = [a[: s[0]] if len(s) and s[0] > 0 and a.ndim and a.shape[0] > s[0] else a
+             for a, s in zip(arrays, shapes, strict=True)]
     n = _iterations(lambda: request.infer(feeds), lambda: None, iterations=iterations, warmup=warmup)
     per_type: dict[str, list[float]] = {}
     for _ in range(n):
@@ -141,7 +144,7 @@ def openvino_table(model: Any, config: dict[str, Any], arrays: Sequence[Any], *,
             for op, (s, calls) in sorted(per_type.items(), key=lambda kv: kv[1][0], reverse=True)[:top]]
     total = sum(s for s, _ in per_type.values()) * 1000.0 / n
     note = None
-    if shapes and arrays and shapes[0] and arrays[0].ndim and shapes[0][0] != arrays[0].shape[0]:
+    if shapes and arrays and shapes[0] and arrays[0].ndim and 0 < shapes[0][0] < arrays[0].shape[0]:
         note = (f"one request of {shapes[0][0]} samples profiled; the measured call runs the batch of "
                 f"{arrays[0].shape[0]} as several requests at once")
     return _table("openvino PERF_COUNT (real time per node type)", n, rows, total, note=note)

@@ -18,12 +18,23 @@ What a built runtime variant is, and why:
   tensors' device pointers are bound directly and outputs are written into preallocated torch tensors
   (static buffers, overwritten by the next call, as with CUDA graphs), and the session runs on torch's
   current stream (``user_compute_stream``), so no host round trip and no cross-stream sync is needed.
-* **Fixed shapes, one model per batch size.** The export is specialised to the example batch (no
-  dynamic axis). A free batch dimension blocks some graph optimisations in both runtimes (shape
-  propagation, constant folding of shape arithmetic, OpenVINO's static-shape kernels); the search
-  builds a variant per batch size anyway (``BuiltVariant.shape_specialized``), so nothing is lost.
-  OpenVINO's PyTorch frontend produces dynamic shapes by default; the converted model is reshaped to
-  the example's static shapes before compiling.
+* **Dynamic where the traffic varies, static elsewhere.** ``dynamic_dims`` (per input, from
+  :meth:`autotune.traffic.Traffic.build_dims`) holds the batch dim 0 (a deployment sees partial batches:
+  the saved model must take every batch size up to the recommended one) and, with a ``[data]`` factory,
+  the dims whose size varies between its batches (a sequence length). Every other dim is exported at the
+  example's size, so shape propagation and constant folding still see it. ONNX: the dynamo exporter gets
+  ``dynamic_shapes`` with ``torch.export.Dim.DYNAMIC`` on those dims, the TorchScript fallback
+  ``dynamic_axes``; the notes list the graph's input shapes and any dim the exporter fixed anyway (the model's
+  code specialised it: the gate on the traffic's other shapes then rejects the candidate). OpenVINO: the
+  converted model is reshaped to a ``PartialShape`` with dim 0 bounded ``1..b`` and the other dynamic dims
+  unbounded, the rest static. On full batches a dynamic batch dim costs ONNX Runtime nothing measurable and
+  OpenVINO up to about 7% on a small BERT (1% on resnet18; README's artifact section), while a partial
+  batch then runs its own rows instead of being padded to b (3-4x cheaper at a quarter batch).
+  ``+buckets`` variants pad the dynamic dims to the recipe's buckets before the call
+  (:class:`autotune.traffic.BucketPlan`); the runtime model is the same dynamic one. The graph's inputs
+  carry the layout's names (``input_ids``...) and its outputs their pytree paths (``logits``), so a
+  deployment feeds the user's own batch by name. On CUDA, outputs whose shapes are dynamic are allocated
+  by ONNX Runtime on the device each call and handed to torch without a copy (``__cuda_array_interface__``).
 * **Build time is the export/conversion plus the session or compiled model** (graph optimisation
   happens there); the first inference is timed apart by the worker, as for every variant.
 * **Threads are set explicitly.** ONNX Runtime's ``intra_op_num_threads`` and OpenVINO's
@@ -42,8 +53,10 @@ What a built runtime variant is, and why:
 
 ONNX export, pseudo-code::
 
-    try:    torch.onnx.export(m, x, path, dynamo=True)       # torch.export + onnxscript, opset >= 18
-    except: note why; torch.onnx.export(m, x, path, dynamo=False, opset 17)   # TorchScript exporter
+    try:    torch.onnx.export(m, x, path, dynamo=True,       # torch.export + onnxscript, opset >= 18
+                              dynamic_shapes={dim: Dim.DYNAMIC per dynamic dim}, input_names, output_names)
+    except: note why; torch.onnx.export(m, x, path, dynamo=False, opset 17,   # TorchScript exporter
+                                        dynamic_axes={input: {dim: name}}, input_names, output_names)
     # the dynamo exporter no longer falls back by itself and the TorchScript one is deprecated,
     # so the fallback is explicit and named in the candidate's notes
     session = InferenceSession(path, ORT_ENABLE_ALL, intra_op_num_threads=threads,
@@ -55,9 +68,10 @@ only help when several requests are in flight. So a call drives an ``AsyncInferQ
 compiled model's ``OPTIMAL_NUMBER_OF_INFER_REQUESTS`` (n)::
 
     k = the largest divisor of the batch b with k <= n        (k = 1: one request, said in the notes)
-    compile the model for batch c = b / k
+    compile the model for batch c = b / k                     (dynamic batch: bounded 1..c)
     call(x): split x along dim 0 into k chunks (views, no copy); start_async each on the queue;
              wait_all; concatenate each output's k chunks along dim 0 in order
+             (a partial batch of r < b rows, dynamic batch only: min(k, r) near-equal chunks)
 
 **One call = one batch of b samples through the queue, with the queue full (k requests in flight).**
 The timing loop therefore stays comparable to every other variant (samples per call = b, each call
@@ -66,9 +80,9 @@ returns f(x) for its own x, so the gate checks exactly what is timed). Pipelinin
 output, which no gate could check. The price: between calls the queue drains, and the output
 concatenation is one copy; both are what a service that receives one batch at a time would pay.
 
-Why one module (~490 lines): ONNX Runtime and OpenVINO share the fixed-shape export, the availability
-rules and the call wrappers' conventions; each runtime's half is under 130 lines, and a seventh of the
-length is this docstring (about 70 lines).
+Why one module (~650 lines): ONNX Runtime and OpenVINO share the export's interface (names, dynamic dims),
+the availability rules and the call wrappers' conventions; each runtime's half is under 180 lines, and a
+seventh of the length is this docstring (about 85 lines).
 """
 
 from __future__ import annotations
@@ -77,6 +91,7 @@ import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autotune.build_stage import silenced_build
@@ -213,18 +228,24 @@ def runtime_unavailable_reason(spec: RuntimeSpec, *, device: str, input_ndims: S
 
 def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str,
                   notes: list[str], keep_artifact: bool = False,
-                  dynamic_dims: Sequence[Sequence[int]] | None = None
+                  dynamic_dims: Sequence[Sequence[int]] | None = None,
+                  input_names: Sequence[str] | None = None,
                   ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
-    """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes and load it in the
-    runtime; return the inner callable (torch tensors in, the eager output structure out), what
-    must stay alive with it (the temporary directory holding the exported files), and with
-    ``keep_artifact`` what a deployment saves (the ``.onnx`` path; the ``ov.Model`` as compiled, which
-    is otherwise dropped after compiling: it holds a copy of the weights), else None.
+    """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes, dynamic in ``dynamic_dims``
+    (per input; None: every dim static), and load it in the runtime; return the inner callable (torch tensors
+    in, the eager output structure out), what must stay alive with it (the temporary directory holding the
+    exported files), and with ``keep_artifact`` what a deployment saves (the ``.onnx`` path; the ``ov.Model``
+    as compiled, which is otherwise dropped after compiling: it holds a copy of the weights), else None.
+
+    The graph's inputs are named ``input_names`` (the traffic layout's names; default ``input0``...) and its
+    outputs after their pytree paths (:func:`autotune.traffic.output_paths`: ``logits``, ``output_0``...).
 
     Raises :class:`VariantError` with a one-line summary when a stage fails.
     """
     import torch
     import torch.utils._pytree as pytree
+
+    from autotune.traffic import output_paths
 
     reason = static_unavailable_reason(spec)
     if reason is not None:
@@ -241,11 +262,18 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
     if not all(isinstance(t, torch.Tensor) for t in flat_ref):
         raise VariantError(f"{spec.name}: the model returns non-tensor outputs, which an exported graph "
                            "cannot reproduce")
+    graph = _GraphNames(inputs=tuple(input_names) if input_names else tuple(f"input{i}" for i in range(len(example))),
+                        outputs=tuple(n for n, _ in output_paths(reference)),
+                        output_ranks=tuple(t.dim() for t in flat_ref),
+                        dynamic=tuple(tuple(d) for d in dynamic_dims) if dynamic_dims is not None else None)
+    if len(graph.inputs) != len(example) or (graph.dynamic is not None and len(graph.dynamic) != len(example)):
+        raise VariantError(f"{spec.name}: {len(example)} inputs, but {len(graph.inputs)} names and "
+                           f"{len(graph.dynamic or example)} dynamic-dim entries")
     if spec.compiler == "onnx":
-        inner, kept = _build_onnx(spec, model, example, device=device, threads=threads, notes=notes)
+        inner, kept = _build_onnx(spec, model, example, device=device, threads=threads, notes=notes, graph=graph)
         artifact = os.path.join(kept[0].name, "model.onnx") if keep_artifact else None
     else:
-        inner, kept = _build_openvino(spec, model, example, threads=threads, notes=notes)
+        inner, kept = _build_openvino(spec, model, example, threads=threads, notes=notes, graph=graph)
         artifact = kept[-1] if keep_artifact else None
         kept = kept[:-1]
     n_out = len(flat_ref)
@@ -259,21 +287,58 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
     return call, kept, artifact
 
 
+@dataclass(frozen=True)
+class _GraphNames:
+    """The exported graph's interface: input and output names, output ranks, the dynamic dims per input."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    output_ranks: tuple[int, ...]
+    dynamic: tuple[tuple[int, ...], ...] | None
+
+    def dynamic_text(self) -> str:
+        if not self.dynamic or not any(self.dynamic):
+            return "none"
+        return ", ".join(f"{n}{list(d)}" for n, d in zip(self.inputs, self.dynamic, strict=True) if d)
+
+
 # ---- ONNX Runtime ---------------------------------------------------------------------------------
 
 
-def export_onnx(model: Any, example: tuple[Any, ...], path: str, notes: list[str]) -> str:
+def export_onnx(model: Any, example: tuple[Any, ...], path: str, notes: list[str], *,
+                graph: _GraphNames | None = None) -> str:
     """Export to ``path``; the dynamo exporter first, the TorchScript exporter as the explicit fallback.
+
+    Dynamic dims (``graph.dynamic``): the dynamo exporter gets ``dynamic_shapes`` with ``Dim.DYNAMIC`` on
+    them (torch.export derives the ranges and the equalities between inputs); the TorchScript exporter gets
+    ``dynamic_axes`` naming them (``batch`` for dim 0, ``<input>_<dim>`` otherwise) and every output dim
+    (the exporter cannot tell which follow the inputs; declaring them symbolic is always valid).
 
     Returns which exporter produced the file (``"dynamo"`` or ``"torchscript"``); the notes say why a
     fallback happened. Large weights may land next to ``path`` as external data.
     """
     import torch
 
+    from autotune.traffic import dynamic_shapes_for
+
+    names: dict[str, Any] = {}
+    dynamic_shapes = None
+    dynamic_axes = None
+    if graph is not None:
+        names = {"input_names": list(graph.inputs), "output_names": list(graph.outputs)}
+        if graph.dynamic is not None and any(graph.dynamic):
+            dynamic_shapes = dynamic_shapes_for(model, example, graph.dynamic)
+            dynamic_axes = {n: {d: "batch" if d == 0 else f"{n}_{d}" for d in dims}
+                            for n, dims in zip(graph.inputs, graph.dynamic, strict=True) if dims}
+            dynamic_axes.update({n: {d: f"{n}_{d}" for d in range(rank)}
+                                 for n, rank in zip(graph.outputs, graph.output_ranks, strict=True) if rank})
+    shapes = "fixed shapes" if dynamic_shapes is None else f"dynamic dims {graph.dynamic_text() if graph else ''}"
     try:
         silenced_build("torch.onnx.export(dynamo=True)", notes,
-                        lambda: torch.onnx.export(model, example, path, dynamo=True, verbose=False))
-        notes.append("onnx: exported with the dynamo exporter (torch.export), fixed shapes")
+                        lambda: torch.onnx.export(model, example, path, dynamo=True, verbose=False,
+                                                  dynamic_shapes=dynamic_shapes, **names))
+        notes.append(f"onnx: exported with the dynamo exporter (torch.export), {shapes}"
+                     + (" (dynamic_shapes, Dim.DYNAMIC)" if dynamic_shapes is not None else ""))
         return "dynamo"
     except VariantError as exc:
         first = str(exc)
@@ -281,10 +346,12 @@ def export_onnx(model: Any, example: tuple[Any, ...], path: str, notes: list[str
         os.remove(os.path.join(os.path.dirname(path), name))
     silenced_build(
         "torch.onnx.export(dynamo=False)", notes,
-        lambda: torch.onnx.export(model, example, path, dynamo=False, opset_version=TORCHSCRIPT_OPSET),
+        lambda: torch.onnx.export(model, example, path, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
+                                  dynamic_axes=dynamic_axes, **names),
     )
     notes.append(f"onnx: the dynamo exporter failed ({first[:200]}); exported with the deprecated "
-                 f"TorchScript exporter instead (opset {TORCHSCRIPT_OPSET}), fixed shapes")
+                 f"TorchScript exporter instead (opset {TORCHSCRIPT_OPSET}), {shapes}"
+                 + (" (dynamic_axes)" if dynamic_axes is not None else ""))
     return "torchscript"
 
 
@@ -313,14 +380,14 @@ def onnx_session_options(spec: RuntimeSpec, threads: int) -> Any:
 
 
 def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str, threads: int,
-                notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
+                notes: list[str], graph: _GraphNames) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     import onnxruntime as ort
     import torch
 
     tmp = tempfile.TemporaryDirectory(prefix="autotune-onnx-")
     try:
         path = os.path.join(tmp.name, "model.onnx")
-        export_onnx(model, example, path, notes)
+        export_onnx(model, example, path, notes, graph=graph)
         opts = onnx_session_options(spec, threads)
         dev = torch.device(device)
         providers: list[Any] = ["CPUExecutionProvider"]
@@ -342,11 +409,13 @@ def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, devi
         tmp.cleanup()
         raise VariantError(f"{spec.name}: the exported graph has {len(names)} inputs, the model takes "
                            f"{len(example)} (an unused input was dropped?)")
+    if graph.dynamic is not None:
+        notes.append(_onnx_shape_note(session, graph))
     if dev.type == "cuda":
         if used[0] != "CUDAExecutionProvider":
             tmp.cleanup()
             raise VariantError(f"{spec.name}: ONNX Runtime did not take the CUDA provider ({used})")
-        return _onnx_cuda_call(session, names, dev), (tmp, session)
+        return _onnx_cuda_call(session, names, dev, notes), (tmp, session)
 
     def run(*args: Any) -> list[Any]:
         feeds = {n: a.contiguous().numpy() for n, a in zip(names, args, strict=True)}
@@ -355,33 +424,77 @@ def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, devi
     return run, (tmp, session)
 
 
-def _onnx_cuda_call(session: Any, names: list[str], dev: Any) -> Callable[..., list[Any]]:
-    """IOBinding on CUDA: inputs bound by device pointer, outputs into preallocated torch tensors."""
+def _onnx_shape_note(session: Any, graph: _GraphNames) -> str:
+    """What the exported graph left dynamic: its input shapes, and the asked-for dims the exporter fixed
+    (the model's code specialised them; the gate on the traffic's other shapes then rejects the variant)."""
+    shapes = []
+    fixed = []
+    for meta, dims in zip(session.get_inputs(), graph.dynamic or (), strict=False):
+        shapes.append(f"{meta.name} [{', '.join(str(d) for d in meta.shape)}]")
+        fixed += [f"{meta.name}[{d}]" for d in dims if d < len(meta.shape) and isinstance(meta.shape[d], int)]
+    text = "onnx: graph input shapes " + "; ".join(shapes) + " (a name is a dynamic dim)"
+    return text + (f"; fixed by the exporter although dynamic in the traffic: {', '.join(fixed)}" if fixed else "")
+
+
+class _CudaArray:
+    """A device buffer ONNX Runtime allocated, seen by torch through ``__cuda_array_interface__`` (no copy).
+
+    The tensor torch makes keeps this object, and so the ``OrtValue`` owning the memory, alive.
+    """
+
+    def __init__(self, value: Any, typestr: str) -> None:
+        self._value = value
+        self.__cuda_array_interface__ = {"shape": tuple(value.shape()), "typestr": typestr,
+                                         "data": (value.data_ptr(), False), "version": 3, "stream": None}
+
+
+def _onnx_cuda_call(session: Any, names: list[str], dev: Any, notes: list[str]) -> Callable[..., list[Any]]:
+    """IOBinding on CUDA: inputs bound by device pointer; outputs into preallocated torch tensors when their
+    shapes are static, else allocated by ONNX Runtime on the device and handed to torch without a copy."""
     import numpy as np
     import torch
 
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     binding = session.io_binding()
-    outputs = []
-    for meta in session.get_outputs():
-        if not all(isinstance(d, int) for d in meta.shape) or meta.type not in _ORT_TO_TORCH:
-            raise VariantError(f"onnx: output {meta.name} has no static shape/known dtype "
-                               f"({meta.shape}, {meta.type})")
-        dtype = getattr(torch, _ORT_TO_TORCH[meta.type])
-        out = torch.empty(tuple(meta.shape), dtype=dtype, device=dev)
-        binding.bind_output(meta.name, "cuda", index, np.dtype(_ORT_TO_TORCH[meta.type]), tuple(meta.shape),
-                            out.data_ptr())
-        outputs.append(out)
+    metas = session.get_outputs()
+    for meta in metas:
+        if meta.type not in _ORT_TO_TORCH:
+            raise VariantError(f"onnx: output {meta.name} has an unknown dtype ({meta.type})")
     np_dtypes = {getattr(torch, v): np.dtype(v) for v in set(_ORT_TO_TORCH.values())}
 
-    def run(*args: Any) -> list[Any]:
+    def bind_inputs(args: Sequence[Any]) -> None:
         for name, a in zip(names, args, strict=True):
             a = a.contiguous()
             binding.bind_input(name, "cuda", index, np_dtypes[a.dtype], tuple(a.shape), a.data_ptr())
-        session.run_with_iobinding(binding)
-        return list(outputs)
 
-    return run
+    if all(isinstance(d, int) for meta in metas for d in meta.shape):
+        outputs = []
+        for meta in metas:
+            dtype = getattr(torch, _ORT_TO_TORCH[meta.type])
+            out = torch.empty(tuple(meta.shape), dtype=dtype, device=dev)
+            binding.bind_output(meta.name, "cuda", index, np.dtype(_ORT_TO_TORCH[meta.type]), tuple(meta.shape),
+                                out.data_ptr())
+            outputs.append(out)
+
+        def run(*args: Any) -> list[Any]:
+            bind_inputs(args)
+            session.run_with_iobinding(binding)
+            return list(outputs)
+
+        return run
+
+    notes.append("onnx: dynamic output shapes, so ONNX Runtime allocates each call's outputs on the device")
+    typestrs = [np.dtype(_ORT_TO_TORCH[meta.type]).str for meta in metas]
+    for meta in metas:
+        binding.bind_output(meta.name, "cuda", index)
+
+    def run_dynamic(*args: Any) -> list[Any]:
+        bind_inputs(args)
+        session.run_with_iobinding(binding)
+        return [torch.as_tensor(_CudaArray(v, t), device=dev) for v, t in zip(binding.get_outputs(), typestrs,
+                                                                               strict=True)]
+
+    return run_dynamic
 
 
 # ---- OpenVINO -------------------------------------------------------------------------------------
@@ -398,8 +511,37 @@ def openvino_config(spec: RuntimeSpec, threads: int) -> dict[str, Any]:
             "INFERENCE_PRECISION_HINT": _OV_PRECISION[spec.precision]}
 
 
+def _openvino_shapes(ov: Any, example: tuple[Any, ...], graph: _GraphNames, batch: int) -> dict[int, Any]:
+    """Per input, the ``PartialShape`` compiled: the example's sizes, except dim 0 (``batch``: static, or
+    bounded ``1..batch`` when the batch dim is dynamic) and the other dynamic dims (unbounded)."""
+    shapes = {}
+    for i, x in enumerate(example):
+        dyn = set(graph.dynamic[i]) if graph.dynamic is not None else set()
+        dims = []
+        for d, size in enumerate(x.shape):
+            if d == 0:
+                dims.append(ov.Dimension(1, batch) if 0 in dyn else ov.Dimension(batch))
+            else:
+                dims.append(ov.Dimension() if d in dyn else ov.Dimension(int(size)))
+        shapes[i] = ov.PartialShape(dims)
+    return shapes
+
+
+def _chunks(rows: int, k: int) -> list[tuple[int, int]]:
+    """``rows`` split into ``min(k, rows)`` contiguous near-equal ``(start, stop)`` ranges, in order."""
+    m = max(1, min(k, rows))
+    q, extra = divmod(rows, m)
+    bounds = []
+    start = 0
+    for i in range(m):
+        stop = start + q + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
 def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, threads: int,
-                    notes: list[str]) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
+                    notes: list[str], graph: _GraphNames) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     """The run function and what it keeps alive; the last kept item is the converted ``ov.Model`` (reshaped
     to the compiled shapes), which :func:`build_runtime` drops unless an artifact is wanted."""
     import openvino as ov
@@ -410,10 +552,14 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
     core = ov.Core()
     converted = silenced_build("openvino.convert_model", notes,
                                 lambda: ov.convert_model(model, example_input=example))
+    for port, name in zip(converted.inputs, graph.inputs, strict=False):
+        port.get_tensor().set_names({name})
+    for port, name in zip(converted.outputs, graph.outputs, strict=False):
+        port.get_tensor().set_names({name})
+    dynamic_batch = graph.dynamic is not None and all(0 in d for d in graph.dynamic)
 
     def compile_for(batch: int) -> Any:
-        shapes = {i: ov.PartialShape([batch, *x.shape[1:]]) for i, x in enumerate(example)}
-        converted.reshape(shapes)
+        converted.reshape(_openvino_shapes(ov, example, graph, batch))
         return silenced_build("openvino compile_model", notes,
                                lambda: core.compile_model(converted, "CPU", config))
 
@@ -421,17 +567,26 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
     compiled = compile_for(b)
     n_requests = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
     streams = compiled.get_property("NUM_STREAMS")
+    shapes = ("fixed shapes" if graph.dynamic is None else
+              f"dynamic dims {graph.dynamic_text()} (PartialShape: dim 0 bounded 1..{b}, others unbounded)")
     notes.append(f"openvino: PERFORMANCE_HINT={hint}, NUM_STREAMS={streams}, INFERENCE_NUM_THREADS={threads}, "
-                 f"INFERENCE_PRECISION_HINT={config['INFERENCE_PRECISION_HINT']}, fixed shapes")
+                 f"INFERENCE_PRECISION_HINT={config['INFERENCE_PRECISION_HINT']}, {shapes}")
     k = _largest_divisor_at_most(b, n_requests) if hint == "THROUGHPUT" else 1
     batched = all(x.dim() > 0 and int(x.shape[0]) == b for x in example)
     if k > 1 and batched:
         chunk = b // k
         compiled = compile_for(chunk)
-        if all(o.get_partial_shape().is_static and o.get_partial_shape()[0].get_length() == chunk
-               for o in compiled.outputs):
+
+        def follows_batch(shape: Any) -> bool:
+            if not dynamic_batch:
+                return bool(shape.is_static and shape[0].get_length() == chunk)
+            return bool(shape.rank.is_static and shape.rank.get_length() > 0 and shape[0].is_dynamic)
+
+        if all(follows_batch(o.get_partial_shape()) for o in compiled.outputs):
             notes.append(f"openvino: one call = the batch of {b} as {k} requests of {chunk} in an "
-                         f"AsyncInferQueue of {k} (OPTIMAL_NUMBER_OF_INFER_REQUESTS={n_requests})")
+                         f"AsyncInferQueue of {k} (OPTIMAL_NUMBER_OF_INFER_REQUESTS={n_requests})"
+                         + ("; a partial batch of r rows as min(k, r) near-equal requests" if dynamic_batch
+                            else ""))
             return _openvino_queue_call(compiled, k, chunk), (compiled, converted)
         compiled = compile_for(b)
         notes.append("openvino: outputs are not batched along dim 0, so a call is one request")
@@ -451,7 +606,11 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
 
 
 def _openvino_queue_call(compiled: Any, k: int, chunk: int) -> Callable[..., list[Any]]:
-    """One call: k chunks of the batch in flight at once on an ``AsyncInferQueue`` of k requests."""
+    """One call: the batch as up to k chunks in flight at once on an ``AsyncInferQueue`` of k requests.
+
+    A full batch (k * chunk rows) is k chunks of ``chunk``; a partial one (a dynamic batch dim) of r rows is
+    ``min(k, r)`` near-equal chunks (:func:`_chunks`), each within the compiled ``1..chunk``.
+    """
     import openvino as ov
     import torch
 
@@ -463,13 +622,16 @@ def _openvino_queue_call(compiled: Any, k: int, chunk: int) -> Callable[..., lis
         done[index] = request  # its output buffers stay valid until the request is started again
 
     queue.set_callback(on_done)
+    full = [(i * chunk, (i + 1) * chunk) for i in range(k)]
 
     def run(*args: Any) -> list[Any]:
         arrays = [a.contiguous().numpy() for a in args]
-        for i in range(k):
-            queue.start_async([x[i * chunk:(i + 1) * chunk] for x in arrays], userdata=i, share_inputs=True)
+        rows = int(arrays[0].shape[0]) if arrays and arrays[0].ndim else k * chunk
+        bounds = full if rows == k * chunk else _chunks(rows, k)
+        for i, (lo, hi) in enumerate(bounds):
+            queue.start_async([x[lo:hi] for x in arrays], userdata=i, share_inputs=True)
         queue.wait_all()
-        return [torch.cat([torch.from_numpy(done[i].get_output_tensor(j).data) for i in range(k)])
+        return [torch.cat([torch.from_numpy(done[i].get_output_tensor(j).data) for i in range(len(bounds))])
                 for j in range(n_out)]
 
     return run

@@ -159,6 +159,20 @@ class Traffic:
         order = chosen + [i for i in range(len(keys)) if i not in chosen]
         return [self.batches[i] for i in order[:max(count, len(chosen))]]
 
+    def build_dims(self) -> tuple[tuple[int, ...], ...] | None:
+        """Per input, the dims a variant is built dynamic in (``build_variant(dynamic_dims=...)``).
+
+        The batch dim 0 always (a service sees partial batches, and the artifact must take every batch size
+        up to the recommended one: a dynamic batch dim measured as fast as a static one, see README's artifact
+        section), plus the dims that vary in the factory's batches. None only for one batch of one row (random
+        inputs at batch size 1: nothing varies, nothing is left dynamic).
+        """
+        if self.source == "factory":
+            return tuple((0, *dims) for dims in self.dynamic_dims)
+        if max(self.rows) > 1:
+            return tuple((0,) for _ in self.layout.names)
+        return None
+
     def dynamic_dim_names(self) -> list[str]:
         return [f"{n}[{d}]" for n, dims in zip(self.layout.names, self.dynamic_dims, strict=True) for d in dims]
 
@@ -180,6 +194,52 @@ class Traffic:
             "shapes": [{"shape": k, "batches": c} for k, c in counts.items()],
             "buckets": list(self.buckets) if self.has_dynamic_dims else None,
         }
+
+
+def dynamic_shapes_for(target: Any, example: Sequence[Any], dynamic_dims: Sequence[Sequence[int]]) -> Any:
+    """``dynamic_shapes`` for ``torch.export.export`` / ``torch.onnx.export(dynamo=True)``: per input its dims
+    as ``Dim.DYNAMIC`` (torch decides the range, or specialises a dim the model's code fixes); a
+    ``forward(*tensors)`` (:class:`KeywordAdapter`) takes them as one varargs parameter, so they are nested once.
+    """
+    import inspect
+
+    shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if isinstance(x, torch.Tensor) and dims else None
+                   for x, dims in zip(example, dynamic_dims, strict=True))
+    try:
+        params = inspect.signature(target.forward).parameters.values()
+        varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    except (TypeError, ValueError, AttributeError):
+        varargs = False
+    return (shapes,) if varargs else shapes
+
+
+def output_paths(out: Any) -> list[tuple[str, str]]:
+    """``(name, path)`` of each output leaf in pytree order: the order in which the runtimes (and a flattened
+    AOTInductor package) return outputs, and the names the exported graphs give them.
+
+    ``path`` is pytree's key path (``['logits']``, ``[0]``, ``''`` for a lone tensor); ``name`` is it as one
+    identifier-like word (``logits``, ``output_0``, ``output``), made unique.
+    """
+    import torch.utils._pytree as pytree
+
+    leaves, _ = pytree.tree_flatten_with_path(out)
+    result: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for path, _leaf in leaves:
+        parts = []
+        for key in path:
+            for attr in ("key", "idx", "name"):
+                if hasattr(key, attr):
+                    parts.append(str(getattr(key, attr)))
+                    break
+        word = "_".join("".join(c if c.isalnum() or c == "_" else "_" for c in p) for p in parts)
+        name = word if word and word.isidentifier() else "output" + (f"_{word}" if word else "")
+        base, n = name, 1
+        while name in seen:
+            name, n = f"{base}_{n}", n + 1
+        seen.add(name)
+        result.append((name, pytree.keystr(path)))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -497,10 +557,12 @@ __all__ = [
     "cycle_call",
     "default_buckets",
     "dynamic_dims_of",
+    "dynamic_shapes_for",
     "inputs_layout",
     "iterate_all",
     "load_factory_batches",
     "load_traffic",
+    "output_paths",
     "random_batch",
     "shape_text",
 ]

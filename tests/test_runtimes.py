@@ -169,6 +169,93 @@ def test_a_failed_export_is_a_variant_error_not_a_crash() -> None:
         build_variant(VariantSpec.parse("onnx"), ReturnsInt(), (torch.randn(2, 3),), device="cpu")
 
 
+# ---- dynamic dims ----------------------------------------------------------------------------------
+
+
+class MaskedMean(nn.Module):
+    """A sequence model (ids, mask) -> (pooled logits, per-token states): the second output follows the length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(50, 8), nn.Linear(8, 3)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        states = self.emb(ids) * mask[..., None]
+        return self.fc(states.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)), states
+
+
+def _seq(rows: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, length + 1, (rows,), generator=g)
+    mask = (torch.arange(length)[None, :] < lens[:, None]).long()
+    return torch.randint(0, 50, (rows, length), generator=g) * mask, mask
+
+
+@pytest.mark.parametrize("variant", [
+    pytest.param("onnx", marks=needs_onnx),
+    pytest.param("openvino", marks=needs_openvino),
+    pytest.param("openvino:throughput+threads=2", marks=needs_openvino),
+])
+def test_runtimes_take_every_batch_size_and_length_in_the_dynamic_dims(variant: str) -> None:
+    """Built on a 4x10 example with dims 0 and 1 dynamic: batches of 1-4 rows and other lengths give eager's
+    answer (openvino:throughput splits a partial batch over its requests), and the graph carries the names."""
+    torch.manual_seed(0)
+    model = MaskedMean().eval()
+    spec = VariantSpec.parse(variant)
+    before = torch.get_num_threads()
+    try:
+        built = build_variant(spec, model, _seq(4, 10, 0), device="cpu", dynamic_dims=((0, 1), (0, 1)),
+                              input_names=("ids", "mask"))
+        shapes = [(4, 10), (1, 7), (3, 13), (2, 10), (4, 3)]
+        gate = check_variant(model, built, lambda s: _seq(*shapes[s], seed=s), batches=len(shapes))
+    finally:
+        torch.set_num_threads(before)
+    assert gate.passed, gate.reason
+    notes = " | ".join(built.notes)
+    assert "dynamic dims ids[0, 1], mask[0, 1]" in notes, notes
+    if spec.compiler == "onnx":
+        assert "graph input shapes ids [" in notes and "fixed by the exporter" not in notes, notes
+    if "AsyncInferQueue" in notes:  # two cores: the partial batches above went through the queue in chunks
+        assert "a partial batch of r rows as min(k, r) near-equal requests" in notes, notes
+
+
+@needs_onnx
+def test_the_torchscript_exporter_fallback_keeps_the_dynamic_axes() -> None:
+    """A data-dependent branch stops torch.export (the dynamo exporter); the TorchScript exporter then gets
+    dynamic_axes and the session still takes other batch sizes and lengths."""
+
+    class Branchy(MaskedMean):
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            if bool(mask.sum() >= 0):  # data-dependent: torch.export cannot trace it, a trace records it
+                return super().forward(ids, mask)
+            return super().forward(ids, 1 - mask)
+
+    torch.manual_seed(0)
+    model = Branchy().eval()
+    built = build_variant(VariantSpec.parse("onnx"), model, _seq(4, 10, 0), device="cpu",
+                          dynamic_dims=((0, 1), (0, 1)), input_names=("ids", "mask"))
+    notes = " | ".join(built.notes)
+    assert "TorchScript exporter" in notes and "(dynamic_axes)" in notes, notes
+    shapes = [(1, 7), (3, 13)]
+    gate = check_variant(model, built, lambda s: _seq(*shapes[s], seed=s), batches=len(shapes))
+    assert gate.passed, gate.reason
+
+
+def test_a_partial_batch_is_split_into_near_equal_chunks() -> None:
+    from autotune.runtimes import _chunks
+
+    assert _chunks(4, 2) == [(0, 2), (2, 4)]
+    assert _chunks(3, 2) == [(0, 2), (2, 3)]
+    assert _chunks(1, 4) == [(0, 1)]
+    assert _chunks(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    for rows in range(1, 12):
+        for k in range(1, 5):
+            parts = _chunks(rows, k)
+            assert parts[0][0] == 0 and parts[-1][1] == rows and len(parts) == min(k, rows)
+            sizes = [b - a for a, b in parts]
+            assert max(sizes) - min(sizes) <= 1 and all(parts[i][1] == parts[i + 1][0] for i in range(len(parts) - 1))
+
+
 # ---- measured through the real worker ---------------------------------------------------------------
 
 

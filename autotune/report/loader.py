@@ -1,16 +1,29 @@
 """The loader snippet (``artifact/load.py``): the deployable artifact loaded without autotune.
 
 ``load.py`` is what a service copies: it imports only torch, or only onnxruntime / openvino and
-numpy, never autotune, and it defines the same three names for every kind of artifact, so one test
+numpy, never autotune, and it defines the same names for every kind of artifact, so one test
 (and one reader) handles them all::
 
     predict = load()            # the artifact, loaded with the options autotune measured it with
-    inputs = make_inputs()      # a random batch of the recommended size, in the recipe's dtypes
-    outputs = predict(*inputs)  # the model's outputs (torch tensors; numpy arrays for the runtimes)
+    batch = make_inputs()       # a random batch in the form of one batch of the traffic
+    outputs = predict(**batch)  # keyword tensors (a dict batch), predict(*batch) for positional ones
 
-For eager and torch.compile, which have no file form, the artifact *is* code: ``load()`` builds the
-model from the recipe's factory with the variant's transformations (precision, memory format, compile
-mode, threads), as :mod:`autotune.report.reproduce` writes them.
+``predict`` takes one batch in the form the model was measured with: positional tensors, keyword tensors
+(``predict(input_ids=..., attention_mask=...)``) or both; torch tensors or numpy arrays. It takes every
+batch size from 1 to the recommended one and every shape seen in the data (the exported graphs are dynamic
+in those dims: :mod:`autotune.runtimes`), and pads to the buckets of a ``+buckets`` recommendation before the
+call and slices the outputs back, as :class:`autotune.traffic.BucketPlan` did in the measurement.
+
+Outputs: the file artifacts (TorchScript, AOTInductor, ONNX, OpenVINO) return a flat list of the model's
+output tensors in pytree order (torch tensors; numpy arrays for the runtimes), named in ``OUTPUTS`` and in
+the docstring with their paths (``[0] logits: path ['logits']``): an exported graph has no output classes,
+and a Hugging Face ``ModelOutput`` could not be rebuilt without its library. For eager and torch.compile,
+which have no file form, the artifact *is* code: ``load()`` builds the model from the recipe's factory with
+the variant's transformations (:func:`autotune.report.reproduce.model_script`), and ``predict`` returns the
+model's own output.
+
+What the interface is comes from the worker (:func:`autotune.artifact.describe_interface`, the section's
+``interface``); reports written before it existed get one from the recipe's ``[[inputs]]``.
 
 Every function here is pure: text from the report document (no torch; the report package never
 imports it).
@@ -24,12 +37,28 @@ from typing import Any
 from autotune.report.reproduce import model_script
 from autotune.report.schema import is_int
 from autotune.report.snippets import (
-    numpy_input_lines,
+    bucket_lines,
+    call_line,
+    doc_text,
+    interface_doc_lines,
+    interface_lines,
+    interface_of,
+    leaves_lines,
+    numpy_make_inputs_lines,
     onnx_lines,
     openvino_lines,
-    torch_input_lines,
+    torch_context,
+    torch_make_inputs_lines,
+    torch_predict_lines,
     torch_prepare_lines,
 )
+
+_OUTPUTS_ARE = {
+    "onnx": "a list of numpy arrays, one per output of the model, in pytree order",
+    "openvino": "a list of numpy arrays, one per output of the model, in pytree order",
+    "torchscript": "a list of torch tensors, the model's output flattened in pytree order",
+    "aoti": "a list of torch tensors, the model's output flattened in pytree order",
+}
 
 
 def loader_script(doc: Mapping[str, Any]) -> str | None:
@@ -50,47 +79,63 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
     runtime = section.get("runtime") or {}
     threads = int(section["threads"]) if is_int(section.get("threads")) else 1
-    inputs = recipe.get("inputs") or []
+    iface = interface_of(recipe, section, batch)
+    buckets = runtime.get("buckets") if isinstance(runtime.get("buckets"), Mapping) else None
+    runtime_kind = kind in ("onnx", "openvino")
+    name = " ".join(str(recipe.get("name") or "this recipe").split())
     head = [
-        f'"""Load autotune\'s artifact for {recipe.get("name") or "this recipe"}: {section.get("variant")} at batch '
-        f"size {batch} ({section.get('format')}).",
+        '"""' + doc_text(f"Load autotune's artifact for {name}: {section.get('variant')} at batch size {batch} "
+                         f"({section.get('format')})."),
         "",
-        "predict = load(); outputs = predict(*make_inputs()). Written by autotune; needs no autotune.",
+        "Written by autotune; needs no autotune (only "
+        + ({"onnx": "numpy and onnxruntime", "openvino": "numpy and openvino"}.get(kind) or "torch") + ").",
+        "",
+        "    predict = load()",
+        *interface_doc_lines(iface, batch=batch, outputs_are=_OUTPUTS_ARE.get(kind, "the model's output"),
+                             buckets=buckets),
         '"""',
         "",
         "from pathlib import Path",
         "",
     ]
-    if kind in ("onnx", "openvino"):
+    if runtime_kind:
         head += ["import numpy as np", "import onnxruntime as ort" if kind == "onnx" else "import openvino as ov", ""]
     else:
         head += ["import torch", ""]
-    head += ["HERE = Path(__file__).resolve().parent", f"BATCH_SIZE = {batch}  # the artifact is built for it"]
+    head += ["HERE = Path(__file__).resolve().parent", *interface_lines(iface, batch=batch)]
+    names = [str(x["name"]) for x in iface["inputs"]]
+    if buckets:
+        head += ["", "", *bucket_lines(buckets, names, numpy=runtime_kind)]
     body: list[str] = []
     if kind == "onnx":
-        names = [f["name"] for f in section.get("files") or [] if str(f.get("name")).endswith(".onnx")]
-        body += ["", "", *onnx_lines(mode=rec.get("compile_mode"), threads=str(runtime.get("intra_op_num_threads")
-                                                                                 or threads),
-                                      path=f'str(HERE / "{names[0] if names else "model.onnx"}")', device=device)]
-        body += ["", "", *numpy_input_lines(inputs)]
+        files = [f["name"] for f in section.get("files") or [] if str(f.get("name")).endswith(".onnx")]
+        model_file = files[0] if files else "model.onnx"
+        body += ["", "", *onnx_lines(mode=rec.get("compile_mode"),
+                                     threads=str(runtime.get("intra_op_num_threads") or threads),
+                                     path=f"str(HERE / {model_file!r})", device=device, interface=True,
+                                     buckets=bool(buckets))]
+        body += ["", "", *numpy_make_inputs_lines()]
     elif kind == "openvino":
         config = dict(runtime.get("config") or {})
         request_batch = runtime.get("request_batch")
         requests = batch // int(request_batch) if is_int(request_batch) and request_batch > 0 else 1
-        body += ["", f"CONFIG = {config!r}", "", "",
-                 *openvino_lines(config="CONFIG", requests=str(requests), model='str(HERE / "model.xml")')]
-        body += ["", "", *numpy_input_lines(inputs)]
+        body += ["", "", f"CONFIG = {config!r}", "", "",
+                 *openvino_lines(config="CONFIG", requests=str(requests), model='str(HERE / "model.xml")',
+                                 interface=True, buckets=bool(buckets))]
+        body += ["", "", *numpy_make_inputs_lines()]
     else:
         runtime_autocast = str(rec.get("precision") or "").startswith("autocast") and rec.get("compiler") == "script"
-        body += [f"device = torch.device({device!r})"]
+        context = torch_context(rec, runtime_autocast=runtime_autocast)
+        body += ["", "", f"device = torch.device({device!r})"]
         if is_int(rec.get("threads")):
-            body.append(f"torch.set_num_threads({rec['threads']})")
-        body += ["", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", ""]
+            body.append(f"torch.set_num_threads({int(rec['threads'])})")
+        body += ["", "", *torch_prepare_lines(rec), "", "", *leaves_lines(), "", ""]
+        predict = torch_predict_lines(context=context, call="model(*xs)", flat=True, buckets=bool(buckets))
         if kind == "aoti":
             body += ["def load():",
                      '    """The AOTInductor package (runs on a machine like the one it was compiled on)."""',
                      "    import torch._inductor", "",
-                     '    return _call(torch._inductor.aoti_load_package(str(HERE / "model.pt2")))']
+                     '    model = torch._inductor.aoti_load_package(str(HERE / "model.pt2"))', "", *predict]
         else:
             optimize = bool(runtime.get("optimize_for_inference"))
             body += ["def load():", '    """The TorchScript module' + (
@@ -99,13 +144,13 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
                 '    model = torch.jit.load(str(HERE / "model.pt"), map_location=device).eval()']
             if optimize:
                 body.append("    model = torch.jit.optimize_for_inference(model)")
-            body.append("    return _call(model)")
+            body += ["", *predict]
         if rec.get("cuda_graphs"):
             body.append("# autotune also captured a CUDA graph around the call: see report.md's reproduction code")
-        body += ["", "", *torch_input_lines(inputs)]
-    tail = ["", "", 'if __name__ == "__main__":', "    predict = load()", "    outputs = predict(*make_inputs())",
-            "    flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]",
-            '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat))']
+        body += ["", "", *torch_make_inputs_lines()]
+    tail = ["", "", 'if __name__ == "__main__":', "    predict = load()", "    batch = make_inputs()",
+            f"    outputs = {call_line(iface)}",
+            '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in outputs))']
     return "\n".join([*head, *body, *tail]) + "\n"
 
 

@@ -21,7 +21,20 @@ from autotune.errors import InputError
 from autotune.report.document import normalise_report
 from autotune.report.format import fmt_ms, fmt_rate, latency_ms
 from autotune.report.schema import is_int
-from autotune.report.snippets import onnx_lines, openvino_lines, torch_input_lines, torch_prepare_lines
+from autotune.report.snippets import (
+    bucket_lines,
+    call_line,
+    doc_text,
+    interface_doc_lines,
+    interface_lines,
+    interface_of,
+    onnx_lines,
+    openvino_lines,
+    torch_context,
+    torch_make_inputs_lines,
+    torch_predict_lines,
+    torch_prepare_lines,
+)
 
 _FLOAT_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
 #: Names the generated script defines itself; a factory imported under one of them is renamed.
@@ -113,8 +126,9 @@ def _variant_tokens(rec: Mapping[str, Any]) -> set[str]:
     return {token.strip().lower() for token in str(rec.get("variant") or "").split("+")}
 
 
-def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
-    """Lines that turn ``model`` into the compiled callable, as ``autotune.variants`` builds it."""
+def _compiler_lines(compiler: str, mode: str | None, *, dynamic: bool | None = False) -> list[str]:
+    """Lines that turn ``model`` into the compiled callable, as ``autotune.variants`` builds it (``dynamic``:
+    torch.compile's, :func:`autotune.variants.compile_dynamic`)."""
     if compiler == "eager":
         return []
     if compiler == "script":
@@ -127,7 +141,7 @@ def _compiler_lines(compiler: str, mode: str | None) -> list[str]:
             "# (autotune falls back to torch.jit.trace when torch.jit.script cannot compile the model)",
         ]
     if compiler == "compile":
-        return [f"model = torch.compile(model, mode={mode or 'default'!r}, dynamic=False)"]
+        return [f"model = torch.compile(model, mode={mode or 'default'!r}, dynamic={dynamic!r})"]
     if compiler == "export":
         return [
             "import torch._inductor",
@@ -143,18 +157,26 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
     """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
     if compiler == "onnx":
         convert = [
-            "# torch.onnx.export with the dynamo exporter, fixed shapes (autotune falls back to dynamo=False,",
-            "# opset_version=17 when it fails; the report's notes say whether it did)",
+            "# torch.onnx.export with the dynamo exporter, the batch dim dynamic as autotune measured it (it falls",
+            "# back to dynamo=False, opset_version=17, dynamic_axes when it fails; the report's notes say so)",
+            "dynamic = tuple({0: torch.export.Dim.DYNAMIC} for _ in inputs) if BATCH_SIZE > 1 else None",
             "with torch.no_grad():",
-            '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False)',
+            '    torch.onnx.export(model, inputs, "model.onnx", dynamo=True, verbose=False, dynamic_shapes=dynamic)',
         ]
         load = onnx_lines(mode=mode, threads="THREADS", path='"model.onnx"', device=device)
     else:
         hint = "THROUGHPUT" if mode == "throughput" else "LATENCY"
         convert = [
-            "# openvino.convert_model from the module, reshaped to the batch's static shapes",
+            "# openvino.convert_model from the module, reshaped to the batch's shapes, dim 0 bounded 1..batch",
             "ov_model = ov.convert_model(model, example_input=inputs)",
-            "ov_model.reshape({i: list(x.shape) for i, x in enumerate(inputs)})",
+            "",
+            "",
+            "def reshape(batch):",
+            "    ov_model.reshape({i: ov.PartialShape([ov.Dimension(1, batch) if BATCH_SIZE > 1 else batch,",
+            "                                          *x.shape[1:]]) for i, x in enumerate(inputs)})",
+            "",
+            "",
+            "reshape(BATCH_SIZE)",
             f'CONFIG = {{"PERFORMANCE_HINT": "{hint}", "INFERENCE_NUM_THREADS": THREADS, '
             f'"INFERENCE_PRECISION_HINT": "{_OV_PRECISION.get(precision, "f32")}"}}',
             "REQUESTS = 1",
@@ -164,7 +186,7 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
             '    probe = ov.Core().compile_model(ov_model, "CPU", CONFIG)',
             '    n = int(probe.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))',
             "    REQUESTS = max(k for k in range(1, max(1, min(BATCH_SIZE, n)) + 1) if BATCH_SIZE % k == 0)",
-            "    ov_model.reshape({i: [BATCH_SIZE // REQUESTS, *x.shape[1:]] for i, x in enumerate(inputs)})",
+            "    reshape(BATCH_SIZE // REQUESTS)",
         ]
         load = openvino_lines(config="CONFIG", requests="REQUESTS", model="ov_model")
     return [*convert, "arrays = [x.cpu().contiguous().numpy() for x in inputs]", "", "", *load, "", "",
@@ -176,25 +198,44 @@ def _seed(recipe: Mapping[str, Any]) -> int:
     return seed if is_int(seed) else 0
 
 
-def _loader_tail(lines: list[str], rec: Mapping[str, Any], inputs: Any, *, runtime_autocast: bool) -> str:
-    """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one batch."""
+def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any], section: Mapping[str, Any] | None,
+                 *, runtime_autocast: bool) -> str:
+    """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one
+    batch. ``predict`` takes one batch in the traffic's form (:mod:`autotune.report.loader`) and returns the
+    model's own output (padded to buckets and cut back for a ``+buckets`` recommendation)."""
+    recipe = doc.get("recipe") or {}
+    batch = int((section or {}).get("batch_size") or rec["batch_size"])
+    iface = interface_of(recipe, section, batch)
+    runtime = (section or {}).get("runtime") or {}
+    buckets = runtime.get("buckets") if isinstance(runtime.get("buckets"), Mapping) else None
+    names = [str(x["name"]) for x in iface["inputs"]]
+    call = "model(*xs[:N_POSITIONAL], **dict(zip(INPUTS[N_POSITIONAL:], xs[N_POSITIONAL:])))"
+    doc_lines = interface_doc_lines(iface, batch=batch, buckets=buckets,
+                                    outputs_are="the model's own output; its tensors in pytree order")
     return "\n".join([
-        *lines, "", "", *torch_prepare_lines(rec, runtime_autocast=runtime_autocast), "", "",
-        "def load():", '    """The model built above, called as autotune measured it."""', "    return _call(model)",
-        "", "", *torch_input_lines(inputs), "", "", 'if __name__ == "__main__":', "    predict = load()",
-        "    outputs = predict(*make_inputs())", "    synchronize()",
-        "    flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]",
-        '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat))']) + "\n"
+        '"""' + doc_text(f"autotune's artifact for {recipe.get('name') or 'this recipe'}: {rec['variant']} at batch "
+                         f"size {batch}."), "", "    predict = load()", *doc_lines, '"""', "",
+        *lines, "", "", *interface_lines(iface, batch=batch),
+        *(["", "", *bucket_lines(buckets, names, numpy=False)] if buckets else []),
+        "", "", *torch_prepare_lines(rec), "", "",
+        "def load():", '    """The model built above, called as autotune measured it."""',
+        *torch_predict_lines(context=torch_context(rec, runtime_autocast=runtime_autocast), call=call, flat=False,
+                             buckets=bool(buckets)),
+        "", "", *torch_make_inputs_lines(), "", "", 'if __name__ == "__main__":', "    predict = load()",
+        "    batch = make_inputs()", f"    outputs = {call_line(iface)}", "    synchronize()",
+        "    flat = list(outputs.values()) if isinstance(outputs, dict) else outputs",
+        "    flat = flat if isinstance(flat, (list, tuple)) else [flat]",
+        '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat if hasattr(o, "shape")))']) + "\n"
 
 
 def model_script(doc: Mapping[str, Any], section: Mapping[str, Any] | None = None) -> str:
     """The artifact of an eager / torch.compile recommendation: the code that builds it and runs one batch."""
-    del section  # the code depends on the recommendation and the recipe only
-    return reproduce_script(doc, timed=False)
+    return reproduce_script(doc, timed=False, section=section)
 
 
-def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
-    """``reproduce_code`` for a normalised document (``timed=False``: build and run one batch, no timing)."""
+def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Mapping[str, Any] | None = None) -> str:
+    """``reproduce_code`` for a normalised document (``timed=False``: the artifact of an eager / torch.compile
+    recommendation, ``section`` its artifact section: build and run one batch, no timing)."""
     rec = doc.get("recommendation")
     if rec is None:
         raise InputError("recommendation: the report has none, so there is nothing to reproduce")
@@ -228,9 +269,10 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
         )
         if any(needle in line for line in import_lines)
     ]
+    name = " ".join(str(recipe.get("name") or "this recipe").split())  # one line: it goes into a comment
     if timed:
         header = [
-            f"# Reproduce autotune's recommendation for {recipe.get('name') or 'this recipe'!s}: "
+            f"# Reproduce autotune's recommendation for {name}: "
             f"{rec['variant']} at batch size {batch}.",
             f"# autotune measured {measured}",
             f"# on {summary_line(doc.get('environment') or {})}.",
@@ -238,9 +280,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
             f"#   {measure_line(doc)}",
         ]
     else:
-        header = [
-            f"# autotune's artifact for {recipe.get('name') or 'this recipe'!s}: {rec['variant']} at batch size "
-            f"{batch}.",
+        header = [  # after the interface's docstring (_loader_tail)
             f"# {'torch.compile' if compiler == 'compile' else 'eager'} has no file form, so the artifact is this "
             "code: the recipe's factory with the variant's transformations.",
             "# It builds the model and runs one batch (python load.py); it needs torch and the factory's package.",
@@ -256,8 +296,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
         "import torch",
         *import_lines,
         "",
-        f"BATCH_SIZE = {batch}",
-        *(["ITERATIONS = 50"] if timed else []),
+        *([f"BATCH_SIZE = {batch}", "ITERATIONS = 50"] if timed else []),
         "",
         f"torch.manual_seed({_seed(recipe)})  # the seed autotune built the model with (random weights match)",
     ]
@@ -324,7 +363,9 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
     context = "torch.inference_mode()" + (
         f", torch.autocast(device.type, dtype={reduced})" if runtime_autocast else ""
     )
-    build = [] if runtime else _compiler_lines(compiler, rec.get("compile_mode"))
+    runtime_options = (section or {}).get("runtime") or {}
+    build = [] if runtime else _compiler_lines(compiler, rec.get("compile_mode"),
+                                                dynamic=runtime_options.get("compile_dynamic", False))
     if runtime:
         lines += _runtime_lines(compiler, rec.get("compile_mode"), precision, device)
     if any(line and not line.startswith("#") for line in build):
@@ -354,7 +395,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True) -> str:
     elif timed:
         lines += ["", "def run():", f"    with {context}:", "        return model(*inputs)"]
     if not timed:
-        return _loader_tail(lines, rec, recipe.get("inputs") or [], runtime_autocast=runtime_autocast)
+        return _loader_tail(lines, rec, doc, section, runtime_autocast=runtime_autocast)
     lines += [
         "",
         "",

@@ -321,6 +321,7 @@ ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "wall_seconds": (_NN_NUMBER, False),
     "threads": (_nullable(_POSITIVE_INT), False),
     "runtime": (_nullable(_ANY_MAPPING), False),
+    "interface": (_nullable(_ANY_MAPPING), False),
     "notes": (_nullable(_list_of(_STR)), False),
 }
 _ARTIFACT = _record(ARTIFACT_FIELDS)

@@ -1,5 +1,11 @@
 """Code fragments shared by the loader snippet (:mod:`autotune.report.loader`) and the reproduction code
-(:mod:`autotune.report.reproduce`): inputs, the runtimes' sessions, the torch call. Pure text builders."""
+(:mod:`autotune.report.reproduce`): the artifact's calling interface, inputs, the runtimes' sessions, the torch
+call. Pure text builders.
+
+Everything that comes from the user (input and output names, dtypes, paths) is pasted as a ``repr()`` inside a
+constant or as docstring text with its quotes neutralised, never as an identifier: a data factory's dict keys
+are valid identifiers, but ``class`` is one too.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,264 @@ from typing import Any
 
 _REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 _NUMPY_DTYPES = {"float32": "np.float32", "float16": "np.float16", "int64": "np.int64", "int32": "np.int32"}
+_INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+#: How many sizes of a dim the docstring lists, and its line width.
+_SHAPES_LISTED = 8
+_WIDTH = 110
+
+
+# ---- the interface: what predict takes and returns --------------------------------------------------------
+
+
+def interface_of(recipe: Mapping[str, Any], section: Mapping[str, Any] | None, batch: int) -> dict[str, Any]:
+    """The artifact's calling interface: the one the worker recorded (``section["interface"]``,
+    :func:`autotune.artifact.describe_interface`), else one made from the recipe's ``[[inputs]]`` for reports
+    written before it existed (positional inputs first, then keyword ones; every dim static; outputs unknown)."""
+    recorded = section.get("interface") if isinstance(section, Mapping) else None
+    if isinstance(recorded, Mapping) and recorded.get("inputs"):
+        return dict(recorded)
+    inputs = []
+    for i, spec in enumerate(recipe.get("inputs") or []):
+        dtype = str(spec.get("dtype") or "float32")
+        bounds = spec.get("range")
+        if not bounds and dtype in _INTEGER_DTYPES:
+            bounds = [0, int(spec.get("vocab_size") or 2)]
+        inputs.append({"name": str(spec.get("name") or f"input{i}"), "keyword": bool(spec.get("keyword")),
+                       "dtype": dtype, "shape": [batch, *(int(d) for d in spec.get("shape") or [])],
+                       "range": [int(b) for b in bounds] if bounds else None, "dynamic_dims": []})
+    keyword = [bool(x["keyword"]) for x in inputs]
+    form = "dict" if keyword and all(keyword) else "tuple"
+    return {"source": "inputs", "form": form, "inputs": inputs, "outputs": [], "batch_size": batch, "shapes": []}
+
+
+def doc_text(text: str) -> str:
+    """``text`` safe inside a triple-quoted docstring."""
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+def _n_positional(iface: Mapping[str, Any]) -> int:
+    return sum(1 for x in iface["inputs"] if not x.get("keyword"))
+
+
+def call_example(iface: Mapping[str, Any]) -> str:
+    """``predict(input_ids=..., attention_mask=...)``: how one batch is passed (docstring text)."""
+    n = _n_positional(iface)
+    names = [str(x["name"]) for x in iface["inputs"]]
+    return "predict(" + ", ".join([*names[:n], *(f"{k}=..." for k in names[n:])]) + ")"
+
+
+def call_line(iface: Mapping[str, Any], batch: str = "batch") -> str:
+    """``predict(**batch)``: the call of one batch of :func:`make_inputs`'s form, as code."""
+    n, total = _n_positional(iface), len(iface["inputs"])
+    if iface.get("form") == "tensor" and total == 1:
+        return f"predict({batch})"
+    if n == total:
+        return f"predict(*{batch})"
+    if n == 0:
+        return f"predict(**{batch})"
+    return f"predict(*{batch}[0], **{batch}[1])"
+
+
+def interface_doc_lines(iface: Mapping[str, Any], *, batch: int, outputs_are: str,
+                        buckets: Mapping[str, Any] | None) -> list[str]:
+    """The docstring's description of the interface: inputs (form, dtypes, shapes, dynamic dims, the batch
+    sizes and shapes taken), bucket padding, outputs (names and pytree paths, in order), ``make_inputs``."""
+    inputs = iface["inputs"]
+    form = str(iface.get("form") or "tuple")
+    n = _n_positional(iface)
+    how = {"dict": "keyword arguments, like one batch (a dict) of the data",
+           "tensor": "one tensor, like one batch of the data",
+           "tuple": "positional arguments" + (", then keyword ones" if n < len(inputs) else "")}.get(form, form)
+    lines = [f"    outputs = {call_example(iface)}", f"    outputs = {call_line(iface, 'make_inputs()')}", "",
+             f"Inputs ({how}; torch tensors or numpy arrays):"]
+    for x in inputs:
+        dyn = list(x.get("dynamic_dims") or [])
+        shape = "x".join(str(d) for d in x.get("shape") or [])
+        lines.append(f"    {x['name']}: {x.get('dtype')}, {shape} in the first batch"
+                     + (f"; dynamic dims {dyn}" if dyn else "; static"))
+    batch_dynamic = bool(inputs) and all(0 in (x.get("dynamic_dims") or []) for x in inputs)
+    lines.append(f"Batch sizes 1 to {batch} (dim 0 is dynamic)." if batch_dynamic else
+                 f"Exactly batch size {batch} (the artifact was built for it).")
+    sizes = iface.get("dynamic_sizes") or {}
+    if iface.get("source") == "factory":
+        rows = [str(r) for r in iface.get("batch_rows") or []]
+        seen = [f"{dim} {_listed(values)}" for dim, values in sizes.items()]
+        lines += _wrapped(f"The data's {len(iface.get('shapes') or [])} batch shapes are all taken: rows "
+                          f"{_listed(rows)}" + (", sizes " + "; ".join(seen) if seen else "") + ".")
+    if buckets:
+        lines += _wrapped(f"Dynamic dims are padded up to the next bucket of {list(buckets.get('buckets') or [])} "
+                          "before the call (PAD_DIMS, PAD_VALUES), and the output dims that follow them are sliced "
+                          "back after it (SLICE), as autotune measured it (+buckets).")
+    outs = list(iface.get("outputs") or [])
+    lines.append(f"Outputs: {outputs_are}" + (":" if outs else "."))
+    for i, o in enumerate(outs):
+        shape = "x".join(str(d) for d in o.get("shape") or [])
+        lines.append(f"    [{i}] {o.get('name')}: path {o.get('path') or '(the output itself)'}, {o.get('dtype')}, "
+                     f"{shape} on the build example")
+    ranges = [f"{x['name']} [{x['range'][0]}, {x['range'][1]})" for x in inputs if x.get("range")]
+    like = "the data's first batch" if iface.get("source") == "factory" else f"a batch of {batch}"
+    lines += _wrapped(f"make_inputs(batch_size=None): random inputs shaped like {like} (floats standard normal"
+                      + (", integers uniform in the range " + ("seen in the data" if iface.get("source") == "factory"
+                                                              else "of the recipe") + ": " + ", ".join(ranges)
+                         if ranges else "") + "), in the form predict takes.")
+    return [doc_text(line) for line in lines]
+
+
+def _listed(values: Sequence[Any]) -> str:
+    values = [str(v) for v in values]
+    if len(values) > _SHAPES_LISTED:
+        return ", ".join(values[:_SHAPES_LISTED - 1]) + f", ... {values[-1]} ({len(values)} sizes)"
+    return ", ".join(values)
+
+
+def _wrapped(text: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(" ".join(text.split()), width=_WIDTH, break_on_hyphens=False) or [""]
+
+
+def interface_lines(iface: Mapping[str, Any], *, batch: int) -> list[str]:
+    """The interface's constants and ``_flatten`` (predict's arguments in the artifact's input order)."""
+    names = [str(x["name"]) for x in iface["inputs"]]
+    n = _n_positional(iface)
+    outputs = [str(o.get("name")) for o in iface.get("outputs") or []]
+    sample = [(str(x.get("dtype") or "float32"), [int(d) for d in x.get("shape") or []],
+               [int(b) for b in x["range"]] if x.get("range") else None) for x in iface["inputs"]]
+    return [
+        f"BATCH_SIZE = {batch}  # the largest batch the artifact takes (built and measured at it)",
+        f"INPUTS = {names!r}  # the artifact's inputs, in the order it takes them",
+        f"N_POSITIONAL = {n}  # INPUTS[:N_POSITIONAL] are predict's positional arguments, the rest keyword ones",
+        f"OUTPUTS = {outputs!r}  # predict's outputs, in pytree order of the model's output",
+        "# per input: dtype, shape in the data's first batch (or the recipe's), integer range [low, high) or None",
+        f"SAMPLE = {sample!r}",
+        "",
+        "",
+        "def _flatten(args, kwargs):",
+        '    """predict\'s arguments in INPUTS order."""',
+        "    keyword = INPUTS[N_POSITIONAL:]",
+        "    if len(args) != N_POSITIONAL or sorted(kwargs) != sorted(keyword):",
+        '        raise TypeError(f"predict takes {N_POSITIONAL} positional input(s) and the keyword inputs "',
+        '                        f"{keyword}; got {len(args)} positional and {sorted(kwargs)}")',
+        "    return [*args, *(kwargs[name] for name in keyword)]",
+        "",
+        "",
+        "def _form(xs):",
+        '    """Inputs in INPUTS order as predict takes them (the form of one batch)."""',
+        "    " + _form_return(iface),
+    ]
+
+
+def _form_return(iface: Mapping[str, Any]) -> str:
+    n, total = _n_positional(iface), len(iface["inputs"])
+    if iface.get("form") == "tensor" and total == 1:
+        return "return xs[0]"
+    if n == total:
+        return "return tuple(xs)"
+    if n == 0:
+        return "return dict(zip(INPUTS, xs))"
+    return "return tuple(xs[:N_POSITIONAL]), dict(zip(INPUTS[N_POSITIONAL:], xs[N_POSITIONAL:]))"
+
+
+def bucket_lines(buckets: Mapping[str, Any], names: Sequence[str], *, numpy: bool) -> list[str]:
+    """``_pad`` / ``_unpad``: :class:`autotune.traffic.BucketPlan`'s padding, for numpy arrays or torch tensors."""
+    per_input = {str(x.get("name")): x for x in buckets.get("inputs") or []}
+    dims = [[int(d) for d in per_input[n].get("dims") or []] if n in per_input else [] for n in names]
+    values = [float(per_input[n].get("pad_value") or 0.0) if n in per_input else 0.0 for n in names]
+    cat = ("np.concatenate([x, np.full(shape, value, dtype=x.dtype)], axis=d)" if numpy else
+           "torch.cat([x, x.new_full(shape, value)], dim=d)")
+    return [
+        f"BUCKETS = {[int(b) for b in buckets.get('buckets') or []]!r}",
+        f"PAD_DIMS = {dims!r}  # per input, the dims padded up to a bucket",
+        f"PAD_VALUES = {values!r}  # per input, the value padding is filled with",
+        f"SLICE = {[[int(i), int(d)] for i, d in buckets.get('output_dims') or []]!r}"
+        "  # (output index, dim): cut back to the unpadded length",
+        "",
+        "",
+        "def _pad(xs):",
+        '    """Each dynamic dim padded up to the next bucket; returns the inputs and the (first) unpadded length."""',
+        "    out, length = [], None",
+        "    for x, dims, value in zip(xs, PAD_DIMS, PAD_VALUES):",
+        "        for d in dims:",
+        "            size = int(x.shape[d])",
+        "            length = size if length is None else length",
+        "            target = next((b for b in BUCKETS if b >= size), size)",
+        "            if target > size:",
+        "                shape = list(x.shape)",
+        "                shape[d] = target - size",
+        f"                x = {cat}",
+        "        out.append(x)",
+        "    return out, length",
+        "",
+        "",
+        "def _unpad(outputs, length):",
+        '    """The outputs (a flat list) with the dims that follow the padded length cut back to it."""',
+        "    outputs = list(outputs)",
+        "    for i, d in SLICE:",
+        "        o = outputs[i]",
+        "        if length is not None and o.ndim > d and o.shape[d] > length:",
+        "            outputs[i] = o[(slice(None),) * d + (slice(0, length),)]",
+        "    return outputs",
+    ]
+
+
+def numpy_make_inputs_lines() -> list[str]:
+    """``make_inputs(batch_size=None)``: numpy arrays from ``SAMPLE`` in predict's form."""
+    return [
+        "_rng = np.random.default_rng(0)",
+        "",
+        "",
+        "def make_inputs(batch_size=None):",
+        '    """A random batch like the one autotune measured (see the module docstring), in predict\'s form."""',
+        "    xs = []",
+        "    for dtype, shape, bounds in SAMPLE:",
+        "        shape = [batch_size or shape[0], *shape[1:]]",
+        "        if bounds is not None:",
+        "            xs.append(_rng.integers(bounds[0], bounds[1], shape).astype(dtype))",
+        '        elif dtype == "bool":',
+        "            xs.append(_rng.random(shape) < 0.5)",
+        "        else:",
+        '            xs.append(_rng.standard_normal(shape).astype(dtype if dtype in ("float16", "float64") else '
+        '"float32"))',
+        "    return _form(xs)",
+    ]
+
+
+def torch_make_inputs_lines() -> list[str]:
+    """``make_inputs(batch_size=None)``: torch tensors on ``device`` from ``SAMPLE`` in predict's form."""
+    return [
+        "def make_inputs(batch_size=None):",
+        '    """A random batch like the one autotune measured (see the module docstring), in predict\'s form."""',
+        "    gen = torch.Generator().manual_seed(0)",
+        "    xs = []",
+        "    for dtype, shape, bounds in SAMPLE:",
+        "        shape = [batch_size or shape[0], *shape[1:]]",
+        "        if bounds is not None:",
+        "            x = torch.randint(bounds[0], bounds[1], shape, generator=gen, dtype=getattr(torch, dtype))",
+        '        elif dtype == "bool":',
+        "            x = torch.rand(shape, generator=gen) < 0.5",
+        "        else:",
+        "            x = torch.randn(shape, generator=gen).to(getattr(torch, dtype))",
+        "        xs.append(x.to(device))",
+        "    return _form(xs)",
+    ]
+
+
+def leaves_lines() -> list[str]:
+    """``_leaves``: a torch output's tensors in pytree order (what a file artifact's predict returns)."""
+    return [
+        "def _leaves(out):",
+        '    """The output\'s tensors in pytree order: a dict\'s values in order, tuples and lists in order."""',
+        "    if out is None:",
+        "        return []",
+        "    if isinstance(out, dict):",
+        "        return [t for v in out.values() for t in _leaves(v)]",
+        "    if isinstance(out, (list, tuple)):",
+        "        return [t for v in out for t in _leaves(v)]",
+        "    return [out]",
+    ]
+
+
+# ---- inputs of the reproduction script -----------------------------------------------------------------
 
 
 def _shape_expr(spec: Mapping[str, Any]) -> str:
@@ -30,8 +294,12 @@ def numpy_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
             expr = f"_rng.standard_normal(({shape}), dtype=np.float32){cast}"
         else:
             expr = f"_rng.integers(0, {int(spec.get('vocab_size') or 2)}, ({shape}), dtype={np_dtype})"
-        lines.append(f"        {expr},  # {spec.get('name') or 'input'}")
+        lines.append(f"        {expr},  # {_comment(spec.get('name'))}")
     return [*lines, "    )"]
+
+
+def _comment(name: Any) -> str:
+    return " ".join(str(name or "input").split())
 
 
 def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -48,16 +316,36 @@ def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
         else:
             high = int(spec.get("vocab_size") or 2)
             expr = f"torch.randint(0, {high}, ({shape}), device=device, dtype={dtype_expr})"
-        lines.append(f"        {expr},  # {spec.get('name') or 'input'}")
+        lines.append(f"        {expr},  # {_comment(spec.get('name'))}")
     return [*lines, "    )"]
 
 
-def onnx_lines(*, mode: str | None, threads: str, path: str, device: str) -> list[str]:
-    """``load()`` for an ONNX model: an InferenceSession with the options autotune measured."""
+# ---- the runtimes' sessions ---------------------------------------------------------------------------
+
+
+def _array_lines() -> list[str]:
+    return [
+        "def _array(x):",
+        '    """A torch tensor or anything numpy takes, as a C-contiguous numpy array."""',
+        '    if hasattr(x, "detach"):',
+        "        x = x.detach().cpu().numpy()",
+        "    return np.ascontiguousarray(x)",
+        "",
+        "",
+    ]
+
+
+def onnx_lines(*, mode: str | None, threads: str, path: str, device: str, interface: bool = False,
+               buckets: bool = False) -> list[str]:
+    """``load()`` for an ONNX model: an InferenceSession with the options autotune measured.
+
+    ``interface``: ``predict`` takes one batch in the artifact's form (``_flatten``, ``_array``; ``_pad`` /
+    ``_unpad`` with ``buckets``) and returns the outputs as a list; else ``predict(*arrays)``.
+    """
     parallel = mode == "parallel"
     providers = '["CUDAExecutionProvider", "CPUExecutionProvider"]' if device.startswith("cuda") else \
         '["CPUExecutionProvider"]'
-    return [
+    head = [
         "def load():",
         '    """An InferenceSession as autotune measured it: ORT_ENABLE_ALL, explicit thread counts."""',
         "    opts = ort.SessionOptions()",
@@ -68,17 +356,27 @@ def onnx_lines(*, mode: str | None, threads: str, path: str, device: str) -> lis
         f"    session = ort.InferenceSession({path}, opts, providers={providers})",
         "    names = [i.name for i in session.get_inputs()]",
         "",
-        "    def predict(*arrays):",
-        "        return session.run(None, dict(zip(names, arrays, strict=True)))",
-        "",
-        "    return predict",
     ]
+    if not interface:
+        return [*head, "    def predict(*arrays):",
+                "        return session.run(None, dict(zip(names, arrays, strict=True)))", "", "    return predict"]
+    return [*_array_lines(), *head, "    def predict(*args, **kwargs):",
+            "        arrays = [_array(x) for x in _flatten(args, kwargs)]",
+            *(["        arrays, length = _pad(arrays)"] if buckets else []),
+            "        outputs = session.run(None, dict(zip(names, arrays, strict=True)))",
+            "        return _unpad(outputs, length)" if buckets else "        return outputs",
+            "", "    return predict"]
 
 
-def openvino_lines(*, config: str, requests: str, model: str) -> list[str]:
+def openvino_lines(*, config: str, requests: str, model: str, interface: bool = False,
+                   buckets: bool = False) -> list[str]:
     """``load()`` for an OpenVINO model: compiled with the measured configuration; with ``requests`` > 1
-    a call splits the batch over an AsyncInferQueue (throughput hint), as autotune measured it."""
-    return [
+    a call splits the batch over an AsyncInferQueue (throughput hint), as autotune measured it: a batch of r
+    rows as ``min(requests, r)`` near-equal chunks (equal ones for the full batch).
+
+    ``interface``: as for :func:`onnx_lines`.
+    """
+    body = [
         "def load():",
         '    """The model compiled as autotune measured it (performance hint, threads, inference precision)."""',
         f"    compiled = ov.Core().compile_model({model}, \"CPU\", {config})",
@@ -87,31 +385,42 @@ def openvino_lines(*, config: str, requests: str, model: str) -> list[str]:
         "    if requests == 1:",
         "        request = compiled.create_infer_request()",
         "",
-        "        def predict(*arrays):",
+        "        def run(arrays):",
         "            request.infer(list(arrays))",
         "            return [request.get_output_tensor(i).data.copy() for i in range(n_out)]",
+        "    else:",
+        "        queue = ov.AsyncInferQueue(compiled, requests)",
+        "        results = [None] * requests",
         "",
-        "        return predict",
-        "    queue = ov.AsyncInferQueue(compiled, requests)",
-        "    results = [None] * requests",
+        "        def done(request, index):",
+        "            results[index] = [request.get_output_tensor(i).data.copy() for i in range(n_out)]",
         "",
-        "    def done(request, index):",
-        "        results[index] = [request.get_output_tensor(i).data.copy() for i in range(n_out)]",
+        "        queue.set_callback(done)",
         "",
-        "    queue.set_callback(done)",
+        "        def run(arrays):",
+        "            rows = arrays[0].shape[0]",
+        "            m = max(1, min(requests, rows))  # chunks of near-equal size, in order",
+        "            cuts = [rows * i // m for i in range(m + 1)]",
+        "            for i in range(m):",
+        "                queue.start_async([a[cuts[i]:cuts[i + 1]] for a in arrays], userdata=i)",
+        "            queue.wait_all()",
+        "            return [np.concatenate([r[j] for r in results[:m]]) for j in range(n_out)]",
         "",
-        "    def predict(*arrays):",
-        "        chunk = arrays[0].shape[0] // requests",
-        "        for i in range(requests):",
-        "            queue.start_async([a[i * chunk:(i + 1) * chunk] for a in arrays], userdata=i)",
-        "        queue.wait_all()",
-        "        return [np.concatenate([r[j] for r in results]) for j in range(n_out)]",
-        "",
-        "    return predict",
     ]
+    if not interface:
+        return [*body, "    def predict(*arrays):", "        return run(arrays)", "", "    return predict"]
+    return [*_array_lines(), *body, "    def predict(*args, **kwargs):",
+            "        arrays = [_array(x) for x in _flatten(args, kwargs)]",
+            *(["        arrays, length = _pad(arrays)"] if buckets else []),
+            "        return _unpad(run(arrays), length)" if buckets else "        return run(arrays)",
+            "", "    return predict"]
 
 
-def torch_prepare_lines(rec: Mapping[str, Any], *, runtime_autocast: bool) -> list[str]:
+# ---- the torch call -----------------------------------------------------------------------------------
+
+
+def torch_prepare_lines(rec: Mapping[str, Any]) -> list[str]:
+    """``_prepare(inputs)``: float inputs cast to the variant's precision and memory format."""
     precision = str(rec.get("precision") or "fp32")
     reduced = _REDUCED.get(precision.removeprefix("autocast-"))
     lines = ["def _prepare(inputs):",
@@ -123,13 +432,54 @@ def torch_prepare_lines(rec: Mapping[str, Any], *, runtime_autocast: bool) -> li
     if rec.get("memory_format") == "channels_last":
         body += ["            if x.dim() == 4:", "                x = x.contiguous(memory_format=torch.channels_last)"]
     lines += body or ["            pass"]
-    lines += ["        out.append(x)", "    return out"]
+    return [*lines, "        out.append(x)", "    return out"]
+
+
+def torch_context(rec: Mapping[str, Any], *, runtime_autocast: bool) -> str:
+    """The context a torch call runs in: inference mode, and autocast where eager/script enter it per call."""
+    reduced = _REDUCED.get(str(rec.get("precision") or "fp32").removeprefix("autocast-"))
     if runtime_autocast and reduced:
-        context = f"torch.inference_mode(), torch.autocast(device.type, dtype={reduced})"
+        return f"torch.inference_mode(), torch.autocast(device.type, dtype={reduced})"
+    return "torch.inference_mode()"
+
+
+def torch_predict_lines(*, context: str, call: str, flat: bool, buckets: bool) -> list[str]:
+    """``predict(*args, **kwargs)`` around a loaded torch callable: inputs as tensors on ``device`` in INPUTS
+    order (padded to buckets), ``_prepare``, the call in ``context``; ``flat``: the outputs as ``_leaves``
+    (cut back with ``_unpad``), else the model's own structure (cut back leaf by leaf)."""
+    lines = ["    import torch.utils._pytree as pytree", ""] if buckets and not flat else []
+    lines += ["    def predict(*args, **kwargs):",
+             "        xs = [torch.as_tensor(x, device=device) for x in _flatten(args, kwargs)]",
+             *(["        xs, length = _pad(xs)"] if buckets else []),
+             "        xs = _prepare(xs)",
+             f"        with {context}:",
+             f"            out = {call}"]
+    if flat:
+        lines.append("        return _unpad(_leaves(out), length)" if buckets else "        return _leaves(out)")
+    elif buckets:
+        lines += ["        leaves, spec = pytree.tree_flatten(out)",
+                  "        return pytree.tree_unflatten(_unpad(leaves, length), spec)"]
     else:
-        context = "torch.inference_mode()"
-    return [*lines, "", "", "def _call(model):", "    def predict(*inputs):",
-            f"        with {context}:", "            return model(*_prepare(inputs))", "", "    return predict"]
+        lines.append("        return out")
+    return [*lines, "", "    return predict"]
 
 
-__all__ = ["numpy_input_lines", "onnx_lines", "openvino_lines", "torch_input_lines", "torch_prepare_lines"]
+__all__ = [
+    "bucket_lines",
+    "call_example",
+    "call_line",
+    "doc_text",
+    "interface_doc_lines",
+    "interface_lines",
+    "interface_of",
+    "leaves_lines",
+    "numpy_input_lines",
+    "numpy_make_inputs_lines",
+    "onnx_lines",
+    "openvino_lines",
+    "torch_context",
+    "torch_input_lines",
+    "torch_make_inputs_lines",
+    "torch_predict_lines",
+    "torch_prepare_lines",
+]

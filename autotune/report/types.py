@@ -152,6 +152,8 @@ class ArtifactSection(_ArtifactStatus, total=False):
     wall_seconds: float
     threads: int | None
     runtime: dict[str, Any]
+    #: how load.py's predict is called: form, inputs, outputs (autotune.artifact.describe_interface)
+    interface: dict[str, Any]
     notes: list[str]
 
 

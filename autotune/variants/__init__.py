@@ -46,9 +46,11 @@ Policy decisions (documented here because the report quotes them):
   convnets (freezing folds batch norm and pre-packs MKLDNN weights), so it stays in the catalogue.
   Its ``FutureWarning``s are silenced inside the tool and the deprecation is carried in
   :attr:`BuiltVariant.notes` for the report.
-* **Shapes**: ``compile`` uses ``dynamic=False`` and ``export`` / ``cudagraphs`` are built for the
-  example's shapes. A variant is therefore built per batch size (``BuiltVariant.shape_specialized``);
-  with ``compile`` a new shape would recompile, which :func:`recompile_count` exposes.
+* **Shapes**: a variant is built per batch size (``BuiltVariant.shape_specialized``) on the traffic's
+  largest batch. ``compile`` uses ``dynamic=False`` unless a non-batch dim varies in the traffic
+  (:func:`compile_dynamic`; a new shape recompiles, which :func:`recompile_count` exposes); ``export`` and
+  the runtimes leave the batch dim and the traffic's varying dims dynamic (``build_variant(dynamic_dims=)``),
+  so a deployment takes every batch size up to the one it was built for; ``cudagraphs`` is static.
 * **Threads** are applied when the variant is built (inductor bakes the thread count into its
   generated C++) and re-asserted on every call (cheap: one ``get_num_threads``), so variants with
   different thread counts can be interleaved in one process.
@@ -61,7 +63,7 @@ The package, one module per part: :mod:`~autotune.variants.spec` (names and the 
 
 from autotune.build_stage import summarize_exception
 from autotune.variants.availability import Availability, available, cpu_native_precision, thread_counts
-from autotune.variants.build import BuiltVariant, build_variant
+from autotune.variants.build import BuiltVariant, build_variant, compile_dynamic
 from autotune.variants.dynamo_state import graph_break_count, recompile_count, reset_compiler_state
 from autotune.variants.expand import expand_variants
 from autotune.variants.spec import (
@@ -94,6 +96,7 @@ __all__ = [
     "VariantSpec",
     "available",
     "build_variant",
+    "compile_dynamic",
     "cpu_native_precision",
     "expand_variants",
     "graph_break_count",

@@ -185,6 +185,16 @@ def _compile_kwargs(mode: str) -> dict[str, Any]:
     return kwargs
 
 
+def compile_dynamic(spec: VariantSpec, dynamic_dims: Sequence[Sequence[int]] | None) -> bool | None:
+    """``torch.compile``'s ``dynamic`` for ``spec`` on traffic dynamic in ``dynamic_dims``: None (static at
+    first, dynamic after the first recompile) when a dim other than the batch varies and the variant does not
+    pad it to buckets, else False (static shapes; a new batch size recompiles). The artifact's code uses it too.
+    """
+    if dynamic_dims is not None and any(len(d) > 1 for d in dynamic_dims) and not spec.buckets:
+        return None
+    return False
+
+
 def build_variant(
     spec: VariantSpec,
     model: torch.nn.Module,
@@ -193,6 +203,7 @@ def build_variant(
     device: str,
     keep_artifact: bool = False,
     dynamic_dims: Sequence[Sequence[int]] | None = None,
+    input_names: Sequence[str] | None = None,
 ) -> BuiltVariant:
     """Build ``spec`` from ``model`` (never mutated) for inputs like ``example_inputs`` (fp32, on device).
 
@@ -206,9 +217,9 @@ def build_variant(
                   into the graph); eager/script enter autocast around every call instead
         set threads (inductor reads the thread count at compile time)
         inner = m | jit.script(m) | jit.trace(m, x) | optimize_for_inference(freeze(script-or-trace(m)))
-                | torch.compile(m, mode, dynamic=False)            (compiles at the first call)
-                | aoti_load_package(aoti_compile_and_package(export(m, x)))
-                | ONNX Runtime / OpenVINO session on a fixed-shape export of m   (autotune.runtimes)
+                | torch.compile(m, mode, dynamic=compile_dynamic(..))   (compiles at the first call)
+                | aoti_load_package(aoti_compile_and_package(export(m, x, dynamic_shapes)))
+                | ONNX Runtime / OpenVINO session on an export of m, dynamic in dynamic_dims  (autotune.runtimes)
         cudagraphs: capture inner(x) into a CUDA graph; calls copy inputs in and replay
         fn = inference_mode + (runtime autocast) + (threads) around inner
 
@@ -224,6 +235,8 @@ def build_variant(
     shape is the example's) is how shape-specialising builders meet the traffic: ``torch.compile`` gets
     ``dynamic=None`` (static first, dynamic after the first recompile: torch's own default) when a dim other
     than the batch varies, ``export`` marks them ``Dim.DYNAMIC``, the runtimes export them as dynamic axes.
+    ``input_names`` (the traffic layout's names) name the runtimes' graph inputs, so a deployment feeds them
+    by the names of the user's batch.
 
     Availability is not checked here (call :func:`available` first); whatever torch can build is
     built. Raises :class:`VariantError` with a one-line summary when a stage fails;
@@ -291,8 +304,8 @@ def build_variant(
         elif spec.compiler == "compile":
             mode = spec.compile_mode or "default"
             kwargs = _compile_kwargs(mode)
-            if dynamic_dims is not None and any(len(d) > 1 for d in dynamic_dims) and not spec.buckets:
-                kwargs["dynamic"] = None
+            kwargs["dynamic"] = compile_dynamic(spec, dynamic_dims)
+            if kwargs["dynamic"] is None:
                 notes.append("torch.compile(dynamic=None): static at first, dynamic shapes after the first "
                              "recompile on the traffic's varying dims")
             else:
@@ -310,7 +323,8 @@ def build_variant(
             from autotune.runtimes import build_runtime
 
             inner, kept, artifact = build_runtime(spec, m, example, device=device, notes=notes,
-                                                  keep_artifact=keep_artifact, dynamic_dims=dynamic_dims)
+                                                  keep_artifact=keep_artifact, dynamic_dims=dynamic_dims,
+                                                  input_names=input_names)
             keepalive.extend(kept)
         else:  # pragma: no cover - VariantSpec validates the compiler
             raise VariantError(f"unknown compiler {spec.compiler!r}")
@@ -362,14 +376,26 @@ def _jit_bytes(module: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _takes_varargs(module: Any) -> bool:
-    import inspect
+def _flat_outputs(inner: Any) -> Any:
+    """``inner`` wrapped so that its forward returns its output's leaves as a tuple, in pytree order.
 
-    try:
-        params = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError, AttributeError):
-        return False
-    return any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    An AOTInductor package stores the output's pytree spec and rebuilds it at load time; a model output class
+    registered by its library (a Hugging Face ``ModelOutput``) then cannot be loaded where that library is not
+    imported ("Deserializing ... in pytree is not registered"). So the package returns flat leaves (what the
+    artifact's ``load.py`` returns too) and the measured call rebuilds the eager structure around them.
+    """
+    import torch
+    import torch.utils._pytree as pytree
+
+    class FlatOutputs(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: Any) -> Any:
+            return tuple(pytree.tree_leaves(self.inner(*args)))
+
+    return FlatOutputs(inner).eval()
 
 
 def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
@@ -378,19 +404,25 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
     """``torch.export`` then AOTInductor: compile to a ``.pt2`` package in a private temp dir and load it.
 
     With ``dynamic_dims`` those dims are ``Dim.DYNAMIC`` (torch.export decides their range, or specialises
-    a dim the model's code fixes: the gate on the traffic's other shapes then says so). The temp dir object
-    is returned so the caller keeps it alive as long as the loaded model.
+    a dim the model's code fixes: the gate on the traffic's other shapes then says so). A model whose output
+    is not a lone tensor is exported returning its flat leaves (:func:`_flat_outputs`) and the call rebuilds
+    the structure. The temp dir object is returned so the caller keeps it alive as long as the loaded model.
     """
     import torch
+    import torch.utils._pytree as pytree
 
+    from autotune.traffic import dynamic_shapes_for
+
+    reference = silenced_build("eager forward for the output structure", notes, lambda: target(*example))
+    treespec = None if isinstance(reference, torch.Tensor) else pytree.tree_structure(reference)
+    del reference
+    if treespec is not None:
+        target = _flat_outputs(target)
     shapes: Any = None
     if dynamic_dims is not None:
-        shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if isinstance(x, torch.Tensor) else None
-                       for x, dims in zip(example, dynamic_dims, strict=True))
-        notes.append("export: dynamic dims " + ", ".join(f"input {i} dims {list(d)}"
-                                                         for i, d in enumerate(dynamic_dims) if d))
-        if _takes_varargs(target):
-            shapes = (shapes,)  # forward(*tensors): one varargs parameter holds them all
+        shapes = dynamic_shapes_for(target, example, dynamic_dims)
+        notes.append("export: dynamic dims (Dim.DYNAMIC) " + ", ".join(
+            f"input {i} dims {list(d)}" for i, d in enumerate(dynamic_dims) if d))
     exported = silenced_build("torch.export.export", notes,
                               lambda: torch.export.export(target, example, dynamic_shapes=shapes))
     tmp = tempfile.TemporaryDirectory(prefix="autotune-aoti-")
@@ -410,4 +442,13 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
         raise
     if dynamic_dims is None:
         notes.append("export: AOTInductor package compiled for the example's shapes")
-    return loaded, tmp
+    if treespec is None:
+        return loaded, tmp
+    notes.append("export: the package returns the output's leaves in pytree order; the call rebuilds the "
+                 "structure")
+    spec = treespec
+
+    def call(*args: Any) -> Any:
+        return pytree.tree_unflatten(list(loaded(*args)), spec)
+
+    return call, tmp

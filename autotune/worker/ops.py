@@ -145,6 +145,20 @@ class _Candidate:
     plan: BucketPlan | None = None
 
 
+def _candidate_inputs(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model: torch.nn.Module | None = None
+                      ) -> tuple[Traffic, torch.nn.Module, BucketPlan | None, tuple[torch.Tensor, ...]]:
+    """The traffic of ``batch``, the eager model as the builders see it, the bucket plan of a ``+buckets``
+    variant and the example it is built on (the largest batch, padded to its bucket): what the measurement
+    and the deployed artifact are both built from."""
+    traffic = load_traffic(lw.recipe, batch_size=batch, device=lw.device, seed=BUILD_SEED)
+    eager = adapt(model if model is not None else lw.model, traffic.layout)
+    if spec.buckets and not traffic.has_dynamic_dims:
+        raise VariantError(f"{spec.name}: the traffic has no dynamic dimension to pad to buckets")
+    plan = bucket_plan(eager, traffic) if spec.buckets else None
+    example = plan.pad(traffic.example)[0] if plan is not None else traffic.example
+    return traffic, eager, plan, example
+
+
 def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model: torch.nn.Module | None = None,
                      keep_artifact: bool = False) -> _Candidate:
     """Load the traffic of ``batch``, build ``spec`` on its largest batch, prepare every batch (untimed).
@@ -154,17 +168,9 @@ def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model
     padded to its bucket, and ``fn`` pads every call's batch (timed: the padding is part of the strategy).
     """
     device = lw.device
-    traffic = load_traffic(lw.recipe, batch_size=batch, device=device, seed=BUILD_SEED)
-    eager = adapt(model if model is not None else lw.model, traffic.layout)
-    if spec.buckets and not traffic.has_dynamic_dims:
-        raise VariantError(f"{spec.name}: the traffic has no dynamic dimension to pad to buckets")
-    plan = bucket_plan(eager, traffic) if spec.buckets else None
-    example = plan.pad(traffic.example)[0] if plan is not None else traffic.example
-    dynamic = None
-    if traffic.source == "factory":
-        dynamic = tuple((0, *dims) for dims in traffic.dynamic_dims)
+    traffic, eager, plan, example = _candidate_inputs(lw, spec, batch, model=model)
     built = build_variant(spec, eager, example, device=str(device), keep_artifact=keep_artifact,
-                          dynamic_dims=dynamic)
+                          dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names)
     if plan is not None:
         built = dataclasses.replace(built, fn=plan.wrap(built.fn),
                                     notes=(*built.notes, f"inputs padded to buckets {list(plan.buckets)} "
@@ -426,7 +432,8 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         input_bytes = sum(int(x.untyped_storage().nbytes()) for x in example)
         assert master.model is not None
         with torch.inference_mode():
-            built = build_variant(spec, adapt(master.model, traffic.layout), example, device=str(device))
+            built = build_variant(spec, adapt(master.model, traffic.layout), example, device=str(device),
+                                  dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names)
             prepared = built.prepare_inputs(example)
         held = 0 if backend.device_memory else master.weight_bytes()
         if fresh:
@@ -511,10 +518,11 @@ def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
     spec = VariantSpec.parse(req["variant"])
     _with_threads(spec, state)
     try:
-        traffic = load_traffic(lw.recipe, batch_size=int(req["batch_size"]), device=lw.device, seed=BUILD_SEED)
-        result = deploy(adapt(lw.model, traffic.layout), traffic.example, spec=spec, device=lw.device,
+        # built exactly as the measurement built it: same example, dynamic dims, input names and buckets
+        traffic, eager, plan, example = _candidate_inputs(lw, spec, int(req["batch_size"]))
+        result = deploy(eager, example, spec=spec, device=lw.device,
                         backend=lw.backend, directory=req.get("directory"), profile=bool(req.get("profile", True)),
-                        iterations=int(req.get("iterations") or 10))
+                        iterations=int(req.get("iterations") or 10), traffic=traffic, plan=plan)
         return cast(ArtifactResult, result)
     finally:
         torch.set_num_threads(state.default_threads)
