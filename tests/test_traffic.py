@@ -270,3 +270,23 @@ def test_make_recipe_takes_a_data_factory() -> None:
     assert r2.data is not None and dict(r2.data.kwargs) == {"n": 3}
     t = load_traffic(r2, batch_size=4, device=torch.device("cpu"))
     assert len(t.batches) == 3
+
+
+def test_the_reproduction_of_a_data_recipe_serves_its_batches_through_the_artifact() -> None:
+    import ast
+
+    from autotune.report.reproduce import reproduce_script
+
+    doc = {
+        "recipe": {"name": "kw", "device": "cpu", "search": {"seed": 3},
+                   "model": {"factory": f"{KEYWORD}:classifier", "kwargs": {}},
+                   "data": {"factory": f"{KEYWORD}:batches", "kwargs": {"n": 4}, "max_batches": 4,
+                            "base_dir": str(KEYWORD.parent)}},
+        "recommendation": {"variant": "trace+buckets", "batch_size": 4, "throughput": 100.0,
+                           "latency_ms": {"p50": 1.0, "p99": 2.0}},
+    }
+    script = reproduce_script(doc)
+    ast.parse(script)
+    assert "runpy.run_path('artifact/load.py')" in script
+    assert "batches_of(batch_size=BATCH_SIZE, n=4)" in script and "torch.manual_seed(3)" in script
+    assert "MAX_BATCHES = 4" in script and "import autotune" not in script

@@ -240,6 +240,8 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
     if rec is None:
         raise InputError("recommendation: the report has none, so there is nothing to reproduce")
     recipe = doc.get("recipe") or {}
+    if timed and isinstance(recipe.get("data"), Mapping):
+        return traffic_script(doc)
     model_spec = recipe.get("model") or {}
     device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
     batch = int(rec["batch_size"])
@@ -413,6 +415,82 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
         "elapsed = time.perf_counter() - start",
         'print(f"{BATCH_SIZE * ITERATIONS / elapsed:,.1f} samples/s, '
         '{1000 * elapsed / ITERATIONS:.2f} ms per batch of {BATCH_SIZE}")',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def traffic_script(doc: Mapping[str, Any]) -> str:
+    """The reproduction of a ``[data]`` recipe's recommendation: its artifact on the user's own batches.
+
+    With a data factory the measured thing is the artifact (the same build: dynamic dims, bucket padding,
+    the keyword interface) serving the factory's batches in turn; so the script loads ``artifact/load.py``
+    (which needs no autotune), draws the factory's first ``max_batches`` batches at the recommended batch
+    size with the seed autotune used, and times whole passes over them, as autotune did.
+    """
+    rec = doc["recommendation"]
+    recipe = doc.get("recipe") or {}
+    data = recipe.get("data") or {}
+    batch = int(rec["batch_size"])
+    name = " ".join(str(recipe.get("name") or "this recipe").split())
+    import_lines, callee = _factory_lines(data)
+    import_lines = [line.replace("'autotune_model'", "'autotune_data'").replace("factory = ", "batches_of = ")
+                    for line in import_lines]
+    if callee == "factory":
+        callee = "batches_of"
+    measured = (f"{fmt_rate(rec.get('throughput'))} samples/s, p50 {fmt_ms(latency_ms(rec, 'p50'))} ms, "
+                f"p99 {fmt_ms(latency_ms(rec, 'p99'))} ms")
+    kwargs = dict(data.get("kwargs") or {})
+    call_expr = py_call(callee, {"batch_size": 0, **kwargs}).replace("batch_size=0", "batch_size=BATCH_SIZE", 1)
+    if "BATCH_SIZE" not in call_expr:  # keys that are not identifiers went through **{...}
+        call_expr = f"{callee}(batch_size=BATCH_SIZE, **{kwargs!r})"
+    lines = [
+        f"# Reproduce autotune's recommendation for {name}: {rec['variant']} at batch size {batch}, on the",
+        "# recipe's own data: the saved artifact (artifact/load.py, no autotune) serving the data factory's batches.",
+        f"# autotune measured {measured}",
+        f"# on {summary_line(doc.get('environment') or {})}.",
+        "# For a measurement with warmup detection and confidence intervals run:",
+        f"#   {measure_line(doc)}",
+        "import importlib.util",
+        "import runpy",
+        "import time",
+        "",
+        "import torch",
+        *import_lines,
+        "",
+        f"BATCH_SIZE = {batch}",
+        f"MAX_BATCHES = {int(data.get('max_batches') or 16)}",
+        "SECONDS = 5.0",
+        "",
+        "predict = runpy.run_path('artifact/load.py')['load']()  # run from the run's directory (--out)",
+        f"torch.manual_seed({_seed(recipe)})  # the seed autotune drew the batches with",
+        "batches = []",
+        f"for batch in {call_expr}:",
+        "    batches.append(batch)",
+        "    if len(batches) == MAX_BATCHES:",
+        "        break",
+        "",
+        "",
+        "def call(batch):",
+        "    if isinstance(batch, dict):",
+        "        return predict(**batch)",
+        "    if isinstance(batch, (tuple, list)):",
+        "        return predict(*batch)",
+        "    return predict(batch)",
+        "",
+        "",
+        "rows = sum(int(next(iter(b.values())).shape[0]) if isinstance(b, dict)",
+        "           else int((b[0] if isinstance(b, (tuple, list)) else b).shape[0]) for b in batches)",
+        "start = time.perf_counter()",
+        "for batch in batches:  # every shape's first call: compiles and specialisations land here",
+        "    call(batch)",
+        'print(f"first pass: {time.perf_counter() - start:.3f} s over {len(batches)} batches")',
+        "passes, start = 0, time.perf_counter()",
+        "while time.perf_counter() - start < SECONDS:",
+        "    for batch in batches:",
+        "        call(batch)",
+        "    passes += 1",
+        "elapsed = time.perf_counter() - start",
+        'print(f"{passes * rows / elapsed:,.1f} samples/s over {passes} passes of {len(batches)} batches")',
     ]
     return "\n".join(lines) + "\n"
 
