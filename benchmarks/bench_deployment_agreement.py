@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
+    args.runs = [r.resolve() for r in args.runs]
     specs = {r: child_spec(r, args.seconds) for r in args.runs}
     plain: dict[Path, list[float]] = {r: [] for r in args.runs}
     for _ in range(args.rounds):
