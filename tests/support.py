@@ -87,8 +87,8 @@ def largest_measurement_record(seed: int = 0) -> dict[str, Any]:
     about 100 kB of JSON, a real ``Measurement.to_dict()`` of synthetic timings with their real analysis."""
     import numpy as np
 
-    from autotune.measurement import Measurement
-    from autotune.warmup import analyze
+    from autotune.core.measurement import Measurement
+    from autotune.core.warmup import analyze
 
     rng = np.random.default_rng(seed)
     blocks = 1e-3 * (1 + 0.02 * rng.standard_normal(20_000))

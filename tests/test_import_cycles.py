@@ -13,8 +13,8 @@ so the usual "module level only" rule would not have seen them. That import-time
 checked on its own, with no exceptions: a cycle there breaks ``import``.
 
 ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. The
-implicit import of a module's parent package (``autotune.warmup.offline`` runs
-``autotune/warmup/__init__.py`` first) is not an edge: a package that re-exports its submodules
+implicit import of a module's parent package (``autotune.core.warmup.offline`` runs
+``autotune/core/warmup/__init__.py`` first) is not an edge: a package that re-exports its submodules
 would otherwise always be a "cycle".
 """
 

@@ -38,8 +38,8 @@ only (and its absence costs the plots, not the report).
 from __future__ import annotations
 
 from autotune.report.analysis import rank_candidates
+from autotune.report.canonical import load_report, normalise_report
 from autotune.report.console import console_table
-from autotune.report.document import load_report, normalise_report
 from autotune.report.html import render_html
 from autotune.report.markdown import render_markdown
 from autotune.report.plots import PLOT_NAMES, render_plots

@@ -24,7 +24,7 @@ Algorithm::
              straddles 1 - margin: see :func:`undecided`); at most 3R rounds, or the deadline:
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
-                 and the CPU others used meanwhile (autotune.contention)
+                 and the CPU others used meanwhile (autotune.core.contention)
                  a round in which any slice saw > 0.1 core of foreign CPU is "disturbed";
                  the first `processes` rounds are burn-in (every process's first slice:
                  a fresh process's allocator is still settling) and never compared

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from autotune.candidate import pessimistic_score
-from autotune.contention import DISTURBED_CORES
-from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
+from autotune.core.contention import DISTURBED_CORES
+from autotune.core.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
 MIN_FINALISTS = 3
