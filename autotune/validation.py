@@ -4,9 +4,9 @@ Validation is the first step of every pipeline (``tune``, ``find_batch_boundary`
 a worker builds the model, runs one forward, expands the recipe's variants for the device and
 says which are unavailable and why. The answer is a value (:class:`ValidatedWorkload`) that the
 boundary search, the study and the report all read, so it lives here, below all of them, rather
-than in the pipeline module :mod:`autotune.tuner` (where it used to sit, which made
-``boundaries`` and ``tuner`` import each other). Not to be confused with :mod:`autotune.worker.model`,
-which builds the model and its inputs *inside* the worker.
+than in the pipeline module :mod:`autotune.tuner` (where it used to sit, which made the boundary
+search and the tuner import each other). The worker's side of the same step, building the model, is
+:mod:`autotune.worker.model`.
 """
 
 from __future__ import annotations
