@@ -1,8 +1,8 @@
 """Variant names: the grammar ``COMPILER[:MODE](+MODIFIER)*``, its vocabulary and :class:`VariantSpec`.
 
-No torch here (nor in anything this module imports): the recipe validator and the search space in the
-parent process read and write variant names without paying torch's start-up cost. The policy behind
-the vocabulary is in :mod:`autotune.worker.variants`.
+No torch here (nor in anything this module imports), so it belongs to the shared core: a variant name is
+vocabulary of recipes, requests, study rows and reports, readable in any process without paying torch's
+start-up cost. The policy behind the vocabulary, and the building, is in :mod:`autotune.worker.variants`.
 """
 
 from __future__ import annotations

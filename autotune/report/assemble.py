@@ -1,4 +1,4 @@
-"""The report document of a run: assembled when a run ends, and again from the stored study.
+"""The document of a run: assembled when a run ends, and again from the stored study.
 
 ``autotune run`` builds it once from what it measured (:func:`build_document`, called by
 :mod:`autotune.tuner`); ``autotune report DIR`` rebuilds it from the study, which also holds the trials of

@@ -22,10 +22,10 @@ Defaults (``fp32``, ``contiguous``, mode ``default``) are left out of the canoni
 
 Why the module is split the way it is:
 
-* The naming/parsing half (:class:`VariantSpec`, :func:`expand_variants`) imports no torch at
-  module import time, so the recipe validator and the search space in the parent process can
-  use it without paying torch's start-up cost. :func:`available` and the build half import torch
-  lazily.
+* The naming half (:class:`VariantSpec`, the grammar and vocabulary) is
+  :mod:`autotune.core.variant_names`, in the shared core: it imports no torch, so any process can read and
+  write variant names. This package (in the worker) re-exports it, and imports torch lazily in
+  :func:`available` and the build half.
 * :func:`available` answers "can this run *here*, and is it worth trying" with a reason, before
   any time is spent; :func:`build_variant` turns a spec into a callable and converts every build
   failure into a one-line :class:`~autotune.errors.VariantError`, so one broken variant (a model
