@@ -14,7 +14,8 @@ models with it. What they share lives here, so neither has to import the other:
 * the vocabularies: :mod:`~autotune.core.vocab` (closed sets of names), :mod:`~autotune.core.sizes` (byte
   sizes), :mod:`~autotune.core.device_names` (device strings), :mod:`~autotune.core.events` (progress events).
 
-Rules (``tests/test_layout.py`` holds them): a core module imports only the standard library, numpy, the
-package's infrastructure (:mod:`autotune.errors`, :mod:`autotune.version`) and other core modules; never
-torch, never the parent's modules, never the worker's. The package imports none of its modules.
+Rules: a core module imports, of autotune, only other core modules and the package's infrastructure
+(:mod:`autotune.errors`, :mod:`autotune.version`), never the parent's modules nor the worker's, and never
+torch (``tests/test_layout.py`` holds both); beyond the standard library it uses numpy. The package imports
+none of its modules.
 """

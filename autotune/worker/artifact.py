@@ -26,7 +26,8 @@ What is saved, per compiler (``KINDS``):
   writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
 
 Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
-parent from the document, so ``autotune report`` shows the same text (:mod:`autotune.report.loader`).
+parent from the document (:mod:`autotune.deployment`, which also puts this worker's directory in place), so
+``autotune report`` shows the same text (:mod:`autotune.report.loader`).
 
 The artifact serves the traffic. It is built exactly as the measured candidate was (the worker's
 ``_candidate_inputs``: the traffic's largest batch, padded to its bucket for ``+buckets``, with
