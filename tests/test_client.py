@@ -62,7 +62,7 @@ def test_only_the_client_builds_requests() -> None:
             builders[path.relative_to(PACKAGE).as_posix()] = found
     client = builders.pop("client.py", [])
     assert len(client) >= len(OP_NAMES) - 1, client  # every op but hello (the protocol's constant) builds its own
-    handshake = builders.pop("worker/protocol.py", [])
+    handshake = builders.pop("core/protocol.py", [])
     assert len(handshake) == 1 and handshake[0].endswith("{'op': 'hello'}"), handshake  # protocol.HELLO
     assert builders == {}, f"requests built outside autotune/client.py (use WorkerClient): {builders}"
 
