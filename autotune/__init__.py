@@ -25,7 +25,7 @@ from autotune.api import (
     measure,
     tune,
 )
-from autotune.events import Event
+from autotune.core.events import Event
 from autotune.version import __version__
 
 __all__ = [

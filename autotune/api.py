@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.core.events import Event, OnEvent, emit
+from autotune.core.recipe import Recipe, load_recipe, parse_recipe
 from autotune.errors import InputError
-from autotune.events import Event, OnEvent, emit
-from autotune.recipe import Recipe, load_recipe, parse_recipe
 
 if TYPE_CHECKING:
-    from autotune.measurement import Measurement
+    from autotune.core.measurement import Measurement
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class CandidateResult:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateResult:
-        from autotune.measurement import Measurement
+        from autotune.core.measurement import Measurement
 
         ci = row.get("throughput_ci")
         record = row.get("measurement")
@@ -114,7 +114,7 @@ def _as_recipe(recipe: Recipe | str | Path) -> Recipe:
 def _with_device(recipe: Recipe, device: str | None) -> Recipe:
     if device is None:
         return recipe
-    from autotune.device_names import ALLOWED_TEXT, is_device_name
+    from autotune.core.device_names import ALLOWED_TEXT, is_device_name
 
     if not is_device_name(device):
         raise InputError(f"device: '{device}' is not allowed; allowed: {ALLOWED_TEXT}")
@@ -183,7 +183,7 @@ def tune(recipe: Recipe | str | Path, *, device: str | None = None, time_budget:
     """Run the whole tuning (validate, batch boundaries, search, showdown) and write the reports into ``out``.
 
     ``storage``: an Optuna RDB URL (default ``sqlite:///OUT/study.db``); running again on the same ``out``
-    resumes. ``on_event`` receives :class:`autotune.events.Event` values (None: silent).
+    resumes. ``on_event`` receives :class:`autotune.core.events.Event` values (None: silent).
     """
     from autotune.tuner import RunOptions, run_tuning, with_cli_overrides
 
@@ -208,11 +208,11 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
     """The largest batch that fits, per variant (or just ``variant``), as a deployment process would see it.
 
     ``memory_budget`` (bytes) overrides the recipe's ``batch.memory_budget``. See
-    :mod:`autotune.boundaries` for the search and the fresh-process confirmation.
+    :mod:`autotune.variant_boundaries` for the search and the fresh-process confirmation.
     """
-    from autotune.boundaries import find_boundaries
     from autotune.runner import Runner
     from autotune.validation import validate
+    from autotune.variant_boundaries import find_boundaries
 
     rec = _with_device(_as_recipe(recipe), device)
     if memory_budget is not None:
@@ -231,7 +231,7 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
 
 def resolve_variant(name: str, workload: Any) -> str:
     """``name`` if the recipe has it on this device; else an :class:`InputError` that says why not."""
-    from autotune.recipe import closest
+    from autotune.core.recipe import closest
 
     if name in workload.variants:
         return name
@@ -253,7 +253,7 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
     """Build, gate and measure one configuration in a worker (any variant name, not only the recipe's)."""
     from autotune.candidate import candidate_row
     from autotune.client import WorkerClient
-    from autotune.measure_settings import MeasureSettings
+    from autotune.core.measure_settings import MeasureSettings
     from autotune.runner import Runner
     from autotune.validation import validate
 
@@ -277,8 +277,8 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
 
 
 def analyze_warmup(values: Sequence[float], *, margin: float | None = None) -> Any:
-    """Warmup / steady-state analysis of per-iteration timings (:class:`autotune.warmup.WarmupAnalysis`)."""
-    from autotune.warmup import analyze
+    """Warmup / steady-state analysis of per-iteration timings (:class:`autotune.core.warmup.WarmupAnalysis`)."""
+    from autotune.core.warmup import analyze
 
     return analyze(values) if margin is None else analyze(values, margin=margin)
 

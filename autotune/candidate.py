@@ -1,6 +1,6 @@
 """Candidate records: a worker's result turned into one row of report.json.
 
-Pure logic (numpy via :mod:`autotune.stats`, no torch): the parent builds these rows, checks
+Pure logic (numpy via :mod:`autotune.core.stats`, no torch): the parent builds these rows, checks
 them against the recipe's constraints and extracts the objective values the search optimises.
 """
 
@@ -10,10 +10,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from autotune.measurement import Measurement, MeasurementRecord
-from autotune.recipe import Constraints
-from autotune.vocab import STATUSES as STATUSES
-from autotune.vocab import RowStatus, ShapePolicy
+from autotune.core.measurement import Measurement, MeasurementRecord
+from autotune.core.recipe import Constraints
+from autotune.core.vocab import STATUSES as STATUSES
+from autotune.core.vocab import RowStatus, ShapePolicy
 
 #: Points kept of a candidate's timing trace in ``trace_ms`` (enough to plot warmup; the full samples are
 #: in ``measurement``).
@@ -48,9 +48,9 @@ class CandidateRow(TypedDict):
     validates it): the variant's fields, what was measured, and the verdict. Keys are in the order the
     row is written; measured fields are None until a measurement fills them.
 
-    ``measurement`` is the measurement itself (:class:`autotune.measurement.MeasurementRecord`: the raw
+    ``measurement`` is the measurement itself (:class:`autotune.core.measurement.MeasurementRecord`: the raw
     samples and their warmup analysis); the measured fields before it are its statistics, copied from
-    :class:`~autotune.measurement.Measurement` once here so the search and the renderers read plain numbers.
+    :class:`~autotune.core.measurement.Measurement` once here so the search and the renderers read plain numbers.
     Rows written before report schema 2 (and rows of studies from then) have no ``measurement``."""
 
     trial: int

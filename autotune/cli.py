@@ -29,7 +29,7 @@ EXIT_INTERRUPTED = 130
 
 
 def _size(text: str) -> int:
-    from autotune.sizes import parse_size
+    from autotune.core.sizes import parse_size
 
     try:
         return parse_size(text, field="--memory-budget")
@@ -162,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | None = None,
           seed: int | None = None) -> Any:
-    from autotune.device_names import ALLOWED_TEXT, is_device_name
-    from autotune.recipe import load_recipe
+    from autotune.core.device_names import ALLOWED_TEXT, is_device_name
+    from autotune.core.recipe import load_recipe
     from autotune.tuner import with_cli_overrides
 
     recipe = load_recipe(recipe_path)
@@ -173,7 +173,7 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
 
 
 class ProgressBar:
-    """The CLI's consumer of progress events (autotune.events): a tqdm bar of candidates, the current one
+    """The CLI's consumer of progress events (autotune.core.events): a tqdm bar of candidates, the current one
     and the best so far; boundary and showdown steps as lines on stderr."""
 
     def __init__(self) -> None:
@@ -240,8 +240,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
+    from autotune.core.warmup import analyze, replay
     from autotune.traces import load_trace, sketch, summary
-    from autotune.warmup import analyze, replay
 
     for path in args.files:
         values = load_trace(path)
@@ -266,7 +266,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     from autotune.api import find_batch_boundary
-    from autotune.sizes import format_size
+    from autotune.core.sizes import format_size
 
     recipe = _load(args.recipe, device=args.device)
     with _as_flags():
@@ -343,7 +343,7 @@ def _describe_row(row: dict[str, Any]) -> str:
             f"  compile     {row['compile_seconds']:.3f} s (build + first call), recompiles {row['recompiles']}",
         ]
         if row.get("peak_memory_bytes") is not None:
-            from autotune.sizes import format_size
+            from autotune.core.sizes import format_size
 
             lines.append(f"  peak memory {format_size(row['peak_memory_bytes'])}")
     if row.get("correctness"):
@@ -357,7 +357,7 @@ def _describe_row(row: dict[str, Any]) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.run_document import rerender
+    from autotune.report.assemble import rerender
 
     doc = rerender(args.dir, storage=args.storage)
     from autotune.report import console_table

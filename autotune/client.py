@@ -1,15 +1,15 @@
 """The parent's typed client of the worker protocol: one method per op, and the only place requests are built.
 
-Why one place: a request is a plain dict (:mod:`autotune.worker.protocol`: the JSON shape is the
+Why one place: a request is a plain dict (:mod:`autotune.core.protocol`: the JSON shape is the
 contract), and when every caller wrote its own (the API, the tuner, the boundary probes, validation,
 the showdown, the artifact step), each had to know the op's field names, which fields are optional and
 how the recipe travels, and the measure settings came in three shapes. Here each op is a method with
-typed arguments that builds its request (:class:`~autotune.worker.protocol.MeasureRequest` and so on) and
+typed arguments that builds its request (:class:`~autotune.core.protocol.MeasureRequest` and so on) and
 returns what :meth:`autotune.runner.Runner.call` returns for it: the op's result TypedDict, or a
 :class:`~autotune.runner.CallFailure` when the worker crashed, timed out or raised (input errors are
 raised as :class:`~autotune.errors.InputError`). ``tests/test_client.py`` checks that no other module of
 the package builds a request; the one fixed message, the handshake
-:data:`~autotune.worker.protocol.HELLO`, is a constant of the protocol that the runner sends to each
+:data:`~autotune.core.protocol.HELLO`, is a constant of the protocol that the runner sends to each
 worker it starts.
 
 The client wraps a :class:`~autotune.runner.Runner`, which keeps owning the processes (roles, reuse,
@@ -24,10 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.measure_settings import MeasureSettings
-from autotune.recipe import Recipe
-from autotune.runner import CallFailure, Runner
-from autotune.worker.protocol import (
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.protocol import (
     HELLO,
     ArtifactRequest,
     ArtifactResult,
@@ -48,6 +46,8 @@ from autotune.worker.protocol import (
     ValidateRequest,
     ValidateResult,
 )
+from autotune.core.recipe import Recipe
+from autotune.runner import CallFailure, Runner
 
 __all__ = ["RecipeLike", "WorkerClient"]
 
@@ -128,7 +128,7 @@ class WorkerClient:
     def artifact(self, recipe: RecipeLike, variant: str, batch_size: int, *, directory: str | Path | None,
                  profile: bool = True, timeout: float) -> ArtifactResult | CallFailure:
         """Build the recommendation once, save it into ``directory`` (None: no artifact) and, with ``profile``,
-        profile it next to eager (:func:`autotune.artifact.deploy`)."""
+        profile it next to eager (:func:`autotune.worker.artifact.deploy`)."""
         req: ArtifactRequest = {"op": "artifact", "recipe": _recipe_data(recipe), "variant": variant,
                                 "batch_size": batch_size, "directory": None if directory is None else str(directory),
                                 "profile": profile}

@@ -6,9 +6,9 @@ and a batch size; only configurations measured (status ``ok``) in both reports a
 
 **The ratio's confidence interval.** A report of schema 2 keeps each candidate's measurement
 (``measurement``: every timed sample, the per-call latencies and the warmup analysis, see
-:mod:`autotune.measurement`). When both rows have one, the interval of ``B/A`` is a bootstrap of the raw
+:mod:`autotune.core.measurement`). When both rows have one, the interval of ``B/A`` is a bootstrap of the raw
 samples: each side's steady samples are resampled on their own by the circular block bootstrap the
-measurement's own CI uses (block length from their autocorrelation, :mod:`autotune.stats`), with a seed of
+measurement's own CI uses (block length from their autocorrelation, :mod:`autotune.core.stats`), with a seed of
 its own, and the 2.5% and 97.5% quantiles of ``throughput*(B) / throughput*(A)`` over
 :data:`N_BOOT` resamples are the interval. The latency percentile the reports constrain gets an interval
 the same way (resampled percentiles of the per-call latencies, or of the steady block means where those
@@ -59,11 +59,11 @@ from typing import Any
 
 import numpy as np
 
+from autotune.core.measurement import Measurement
+from autotune.core.stats import replicate_interval
 from autotune.errors import InputError
-from autotune.measurement import Measurement
-from autotune.report.document import load_report
+from autotune.report.canonical import load_report
 from autotune.report.schema import PERCENTILES
-from autotune.stats import replicate_interval
 
 __all__ = [
     "DEFAULT_THRESHOLD",

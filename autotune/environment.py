@@ -1,23 +1,24 @@
-"""Hardware and software fingerprint of the machine a tuning ran on.
+"""The machine a run measured on: report.json's ``environment`` section, and the hardware a study depends on.
 
 A recommendation is only valid for the machine it was measured on: the same model can swap
-its best variant between two CPUs or two torch releases. The fingerprint is stored in
+its best variant between two CPUs or two torch releases. The machine's facts are stored in
 ``report.json`` so that a reader (or a later ``autotune report``) can tell which machine the
 numbers describe, and so that two reports can be compared honestly.
 
 Rules this module keeps:
 
-- ``fingerprint()`` never raises. Every fact is read by its own small probe; a probe that
+- It runs in the parent and imports no torch. The facts it can read without torch (host, CPU,
+  memory, OS, Python, package versions from metadata, GPUs from ``nvidia-smi``) are read here;
+  torch's own (version, build, thread pools, CUDA device count) are read by a worker
+  (:mod:`autotune.worker.torch_facts`, sent back with the ``validate`` reply) and merged by
+  :func:`machine_facts` into the same fields. A CUDA context in the parent would hold several
+  hundred MiB of GPU memory for the whole run (skewing every batch-boundary probe) and make
+  ``fork`` unusable.
+- :func:`machine_facts` never raises. Every fact is read by its own small probe; a probe that
   fails (file missing, package absent, driver broken) leaves ``None`` and the others go on.
-- torch is imported lazily, inside the probes, so ``import autotune.environment`` stays cheap.
-- CUDA is not initialised unless the caller asks for it (``initialize_cuda=True``) or it
-  already is. The orchestrator calls this in the parent process, which spawns the workers
-  that measure: a CUDA context there would hold several hundred MiB of GPU memory for the whole
-  run (skewing every batch-boundary probe) and would make ``fork`` unusable. GPU facts then
-  come from NVML (``torch.cuda.device_count``) and ``nvidia-smi`` instead.
 
-Why one module (~470 lines): the machine's fingerprint is one concept; its length is many small readers
-(``/proc``, cgroups, torch, nvidia-smi), each a few lines and each only used by :func:`fingerprint`.
+Why one module (~400 lines): the machine's description is one concept; its length is many small readers
+(``/proc``, cgroups, nvidia-smi), each a few lines and each only used by :func:`machine_facts`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import functools
 import importlib.metadata
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -34,7 +34,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ENV_VARS", "PACKAGES", "fingerprint", "hardware_fingerprint", "summary_line"]
+from autotune.core.protocol import unknown_torch_facts
+
+__all__ = ["ENV_VARS", "PACKAGES", "hardware_fingerprint", "machine_facts", "summary_line"]
 
 T = TypeVar("T")
 
@@ -208,72 +210,6 @@ def _cgroup_memory_limit() -> int | None:
     return None
 
 
-# ------------------------------------------------------------------------------------- torch
-
-
-def _torch_facts(*, initialize_cuda: bool) -> dict[str, Any]:
-    """Everything torch knows; an empty-valued dict when torch cannot be imported."""
-    facts: dict[str, Any] = {
-        "torch_version": None,
-        "torch_cuda_version": None,
-        "torch_cudnn_version": None,
-        "torch_threads": None,
-        "torch_interop_threads": None,
-        "torch_parallel_backend": None,
-        "mkl_available": None,
-        "mkl_version": None,
-        "mkldnn_available": None,
-        "openmp_available": None,
-        "cuda_available": None,
-        "cuda_device_count": None,
-        "gpus": [],
-    }
-    try:
-        import torch
-    except Exception:
-        return facts
-
-    facts["torch_version"] = _safe(lambda: str(torch.__version__))
-    facts["torch_cuda_version"] = _safe(lambda: torch.version.cuda)
-    facts["torch_cudnn_version"] = _safe(lambda: torch.backends.cudnn.version())
-    facts["torch_threads"] = _safe(torch.get_num_threads)
-    facts["torch_interop_threads"] = _safe(torch.get_num_interop_threads)
-    facts["mkl_available"] = _safe(torch.backends.mkl.is_available)
-    facts["mkldnn_available"] = _safe(torch.backends.mkldnn.is_available)
-    facts["openmp_available"] = _safe(torch.backends.openmp.is_available)
-    parallel_info = _safe(torch.__config__.parallel_info) or ""
-    backend = re.search(r"ATen parallel backend:\s*(.+)", parallel_info)
-    facts["torch_parallel_backend"] = backend.group(1).strip() if backend else None
-    mkl = re.search(r"Math Kernel Library Version\s+([0-9][0-9.]*)", parallel_info)
-    facts["mkl_version"] = mkl.group(1) if mkl else None
-
-    # device_count() asks NVML first, so it neither creates a context nor poisons fork.
-    count = _safe(torch.cuda.device_count)
-    facts["cuda_device_count"] = count
-    facts["cuda_available"] = bool(count) if count is not None else None
-    already = bool(_safe(torch.cuda.is_initialized, False))
-    if count and (initialize_cuda or already):
-        facts["gpus"] = _safe(lambda: _torch_gpus(torch, count)) or []
-    return facts
-
-
-def _torch_gpus(torch: Any, count: int) -> list[dict[str, Any]]:
-    gpus = []
-    for index in range(count):
-        props = torch.cuda.get_device_properties(index)
-        gpus.append(
-            {
-                "index": index,
-                "name": str(props.name),
-                "memory_total_bytes": int(props.total_memory),
-                "capability": f"{props.major}.{props.minor}",
-                "multiprocessors": int(props.multi_processor_count),
-                "driver_version": None,
-            }
-        )
-    return gpus
-
-
 # -------------------------------------------------------------------------------- nvidia-smi
 
 _SMI_QUERY = "index,name,memory.total,compute_cap,driver_version"
@@ -346,8 +282,8 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
-    """Describe this machine and its software as a JSON-able dict; never raises.
+def machine_facts(torch_facts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Describe this machine and its software as a JSON-able dict (report.json's ``environment``); never raises.
 
     Keys (all present, ``None`` when unknown): ``hostname``, ``platform``, ``machine``,
     ``python``, ``python_implementation``, ``cpu_model``, ``cpu_logical_cores``,
@@ -360,8 +296,8 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     capability, multiprocessors, driver_version}``), ``packages`` ({name: version}),
     ``env`` ({variable: value}).
 
-    ``initialize_cuda``: read GPU properties through torch even if that creates a CUDA
-    context in this process (see the module docstring for why that is off by default).
+    ``torch_facts`` is what a worker read from torch (:class:`autotune.core.protocol.TorchFacts`, the
+    ``validate`` reply's); None (no worker answered) leaves every torch fact unknown.
     """
     cpuinfo = _safe(_read_cpuinfo)
     env: dict[str, Any] = {
@@ -380,9 +316,9 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
         "memory_available_bytes": _safe(_memory_available),
         "memory_limit_bytes": _safe(_cgroup_memory_limit),
     }
-    torch_facts = _safe(lambda: _torch_facts(initialize_cuda=initialize_cuda)) or {}
-    gpus_torch = torch_facts.pop("gpus", []) or []
-    env.update(torch_facts)
+    facts: dict[str, Any] = {**unknown_torch_facts(), **(torch_facts or {})}
+    gpus_torch = facts.pop("gpus", []) or []
+    env.update(facts)
     gpus_smi = (_safe(_nvidia_smi_gpus) or []) if (env.get("cuda_device_count") or gpus_torch) else []
     gpus = _merge_gpus(gpus_torch, gpus_smi)
     env["cuda_driver_version"] = next((g["driver_version"] for g in gpus if g.get("driver_version")), None)

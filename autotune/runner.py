@@ -8,7 +8,7 @@ torch's import once, not per candidate.
 
 The requests themselves are built by :class:`autotune.client.WorkerClient` (one typed method per op),
 which calls :meth:`Runner.call`; this module is the transport under it, and sends only the handshake
-(:data:`autotune.worker.protocol.HELLO`) of its own.
+(:data:`autotune.core.protocol.HELLO`) of its own.
 
 No torch import here: the parent stays light and cannot be hurt by a CUDA context.
 """
@@ -26,8 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict, cast, overload
 
-from autotune.errors import InputError, WorkerError
-from autotune.worker.protocol import (
+from autotune.core.protocol import (
     HELLO,
     ROLE_OF_OP,
     ROLES,
@@ -55,6 +54,7 @@ from autotune.worker.protocol import (
     ValidateRequest,
     ValidateResult,
 )
+from autotune.errors import InputError, WorkerError
 
 #: Seconds a fresh worker may take to import torch and answer "hello".
 STARTUP_TIMEOUT = 120.0
@@ -277,7 +277,7 @@ class Runner:
 
     def call(self, message: Request, *, timeout: float) -> Result | CallFailure:
         """Send ``message`` to the worker of its op's role; the op's result (its type in
-        :mod:`autotune.worker.protocol`), or a :class:`CallFailure` (with ``crash`` when the worker died)."""
+        :mod:`autotune.core.protocol`), or a :class:`CallFailure` (with ``crash`` when the worker died)."""
         role = ROLE_OF_OP.get(message["op"], "measure")
         try:
             worker = self._ensure_worker(role)

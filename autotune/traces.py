@@ -29,7 +29,7 @@ import numpy as np
 from autotune.errors import InputError
 
 if TYPE_CHECKING:
-    from autotune.warmup import WarmupAnalysis
+    from autotune.core.warmup import WarmupAnalysis
 
 __all__ = [
     "HELD_OUT_SEED",

@@ -2,8 +2,8 @@
 
 This module wires the pieces together and owns nothing clever itself: the worker processes are in
 :mod:`autotune.runner`, the requests in :mod:`autotune.client` (the measure settings:
-:mod:`autotune.measure_settings`), the batch boundaries in :mod:`autotune.boundaries`, the study in
-:mod:`autotune.study`, the report document in :mod:`autotune.run_document` (which also rebuilds it
+:mod:`autotune.core.measure_settings`), the batch boundaries in :mod:`autotune.variant_boundaries`, the study in
+:mod:`autotune.study`, the report document in :mod:`autotune.report.assemble` (which also rebuilds it
 for ``autotune report DIR``), its renderings in :mod:`autotune.report`. :func:`join_study` is the same
 search joined from another machine (``autotune worker``). No torch import: everything that touches
 torch happens in the worker.
@@ -18,15 +18,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
+from autotune.core.events import OnEvent, emit
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.recipe import Recipe
 from autotune.errors import AutotuneError, InputError
-from autotune.events import OnEvent, emit
-from autotune.measure_settings import MeasureSettings
 from autotune.outdir import hold_out_dir
-from autotune.recipe import Recipe
-from autotune.run_document import SHOWDOWN_ATTR, build_document
+from autotune.report.assemble import SHOWDOWN_ATTR, build_document
 from autotune.runner import Runner
 from autotune.study import (
     Search,
@@ -43,6 +42,7 @@ from autotune.study import (
     verify_join,
 )
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
+from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -58,10 +58,10 @@ class RunOptions:
     out_dir: Path
     storage: str | None = None
     study_name: str | None = None
-    #: Progress events (autotune.events); None: silent. The CLI passes its tqdm bar.
+    #: Progress events (autotune.core.events); None: silent. The CLI passes its tqdm bar.
     on_event: OnEvent | None = None
     #: Save the recommendation's deployable artifact into ``out_dir/artifact`` and profile it against eager
-    #: (:mod:`autotune.artifact`); after the reports are written once, so a failure here loses nothing.
+    #: (:mod:`autotune.deployment`); after the reports are written once, so a failure here loses nothing.
     artifact: bool = True
 
 
@@ -103,7 +103,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         fingerprint = study_fingerprint(recipe, workload.device)
         # then the study, before any probing: a bad --storage or a --study made for another model
         # fails in seconds, and a resumed run takes the boundaries it already found
-        # (autotune.boundaries: reuse rule)
+        # (autotune.variant_boundaries: reuse rule)
         study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0,
                                      fingerprint=fingerprint), recipe_data=recipe.to_dict())
         notes: list[str] = []
@@ -153,7 +153,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     write_reports(doc, out)
     rec = doc["recommendation"]
     if options.artifact and outcome.stopped_by != "interrupted" and rec is not None:
-        from autotune.artifact import write_deployment
+        from autotune.deployment import write_deployment
 
         emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
         write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)

@@ -4,9 +4,9 @@ Validation is the first step of every pipeline (``tune``, ``find_batch_boundary`
 a worker builds the model, runs one forward, expands the recipe's variants for the device and
 says which are unavailable and why. The answer is a value (:class:`ValidatedWorkload`) that the
 boundary search, the study and the report all read, so it lives here, below all of them, rather
-than in the pipeline module :mod:`autotune.tuner` (where it used to sit, which made
-``boundaries`` and ``tuner`` import each other). Not to be confused with :mod:`autotune.workload`,
-which builds the model and its inputs *inside* the worker.
+than in the pipeline module :mod:`autotune.tuner` (where it used to sit, which made the boundary
+search and the tuner import each other). The worker's side of the same step, building the model, is
+:mod:`autotune.worker.model`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.client import WorkerClient
+from autotune.core.recipe import Recipe
 from autotune.errors import WorkloadError
-from autotune.recipe import Recipe
 from autotune.runner import Runner
 
 __all__ = ["VALIDATE_TIMEOUT", "ValidatedWorkload", "validate"]
@@ -38,6 +38,9 @@ class ValidatedWorkload:
     memory_method: str
     host_memory_available: int | None
     device_memory_capacity: int | None
+    #: What torch in the worker said about the machine (:class:`autotune.core.protocol.TorchFacts`), for the
+    #: report's ``environment``; None where no worker was asked (a document built from a hand-made workload).
+    torch_facts: Mapping[str, Any] | None = None
 
 
 def validate(runner: Runner, recipe: Recipe) -> ValidatedWorkload:
@@ -55,4 +58,5 @@ def validate(runner: Runner, recipe: Recipe) -> ValidatedWorkload:
         memory_method=res["memory_method"],
         host_memory_available=res["host_memory_available"],
         device_memory_capacity=res["device_memory_capacity"],
+        torch_facts=res["torch_facts"],
     )

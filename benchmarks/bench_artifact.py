@@ -1,6 +1,6 @@
 """Artifact sizes and build times: the deployable artifact of each variant of a recipe, at one batch size.
 
-Runs the same step `autotune run` ends with (:func:`autotune.artifact.write_deployment`: a fresh worker builds
+Runs the same step `autotune run` ends with (:func:`autotune.deployment.write_deployment`: a fresh worker builds
 the variant, saves it, profiles it and eager) for every variant given, and prints a markdown table for
 BENCHMARKS.md. Then it times ``load()`` + one batch of each artifact's ``load.py`` in a fresh process.
 
@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotune.artifact import ARTIFACT_DIR, LOADER_NAME, write_deployment
-from autotune.recipe import load_recipe
+from autotune.core.recipe import load_recipe
+from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, write_deployment
 from autotune.runner import Runner
-from autotune.variants import VariantSpec
+from autotune.worker.variants import VariantSpec
 
 LOAD = ("import runpy, sys, time; t = time.perf_counter(); ns = runpy.run_path(sys.argv[1]); p = ns['load'](); "
         "x = ns['make_inputs'](); t1 = time.perf_counter(); p(*x); "

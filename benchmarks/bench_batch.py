@@ -60,11 +60,11 @@ from pathlib import Path
 from tabulate import tabulate
 
 from autotune.batch import ProbeResult, find_max_batch_size
-from autotune.boundaries import find_boundaries, probe_function
-from autotune.recipe import InputSpec, ModelSpec, Recipe, load_recipe
+from autotune.core.recipe import InputSpec, ModelSpec, Recipe, load_recipe
 from autotune.runner import Runner
 from autotune.testing import SyntheticProbe
 from autotune.validation import validate
+from autotune.variant_boundaries import find_boundaries, probe_function
 
 MAX_BATCH = 65536
 GIB = 1024**3

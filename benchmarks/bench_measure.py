@@ -26,7 +26,7 @@ import torch
 import torch.utils.benchmark as tub
 from tabulate import tabulate
 
-from autotune.measure import MeasureSettings, measure_callable
+from autotune.worker.timing import MeasureSettings, measure_callable
 
 
 def workloads(quick: bool) -> dict[str, Callable[[], Any]]:

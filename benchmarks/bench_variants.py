@@ -131,9 +131,9 @@ def bench_model(label: str, model: Any, shape: tuple[int, ...], args: argparse.N
                 log: Callable[[str], None]) -> list[Row]:
     import torch
 
-    from autotune.correctness import check_variant
     from autotune.errors import VariantError
-    from autotune.variants import (
+    from autotune.worker.correctness import check_variant
+    from autotune.worker.variants import (
         available,
         build_variant,
         expand_variants,
@@ -257,7 +257,7 @@ def _run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     import torch
 
-    from autotune.variants import cpu_native_precision
+    from autotune.worker.variants import cpu_native_precision
 
     if args.threads:
         torch.set_num_threads(args.threads)

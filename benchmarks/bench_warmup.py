@@ -1,6 +1,6 @@
 """Warmup detector benchmark: accuracy of the steady-state mean, classes, cost.
 
-Scores the offline analysis (``autotune.warmup.analyze``), the online detector
+Scores the offline analysis (``autotune.core.warmup.analyze``), the online detector
 (``OnlineDetector``, values fed one at a time) and two fixed-count baselines (discard 3 then
 average 300 iterations; discard 100 then average 300) on
 
@@ -49,6 +49,7 @@ from tabulate import tabulate
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from autotune.core.warmup import OnlineDetector, analyze, budget_floor_seconds, replay  # noqa: E402
 from autotune.traces import (  # noqa: E402
     HELD_OUT_SEED,
     REAL_MARGIN,
@@ -58,7 +59,6 @@ from autotune.traces import (  # noqa: E402
     synthetic_suite,
     synthetic_trace,
 )
-from autotune.warmup import OnlineDetector, analyze, budget_floor_seconds, replay  # noqa: E402
 
 #: max_seconds of the shipped recipe with the shortest per-candidate budget (quickstart).
 SHORTEST_SHIPPED_BUDGET_S = 3.0

@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tabulate import tabulate
 
 from autotune.client import WorkerClient
-from autotune.measure_settings import MeasureSettings
-from autotune.recipe import load_recipe
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.protocol import HELLO
+from autotune.core.recipe import load_recipe
 from autotune.runner import Runner, WorkerProcess
-from autotune.worker.protocol import HELLO
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 Each case runs in a child process of its own (a cuBLAS handle or a cap set by one case must not
 leak into the next) and records what torch raised: the type name, whether it is a RuntimeError,
-the message, and what ``autotune.devices.oom_kind`` makes of it. The output is the test data of
+the message, and what ``autotune.worker.devices.oom_kind`` makes of it. The output is the test data of
 tests/data/oom-messages.json (``--out``), which tests/test_devices.py checks on every machine.
 
 Run: ``python benchmarks/capture_oom_messages.py --out tests/data/oom-messages.json``
@@ -53,7 +53,7 @@ a @ a
 RUNNER = """
 import json, sys, torch
 sys.path.insert(0, {root!r})
-from autotune.devices import oom_kind
+from autotune.worker.devices import oom_kind
 try:
 {body}
     print(json.dumps({{"raised": False}}))

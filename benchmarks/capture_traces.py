@@ -4,8 +4,8 @@ Usage::
 
     .venv/bin/python benchmarks/capture_traces.py [--out tests/data/real-traces] [--only NAME ...]
 
-Every trace is built the way the tool builds a candidate (``autotune.recipe.load_recipe``,
-``autotune.workload.build_model`` / ``make_inputs``, ``VariantSpec.parse`` + ``build_variant``, the
+Every trace is built the way the tool builds a candidate (``autotune.core.recipe.load_recipe``,
+``autotune.worker.model.build_model`` / ``make_inputs``, ``VariantSpec.parse`` + ``build_variant``, the
 thread count set as the worker sets it) and every call is timed on its own (``perf_counter``
 around one call, inside ``torch.inference_mode``). Value 0 is the first call (compile, lazy
 init, the profiling executor's first runs), so the corpus exercises the first-call spike.
@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from autotune.recipe import load_recipe  # noqa: E402
+from autotune.core.recipe import load_recipe  # noqa: E402
 from autotune.traces import label_real_trace, load_trace  # noqa: E402
-from autotune.variants import VariantSpec, build_variant, reset_compiler_state  # noqa: E402
-from autotune.workload import build_model, make_inputs  # noqa: E402
+from autotune.worker.model import build_model, make_inputs  # noqa: E402
+from autotune.worker.variants import VariantSpec, build_variant, reset_compiler_state  # noqa: E402
 
 MIN_CALLS = 600
 MIN_SECONDS = 6.0

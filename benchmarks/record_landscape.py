@@ -14,7 +14,7 @@ peak memory, status) together with what it cost to get it, split into the parts 
 
 Every point is measured exactly as ``autotune run`` measures a candidate: one ``measure`` request
 (``autotune.client.WorkerClient``) to a reused measure worker (``autotune.runner.Runner``), the same
-settings (``autotune.measure_settings.MeasureSettings.from_recipe``), the same row
+settings (``autotune.core.measure_settings.MeasureSettings.from_recipe``), the same row
 (``autotune.candidate.candidate_record``). The worker is validated once per landscape.
 
 The space is the recipe's model and inputs crossed by this script (``SPACES`` below): compilers x
@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.candidate import candidate_record  # noqa: E402
 from autotune.client import WorkerClient  # noqa: E402
-from autotune.measure_settings import MeasureSettings  # noqa: E402
-from autotune.measurement import Measurement  # noqa: E402
-from autotune.recipe import load_recipe  # noqa: E402
+from autotune.core.measure_settings import MeasureSettings  # noqa: E402
+from autotune.core.measurement import Measurement  # noqa: E402
+from autotune.core.recipe import load_recipe  # noqa: E402
 from autotune.runner import Runner  # noqa: E402
 from autotune.validation import validate  # noqa: E402
 
@@ -97,10 +97,11 @@ def variant_name(compiler: str, memory_format: str, threads: int) -> str:
 
 
 def environment() -> dict[str, Any]:
-    from autotune.environment import fingerprint, summary_line
+    from autotune.environment import machine_facts, summary_line
+    from autotune.worker.torch_facts import torch_facts
 
     try:
-        env = fingerprint()
+        env = machine_facts(torch_facts())
         return {"summary": summary_line(env), **{k: env.get(k) for k in (
             "hostname", "machine", "cpu_model", "cpu_logical_cores", "cpu_physical_cores", "cpu_affinity_cores",
             "memory_total_bytes", "torch_version", "torch_threads")}}

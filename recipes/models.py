@@ -70,7 +70,7 @@ class BatchedDetector(nn.Module):
     ``{boxes (K,4), labels (K,), scores (K,)}`` per image; autotune feeds models positional tensors,
     so this wrapper unbinds ``(N, 3, H, W)`` into N images. The output is torchvision's list of dicts
     unchanged, which the correctness gate compares by matching detections (see
-    :mod:`autotune.detections`).
+    :mod:`autotune.worker.detections`).
     """
 
     def __init__(self, detector: nn.Module) -> None:

@@ -1,4 +1,5 @@
-"""Helpers the tests share that are not fixtures: paths, the tiny recipe, running the CLI, fake search rows.
+"""Helpers the tests share that are not fixtures: paths, the tiny recipe, running the CLI, fake search rows,
+the package's import graph.
 
 They live here, not in ``conftest.py``, so a test module (or a child process a test starts, where there are no
 fixtures) imports them from a plain module; ``conftest.py`` holds the fixtures and the ``cuda`` skip hook.
@@ -6,6 +7,7 @@ fixtures) imports them from a plain module; ``conftest.py`` holds the fixtures a
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -87,8 +89,8 @@ def largest_measurement_record(seed: int = 0) -> dict[str, Any]:
     about 100 kB of JSON, a real ``Measurement.to_dict()`` of synthetic timings with their real analysis."""
     import numpy as np
 
-    from autotune.measurement import Measurement
-    from autotune.warmup import analyze
+    from autotune.core.measurement import Measurement
+    from autotune.core.warmup import analyze
 
     rng = np.random.default_rng(seed)
     blocks = 1e-3 * (1 + 0.02 * rng.standard_normal(20_000))
@@ -97,3 +99,79 @@ def largest_measurement_record(seed: int = 0) -> dict[str, Any]:
                     first_call_seconds=0.1, analysis=analyze(blocks), stopped_by="max_values",
                     latency_samples=tuple(per_call.tolist()))
     return dict(m.to_dict())
+
+
+# ------------------------------------------------------------------------------- the import graph
+
+PACKAGE_DIR = ROOT / "autotune"
+
+
+def package_modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module and package of autotune."""
+    found = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+def _module_level_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements that run at import time (see :func:`import_graph` for the rule)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            out.append(node)
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                out += _module_level_imports(node.body)
+            out += _module_level_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                out += _module_level_imports(block)
+        elif isinstance(node, ast.With):
+            out += _module_level_imports(node.body)
+    return out
+
+
+def _resolve(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """Absolute module name of a (possibly relative) ``from`` import."""
+    if not node.level:
+        return node.module or ""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph(*, import_time_only: bool = False) -> dict[str, set[str]]:
+    """Module -> modules of autotune it imports: all imports, or only those that run when it is imported.
+
+    Built statically with :mod:`ast`. An edge ``a -> b`` is *any* import of ``b`` in ``a``: at module level,
+    inside a function (a lazy import is still a dependency, only a later one) or under ``if TYPE_CHECKING:``
+    (mypy and a reader need both modules); ``import_time_only`` keeps those that run at import.
+    ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``. The implicit
+    import of a module's parent package is not an edge (a package that re-exports its submodules would
+    otherwise always be a "cycle"). tests/test_import_cycles.py and tests/test_layout.py read it.
+    """
+    modules = package_modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in _module_level_imports(tree.body) if import_time_only else _all_imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = _resolve(name, path, node)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph

@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from autotune.artifact import ARTIFACT_DIR, LOADER_NAME, write_deployment
-from autotune.correctness import compare_outputs, tolerance_for
+from autotune.core.recipe import load_recipe
+from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, write_deployment
 from autotune.errors import InputError
-from autotune.recipe import load_recipe
 from autotune.report import normalise_report, render_html, render_markdown
 from autotune.report.loader import loader_script
 from autotune.report.reproduce import reproduce_code
 from autotune.runner import Runner
-from autotune.variants import VariantSpec
-from autotune.workload import build_model, make_inputs
+from autotune.worker.correctness import compare_outputs, tolerance_for
+from autotune.worker.model import build_model, make_inputs
+from autotune.worker.variants import VariantSpec
 from tests.support import tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The artifact serves the traffic: a BERT-like keyword model with variable-length batches.
 
-For each artifact kind that builds here, :func:`autotune.artifact.write_deployment` builds the recommendation
+For each artifact kind that builds here, :func:`autotune.deployment.write_deployment` builds the recommendation
 from a ``[data]`` recipe whose batches are dicts (``input_ids`` / ``attention_mask`` / ``token_type_ids``) of
 varying length; then a **fresh process that cannot import autotune** loads it with its own ``load.py`` and
 calls ``predict(**batch)`` on the data's batches cut to every batch size from 1 to the recommended one, at
@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from autotune.artifact import ARTIFACT_DIR, LOADER_NAME, write_deployment
-from autotune.correctness import compare_outputs, tolerance_for
-from autotune.recipe import load_recipe
+from autotune.core.recipe import load_recipe
+from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, write_deployment
 from autotune.report import normalise_report
 from autotune.runner import Runner
-from autotune.variants import VariantSpec
-from autotune.workload import build_model
+from autotune.worker.correctness import compare_outputs, tolerance_for
+from autotune.worker.model import build_model
+from autotune.worker.variants import VariantSpec
 
 transformers = pytest.importorskip("transformers")
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from autotune.batch import ProbeResult
-from autotune.boundaries import find_boundaries, probe_function
-from autotune.recipe import Recipe, load_recipe
+from autotune.core.recipe import Recipe, load_recipe
 from autotune.runner import Runner
 from autotune.validation import validate
+from autotune.variant_boundaries import find_boundaries, probe_function
 
 pytest.importorskip("torch")
 pytestmark = [

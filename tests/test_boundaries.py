@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autotune.boundaries import (
+from autotune.variant_boundaries import (
     STATE_VERSION,
     BoundaryOutcome,
     reusable_outcome,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.recipe import load_recipe
+from autotune.core.recipe import load_recipe
 
 pytestmark = pytest.mark.worker  # runs the worker's ops on a real model (~40 s): not in `make test-fast`
 
@@ -43,7 +43,7 @@ rounds = 0
 
 def test_measured_peak_excludes_the_gate(tmp_path: Path) -> None:
     worker = pytest.importorskip("autotune.worker")
-    from autotune import devices
+    from autotune.worker import devices
 
     (tmp_path / "widen.py").write_text(textwrap.dedent(MODEL))
     (tmp_path / "widen.toml").write_text(RECIPE)

@@ -3,7 +3,7 @@
 ``autotune.client.WorkerClient`` builds each op's request; the first tests read the package's source
 (:mod:`ast`) to hold that: no other module writes a dict with an ``"op"`` key or calls a request
 TypedDict, except the protocol's handshake constant. Then every op goes to real workers through the
-client, and :class:`autotune.measure_settings.MeasureSettings` is checked as the one form of the
+client, and :class:`autotune.core.measure_settings.MeasureSettings` is checked as the one form of the
 measure settings (derived from the recipe in one place, the same value on both sides of the pipe).
 """
 
@@ -20,11 +20,11 @@ from typing import get_type_hints
 import pytest
 
 from autotune.client import WorkerClient
-from autotune.measure_settings import PER_CALL_SHARE, MeasureSettings
-from autotune.recipe import Recipe, load_recipe
+from autotune.core import protocol
+from autotune.core.measure_settings import PER_CALL_SHARE, MeasureSettings
+from autotune.core.protocol import OP_NAMES, MeasureSettingsData
+from autotune.core.recipe import Recipe, load_recipe
 from autotune.runner import Runner
-from autotune.worker import protocol
-from autotune.worker.protocol import OP_NAMES, MeasureSettingsData
 from tests.support import tiny_recipe
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
@@ -62,7 +62,7 @@ def test_only_the_client_builds_requests() -> None:
             builders[path.relative_to(PACKAGE).as_posix()] = found
     client = builders.pop("client.py", [])
     assert len(client) >= len(OP_NAMES) - 1, client  # every op but hello (the protocol's constant) builds its own
-    handshake = builders.pop("worker/protocol.py", [])
+    handshake = builders.pop("core/protocol.py", [])
     assert len(handshake) == 1 and handshake[0].endswith("{'op': 'hello'}"), handshake  # protocol.HELLO
     assert builders == {}, f"requests built outside autotune/client.py (use WorkerClient): {builders}"
 
@@ -73,7 +73,7 @@ def test_the_client_has_a_method_per_op() -> None:
 
 
 def test_the_client_and_the_settings_import_no_torch() -> None:
-    code = ("import sys, autotune.client, autotune.measure_settings, autotune.validation, autotune.artifact; "
+    code = ("import sys, autotune.client, autotune.core.measure_settings, autotune.validation, autotune.deployment; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

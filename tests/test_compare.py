@@ -32,11 +32,11 @@ from autotune.compare import (
     sample_latency_ratio,
     sample_ratio_ci,
 )
+from autotune.core.measurement import Measurement
+from autotune.core.stats import block_bootstrap_ci
+from autotune.core.warmup import WarmupAnalysis
 from autotune.errors import InputError
-from autotune.measurement import Measurement
 from autotune.report import load_report
-from autotune.stats import block_bootstrap_ci
-from autotune.warmup import WarmupAnalysis
 from tests.support import run_cli, tiny_recipe
 
 BASE_FILE = Path(__file__).resolve().parent / "data" / "compare-base-report.json"

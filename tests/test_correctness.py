@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.correctness import GateResult, Tolerance, check_variant, compare_outputs, tolerance_for
 from autotune.errors import InputError
-from autotune.variants import VariantSpec, build_variant
+from autotune.worker.correctness import GateResult, Tolerance, check_variant, compare_outputs, tolerance_for
+from autotune.worker.variants import VariantSpec, build_variant
 
 FP32 = tolerance_for("fp32")
 BF16 = tolerance_for("bf16")

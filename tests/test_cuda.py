@@ -25,7 +25,7 @@ MIB = 1024**2
 
 
 def test_event_timing_agrees_with_wall_time_on_a_long_kernel() -> None:
-    from autotune.devices import backend_for
+    from autotune.worker.devices import backend_for
 
     backend = backend_for("cuda")
     a = torch.randn(8192, 8192, device="cuda")
@@ -44,7 +44,7 @@ def test_event_timing_agrees_with_wall_time_on_a_long_kernel() -> None:
 
 
 def test_cuda_graph_capture_and_replay() -> None:
-    from autotune.devices import backend_for
+    from autotune.worker.devices import backend_for
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda().eval()
     example = torch.randn(16, 64, device="cuda")
@@ -57,7 +57,7 @@ def test_cuda_graph_capture_and_replay() -> None:
 
 
 def test_real_cuda_oom_is_classified_and_the_cache_released() -> None:
-    from autotune.devices import backend_for, oom_kind
+    from autotune.worker.devices import backend_for, oom_kind
 
     backend = backend_for("cuda")
     free = backend.free_memory_bytes()
@@ -77,7 +77,7 @@ def test_real_cuda_oom_is_classified_and_the_cache_released() -> None:
 
 
 def test_real_torchscript_reraise_on_cuda_is_classified() -> None:
-    from autotune.devices import oom_kind
+    from autotune.worker.devices import oom_kind
 
     class Alloc(torch.nn.Module):
         def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -91,7 +91,7 @@ def test_real_torchscript_reraise_on_cuda_is_classified() -> None:
 
 
 def test_cuda_index_n_acts_on_device_n() -> None:
-    from autotune.devices import backend_for
+    from autotune.worker.devices import backend_for
 
     if torch.cuda.device_count() < 2:
         pytest.skip("one GPU on this machine: cuda:1 cannot be checked")
@@ -134,10 +134,10 @@ def plain_fits(recipe, variant: str, batch: int, limit: int) -> dict[str, object
 @pytest.mark.parametrize("variant", ["eager", "frozen", "compile"])
 @pytest.mark.parametrize("model", sorted(CASES))
 def test_real_cuda_boundary_agrees_with_a_plain_process(model: str, variant: str) -> None:
-    from autotune.boundaries import find_boundaries
-    from autotune.recipe import load_recipe
+    from autotune.core.recipe import load_recipe
     from autotune.runner import Runner
     from autotune.validation import validate
+    from autotune.variant_boundaries import find_boundaries
 
     path, budget = CASES[model]
     base = load_recipe(ROOT / path)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.boundaries import find_boundaries
-from autotune.recipe import load_recipe
+from autotune.core.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.validation import validate
+from autotune.variant_boundaries import find_boundaries
 
 pytest.importorskip("torch")
 pytestmark = [

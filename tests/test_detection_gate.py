@@ -1,4 +1,4 @@
-"""The correctness gate on detector outputs: matching instead of position (autotune.detections).
+"""The correctness gate on detector outputs: matching instead of position (autotune.worker.detections).
 
 Pure tests on synthetic torchvision-style detections, then a real torchvision Faster R-CNN through
 autotune's builder and gate: variants whose detections come out reordered or swapped at a cut pass,
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.correctness import check_variant, compare_outputs, tolerance_for
-from autotune.detections import FEW, NMS_IOU, detection_keys, match_detections
-from autotune.variants import VariantSpec, build_variant
+from autotune.worker.correctness import check_variant, compare_outputs, tolerance_for
+from autotune.worker.detections import FEW, NMS_IOU, detection_keys, match_detections
+from autotune.worker.variants import VariantSpec, build_variant
 from tests.support import ROOT
 
 FP32 = tolerance_for("fp32")
@@ -338,7 +338,7 @@ def test_real_detector_with_shifted_boxes_is_rejected() -> None:
 @pytest.mark.parametrize("variant", ["compile", "onnx"])
 def test_real_detector_compiled_passes(variant: str) -> None:
     """compile (~85 s cold on 2 cores) and ONNX Runtime (~35 s) reorder the tied detector's output too."""
-    from autotune.variants import available
+    from autotune.worker.variants import available
 
     model = _detector(num_classes=5, calibrate=False)
     spec = VariantSpec.parse(variant)

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from autotune import devices
-from autotune.device_names import is_device_name
-from autotune.devices import (
+from autotune.core.device_names import is_device_name
+from autotune.errors import DeviceUnavailableError
+from autotune.worker import devices
+from autotune.worker.devices import (
     OOM_WORDINGS,
     AcceleratorBackend,
     CpuBackend,
@@ -25,7 +26,6 @@ from autotune.devices import (
     is_oom,
     oom_kind,
 )
-from autotune.errors import DeviceUnavailableError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,9 +243,9 @@ def test_cache_is_emptied_after_the_exception_is_released() -> None:
 
 
 def test_no_device_type_checks_outside_the_backends() -> None:
-    """Only autotune/devices.py (and the name grammar) may ask whether a device is CUDA.
+    """Only autotune/worker/devices.py (and the name grammar) may ask whether a device is CUDA.
 
-    One exception, by name: autotune/runtimes.py maps a torch device onto ONNX Runtime's
+    One exception, by name: autotune/worker/variants/runtimes.py maps a torch device onto ONNX Runtime's
     CUDAExecutionProvider and IOBinding, whose API names the device "cuda" (ORT's vocabulary: there is
     no provider for other accelerators to dispatch to)."""
     pattern = re.compile(r"""(==|!=)\s*["']cuda["']|startswith\(\s*["']cuda|in\s*\(\s*["']cpu["'],\s*["']cuda["']""")

@@ -1,4 +1,5 @@
-"""Tests of autotune.environment: the machine fingerprint and its one-line summary."""
+"""Tests of autotune.environment (the machine's facts, read in the parent without torch, and their one-line
+summary) and of autotune.worker.torch_facts (torch's facts, read in the worker and merged into the same fields)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,9 @@ from typing import Any
 import pytest
 
 from autotune import environment
-from autotune.environment import ENV_VARS, PACKAGES, fingerprint, summary_line
+from autotune.core.protocol import unknown_torch_facts
+from autotune.environment import ENV_VARS, PACKAGES, machine_facts, summary_line
+from autotune.worker.torch_facts import torch_facts
 
 KEYS = (
     "hostname", "platform", "machine", "python", "python_implementation",
@@ -28,10 +32,10 @@ KEYS = (
 
 @pytest.fixture(scope="module")
 def env() -> dict[str, Any]:
-    return fingerprint()
+    return machine_facts(json.loads(json.dumps(torch_facts())))  # the facts as the validate reply carries them
 
 
-def test_fingerprint_describes_this_machine(env: dict[str, Any]) -> None:
+def test_machine_facts_describe_this_machine(env: dict[str, Any]) -> None:
     assert set(KEYS) <= set(env)
     json.dumps(env, allow_nan=False)  # stored as-is in report.json
     assert env["python"] == platform.python_version()
@@ -47,14 +51,14 @@ def test_fingerprint_describes_this_machine(env: dict[str, Any]) -> None:
     assert env["packages"]["numpy"] == __import__("numpy").__version__
 
 
-def test_fingerprint_reads_torch_without_initialising_cuda(env: dict[str, Any]) -> None:
+def test_torch_facts_are_read_without_initialising_cuda(env: dict[str, Any]) -> None:
     torch = pytest.importorskip("torch")
     assert env["torch_version"] == torch.__version__
     assert env["torch_threads"] == torch.get_num_threads()
     assert env["cuda_device_count"] == torch.cuda.device_count()
-    # The parent process must not create a CUDA context (GPU memory, fork safety).
+    # Reading them creates no CUDA context (GPU memory the measurements would miss, fork safety).
     before = torch.cuda.is_initialized()
-    fingerprint()
+    torch_facts()
     assert torch.cuda.is_initialized() == before
     if not env["cuda_device_count"]:
         assert env["gpus"] == [] and env["cuda_available"] is False
@@ -63,9 +67,9 @@ def test_fingerprint_reads_torch_without_initialising_cuda(env: dict[str, Any]) 
 
 
 @pytest.mark.cuda
-def test_fingerprint_with_cuda_properties() -> None:
+def test_torch_facts_with_cuda_properties() -> None:
     torch = pytest.importorskip("torch")
-    env = fingerprint(initialize_cuda=True)
+    env = machine_facts(torch_facts(initialize_cuda=True))
     assert len(env["gpus"]) == torch.cuda.device_count()
     props = torch.cuda.get_device_properties(0)
     assert env["gpus"][0]["name"] == props.name
@@ -74,7 +78,7 @@ def test_fingerprint_with_cuda_properties() -> None:
     assert "no GPU" not in summary_line(env)
 
 
-def test_fingerprint_never_raises_when_sources_are_missing(
+def test_machine_facts_never_raise_when_sources_are_missing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(environment, "_CPUINFO", tmp_path / "no-cpuinfo")
@@ -82,7 +86,10 @@ def test_fingerprint_never_raises_when_sources_are_missing(
     monkeypatch.setattr(environment, "_CGROUP_ROOT", tmp_path / "no-cgroup")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     monkeypatch.setattr(environment.shutil, "which", lambda name: None)
-    env = fingerprint()
+    assert torch_facts() == unknown_torch_facts()
+    env = machine_facts(torch_facts())
+    none = machine_facts(None)  # no worker reply: every torch fact unknown, the same fields
+    assert list(none) == list(env) and all(none[k] == env[k] for k in unknown_torch_facts())
     assert set(KEYS) <= set(env)
     assert env["torch_version"] is None and env["gpus"] == [] and env["cuda_available"] is None
     assert env["cpu_flags"] is None and env["cpu_quota_cores"] is None and env["memory_limit_bytes"] is None
@@ -110,7 +117,7 @@ def test_cgroup_limits(
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     monkeypatch.setattr(environment, "_CGROUP_ROOT", tmp_path)
-    env = fingerprint()
+    env = machine_facts(None)
     assert env["cpu_quota_cores"] == quota
     assert env["memory_limit_bytes"] == limit
 
@@ -163,3 +170,11 @@ def test_summary_line(env: dict[str, Any]) -> None:
         {"cpu_model": "X", "cpu_logical_cores": 16, "cpu_affinity_cores": 16, "cpu_quota_cores": 2.0}
     )
     assert "(2 of 16 cores)" in restricted
+
+
+def test_machine_facts_import_no_torch_in_the_parent() -> None:
+    """The parent reads the machine without torch: only the worker's reply says what torch knows."""
+    code = ("import sys, autotune.environment as e; env = e.machine_facts(None); "
+            "print('torch' in sys.modules, env['torch_version'], 'packages' in env)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "None", "True"]

@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from autotune.measure import MeasureSettings, measure_callable
-from autotune.measurement import Measurement
+from autotune.core.measurement import Measurement
+from autotune.worker.timing import MeasureSettings, measure_callable
 
 CPU = torch.device("cpu")
 
@@ -78,7 +78,7 @@ def test_fast_callables_are_timed_in_blocks() -> None:
 
 def test_per_call_latency_sees_tails_that_block_means_average_away() -> None:
     """Every 10th call is 10x slow: per-call p99 shows it, block means (k calls averaged) cannot."""
-    from autotune.measure import per_call_timings
+    from autotune.worker.timing import per_call_timings
 
     calls = [0]
 

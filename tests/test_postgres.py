@@ -355,7 +355,7 @@ def test_run_and_worker_share_a_study(pg_url: str, write_recipe, tmp_path: Path)
 
 
 def search_settings(url: str, study: str, *, time_budget_s: float = 60.0) -> Any:
-    from autotune.recipe import Constraints
+    from autotune.core.recipe import Constraints
     from autotune.study import SearchSettings
 
     return SearchSettings(objective="throughput", constraints=Constraints(), storage=url, study_name=study,

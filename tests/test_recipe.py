@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.core.recipe import Recipe, load_recipe
 from autotune.errors import RecipeError
-from autotune.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """The shipped recipes' data factories (recipes/data.py) and the models they feed (recipes/models.py, timm).
 
-The factories are resolved the way a worker resolves them (``autotune.workload.resolve_factory``, relative to
+The factories are resolved the way a worker resolves them (``autotune.worker.model.resolve_factory``, relative to
 the recipe) and called the way the ``[data]`` contract says: ``factory(batch_size=b, **kwargs)``. That the
 recipes parse is ``tests/test_recipe.py::test_shipped_recipes_parse``.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.recipe import ModelSpec
-from autotune.workload import resolve_factory
+from autotune.core.recipe import ModelSpec
+from autotune.worker.model import resolve_factory
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 DATA_RECIPES = sorted(p for p in RECIPES.glob("*.toml") if "data" in tomllib.loads(p.read_text()))

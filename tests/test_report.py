@@ -1,6 +1,6 @@
 """Tests of autotune.report: validation, the three report files, plots, console table, reproduce code.
 
-The synthetic document below has the shape autotune.run_document.build_document produces (rows as
+The synthetic document below has the shape autotune.report.assemble.build_document produces (rows as
 autotune.candidate.candidate_record makes them). Expected values are computed from the document
 in each test, never typed in.
 
@@ -543,7 +543,7 @@ REPORT_V2 = Path(__file__).resolve().parent / "data" / "compare-base-report-v2.j
 
 
 def test_a_schema_2_report_keeps_its_raw_samples_and_renders_from_them(tmp_path: Path) -> None:
-    from autotune.measurement import Measurement
+    from autotune.core.measurement import Measurement
     from autotune.report.plots import _trace_from_measurement
 
     doc = load_report(REPORT_V2)
@@ -904,12 +904,13 @@ def benchmark() -> None:
             f"{timings['html']:10.3f}s {timings['write']:13.3f}s {sizes[0]:9.0f} {sizes[1]:9.0f}"
         )
     assert math.isfinite(sum(timings.values()))
-    from autotune.environment import fingerprint
+    from autotune.environment import machine_facts
+    from autotune.worker.torch_facts import torch_facts
 
     for label in ("first, importing torch", "again"):
         start = time.perf_counter()
-        fingerprint()
-        print(f"environment.fingerprint() ({label}): {time.perf_counter() - start:.3f}s")
+        machine_facts(torch_facts())
+        print(f"environment.machine_facts(torch_facts()) ({label}): {time.perf_counter() - start:.3f}s")
 
 
 if __name__ == "__main__":

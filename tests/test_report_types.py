@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from autotune.candidate import CandidateRow, TrafficBucket, TrafficSummary
-from autotune.measurement import MeasurementRecord
+from autotune.core.measurement import MeasurementRecord
 from autotune.report import schema
 from autotune.report.types import (
     ArtifactSection,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune.client import WorkerClient
-from autotune.measure_settings import MeasureSettings
-from autotune.recipe import load_recipe
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.recipe import load_recipe
 from autotune.runner import Runner
 from tests.support import tiny_recipe
 

@@ -16,14 +16,14 @@ import torch
 from torch import nn
 
 from autotune.client import WorkerClient
-from autotune.correctness import check_variant
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.measurement import Measurement
+from autotune.core.recipe import load_recipe
 from autotune.errors import InputError, VariantError
-from autotune.measure_settings import MeasureSettings
-from autotune.measurement import Measurement
-from autotune.recipe import load_recipe
 from autotune.runner import Runner
 from autotune.showdown import simplicity
-from autotune.variants import VariantSpec, available, build_variant, expand_variants
+from autotune.worker.correctness import check_variant
+from autotune.worker.variants import VariantSpec, available, build_variant, expand_variants
 from tests.support import tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,7 +242,7 @@ def test_the_torchscript_exporter_fallback_keeps_the_dynamic_axes() -> None:
 
 
 def test_a_partial_batch_is_split_into_near_equal_chunks() -> None:
-    from autotune.runtimes import _chunks
+    from autotune.worker.variants.runtimes import _chunks
 
     assert _chunks(4, 2) == [(0, 2), (2, 4)]
     assert _chunks(3, 2) == [(0, 2), (2, 3)]
@@ -282,7 +282,7 @@ _HIDDEN = """
 import json, sys
 for name in ("onnxruntime", "openvino"):
     sys.modules[name] = None  # what an uninstalled package looks like to import
-from autotune.variants import VariantSpec, available, build_variant, expand_variants
+from autotune.worker.variants import VariantSpec, available, build_variant, expand_variants
 from autotune.errors import VariantError
 import torch
 out = {}

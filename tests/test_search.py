@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from autotune.core.recipe import Constraints
 from autotune.errors import InputError
-from autotune.recipe import Constraints
 from autotune.study import Search, SearchSettings, SearchSpace, display_url
 from autotune.study import heartbeat as heartbeat_mod
 from tests.support import ROOT, FakeRow, largest_measurement_record, run_cli, tiny_recipe
@@ -445,7 +445,7 @@ def test_rows_keep_their_raw_samples_in_pieces_every_sql_storage_holds(tmp_path:
     """The largest record (~100 kB) is stored beside its row in pieces under 64 KiB and read back whole."""
     import optuna
 
-    from autotune.measurement import Measurement
+    from autotune.core.measurement import Measurement
     from autotune.study import stored_rows
 
     record = largest_measurement_record()

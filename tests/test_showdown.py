@@ -11,7 +11,7 @@ import pytest
 
 from autotune.showdown import (
     Contender,
-    compare,
+    paired_verdict,
     recommendation,
     select_finalists,
     simplicity,
@@ -29,22 +29,22 @@ def _contender(key: str, level: float, *, rounds: int = 6, noise: float = 0.0, s
 
 
 def test_a_clear_winner_is_not_a_tie() -> None:
-    v = compare([_contender("eager@1", 1.0, compiler="eager"), _contender("compile@1", 0.8, compiler="compile")])
+    v = paired_verdict([_contender("eager@1", 1.0, compiler="eager"), _contender("compile@1", 0.8, compiler="compile")])
     assert v.leader == v.pick == "compile@1"
     assert not v.tie
     assert v.standing("eager@1").ratio == pytest.approx(0.8)
 
 
 def test_within_the_margin_is_a_tie_won_by_the_simpler_variant() -> None:
-    v = compare([_contender("compile@1", 0.99, compiler="compile"), _contender("eager@1", 1.0, compiler="eager")],
-                margin=0.02)
+    v = paired_verdict([_contender("compile@1", 0.99, compiler="compile"),
+                        _contender("eager@1", 1.0, compiler="eager")], margin=0.02)
     assert v.leader == "compile@1"
     assert v.tie and v.pick == "eager@1"
     assert "simplest execution first" in v.tie_break
 
 
 def test_a_difference_beyond_the_margin_is_not_a_tie() -> None:
-    v = compare([_contender("compile@1", 0.95, compiler="compile"), _contender("eager@1", 1.0)], margin=0.02)
+    v = paired_verdict([_contender("compile@1", 0.95, compiler="compile"), _contender("eager@1", 1.0)], margin=0.02)
     assert not v.tie and v.pick == "compile@1"
 
 
@@ -55,7 +55,7 @@ def test_a_noisy_finalist_whose_median_is_beyond_the_margin_is_not_a_tie() -> No
     b64 = [786, 770, 705, 685, 777, 767, 740, 639, 679, 717, 765]
     b32 = [720, 722, 720, 685, 715, 725, 661, 687, 595, 701, 723]
     frozen = simplicity({"compiler": "frozen"})
-    v = compare([Contender("f@64", 64, tuple(64 / x for x in b64), frozen, p99_ms=90.0),
+    v = paired_verdict([Contender("f@64", 64, tuple(64 / x for x in b64), frozen, p99_ms=90.0),
                  Contender("f@32", 32, tuple(32 / x for x in b32), frozen, p99_ms=48.0)], margin=0.02)
     s = v.standing("f@32")
     assert s.ratio_ci[1] >= 0.98 > s.ratio  # the CI cannot exclude a tie, the median is beyond the margin
@@ -67,7 +67,7 @@ def test_the_paired_ratio_cancels_what_a_round_shares() -> None:
     busy = np.array([1.0, 1.6, 1.0, 2.0, 1.1, 1.0])
     a = _contender("a@1", 1.0, shared=busy, noise=0.002, seed=1)
     b = _contender("b@1", 0.9, shared=busy, noise=0.002, seed=2)
-    v = compare([a, b])
+    v = paired_verdict([a, b])
     s = v.standing("a@1")
     assert s.ratio == pytest.approx(0.9, rel=0.01)
     assert 0.88 < s.ratio_ci[0] <= s.ratio_ci[1] < 0.92
@@ -77,18 +77,18 @@ def test_the_paired_ratio_cancels_what_a_round_shares() -> None:
 def test_tie_break_then_p99_then_memory() -> None:
     a = Contender("eager@4", 4, (1.0,) * 3, simplicity({"compiler": "eager"}), p99_ms=5.0)
     b = Contender("eager@2", 2, (0.5,) * 3, simplicity({"compiler": "eager"}), p99_ms=2.0)
-    assert compare([a, b]).pick == "eager@2"
+    assert paired_verdict([a, b]).pick == "eager@2"
 
 
 def test_latency_objective_compares_latency() -> None:
     fast = Contender("a@1", 1, (1.0,) * 3, (0,), latency_seconds=(0.010,) * 3)
     slow = Contender("b@1", 1, (0.5,) * 3, (0,), latency_seconds=(0.020,) * 3)
-    assert compare([fast, slow], objective="latency").pick == "a@1"
+    assert paired_verdict([fast, slow], objective="latency").pick == "a@1"
 
 
 def test_compare_rejects_unequal_rounds() -> None:
     with pytest.raises(ValueError, match="same number"):
-        compare([Contender("a@1", 1, (1.0, 1.0), (0,)), Contender("b@1", 1, (1.0,), (0,))])
+        paired_verdict([Contender("a@1", 1, (1.0, 1.0), (0,)), Contender("b@1", 1, (1.0,), (0,))])
 
 
 def _row(trial: int, variant: str, thr: float, half: float, *, feasible: bool = True) -> dict:
@@ -113,7 +113,7 @@ def test_recommendation_follows_the_verdict() -> None:
     rows = [_row(0, "eager", 100, 0.01), _row(1, "compile", 101, 0.01)]
     contenders = [Contender("eager@1", 1, (0.0101,) * 3, simplicity(rows[0])),
                   Contender("compile@1", 1, (0.0100,) * 3, simplicity(rows[1]))]
-    verdict = compare(contenders).to_dict()
+    verdict = paired_verdict(contenders).to_dict()
     rec = recommendation(rows, {"verdict": verdict}, fallback=rows[1])
     assert rec is not None and rec["variant"] == "eager" and rec["decided_by"] == "showdown"
     assert rec["showdown"]["tie"] and rec["showdown"]["tied_with"] == ["compile@1"]
@@ -126,7 +126,7 @@ def test_the_headline_throughput_is_the_showdowns_fresh_processes() -> None:
     rounds = (1 / 108, 1 / 110, 1 / 112, 1 / 109, 1 / 111)
     contenders = [Contender("eager@1", 1, rounds, simplicity(rows[0])),
                   Contender("compile@1", 1, tuple(r * 1.2 for r in rounds), simplicity(rows[1]))]
-    verdict = compare(contenders).to_dict()
+    verdict = paired_verdict(contenders).to_dict()
     rec = recommendation(rows, {"verdict": verdict, "objective": "throughput"}, fallback=rows[0])
     assert rec is not None and rec["throughput_source"] == "showdown"
     assert rec["throughput"] == pytest.approx(110.0)
@@ -210,11 +210,11 @@ def test_a_tie_that_is_a_coin_flip_is_undecided() -> None:
 
     lead = _contender("frozen@1", 1.0, compiler="frozen")
     # 5% slower with 6% noise per round: the CI reaches 0.98 and goes below it
-    coin = compare([lead, _contender("eager@1", 1.05, noise=0.06, seed=3)], margin=0.02)
+    coin = paired_verdict([lead, _contender("eager@1", 1.05, noise=0.06, seed=3)], margin=0.02)
     lo, hi = coin.standing("eager@1").ratio_ci
     assert lo < 0.98 <= hi and undecided(coin)
-    assert not undecided(compare([lead, _contender("eager@1", 1.25, noise=0.01)], margin=0.02))  # clearly slower
-    assert not undecided(compare([lead, _contender("eager@1", 1.001)], margin=0.02))  # clearly the same
+    assert not undecided(paired_verdict([lead, _contender("eager@1", 1.25, noise=0.01)], margin=0.02))  # clearly slower
+    assert not undecided(paired_verdict([lead, _contender("eager@1", 1.001)], margin=0.02))  # clearly the same
 
 
 class _NoisyRunner:

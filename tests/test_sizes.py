@@ -4,8 +4,8 @@ import random
 
 import pytest
 
+from autotune.core.sizes import format_size, parse_size
 from autotune.errors import InputError
-from autotune.sizes import format_size, parse_size
 
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 

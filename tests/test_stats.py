@@ -8,9 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.errors import InputError
-from autotune.measurement import SECONDS_FORMAT, Measurement, decode_seconds, encode_seconds
-from autotune.stats import (
+from autotune.core.measurement import SECONDS_FORMAT, Measurement, decode_seconds, encode_seconds
+from autotune.core.stats import (
     block_bootstrap_ci,
     bootstrap_means,
     bootstrap_percentiles,
@@ -20,8 +19,9 @@ from autotune.stats import (
     percentiles,
     replicate_interval,
 )
+from autotune.core.warmup import analyze
+from autotune.errors import InputError
 from autotune.traces import synthetic_trace
-from autotune.warmup import analyze
 
 
 def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
@@ -204,7 +204,7 @@ def test_bootstrap_replicates_are_the_ci_resampling() -> None:
     lo, hi = replicate_interval(p90)
     assert lo < float(np.percentile(x, 90)) < hi
     # drawn in chunks: a chunk of one resample gives the same replicates
-    import autotune.stats as stats
+    import autotune.core.stats as stats
 
     saved = stats._CHUNK_VALUES
     try:

@@ -145,8 +145,8 @@ def test_per_dimension_model_predicts_an_unmeasured_combination(seed):
 
 
 def test_recipe_names_an_unknown_strategy(write_recipe):
+    from autotune.core.recipe import load_recipe
     from autotune.errors import InputError
-    from autotune.recipe import load_recipe
 
     text = tiny_recipe().replace("[search]\n", '[search]\nstrategy = "grid"\n')
     with pytest.raises(InputError) as err:

@@ -29,9 +29,9 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.core.recipe import Constraints, load_recipe
 from autotune.errors import InputError
 from autotune.outdir import LOCK_NAME, hold_out_dir
-from autotune.recipe import Constraints, fingerprint_parts, load_recipe
 from autotune.study import (
     FINGERPRINT_ATTR,
     Search,
@@ -45,6 +45,7 @@ from autotune.study import (
 )
 from autotune.study import heartbeat as heartbeat_mod
 from autotune.study import storage as storage_mod
+from autotune.study.model_identity import model_identity
 from autotune.study.urls import scrub
 from tests.support import ROOT, run_cli
 
@@ -155,17 +156,17 @@ def copy_of(measured: Path, tmp_path: Path) -> Path:
 
 def test_fingerprint_covers_the_factory_file_contents_not_only_its_name(tmp_path: Path) -> None:
     recipe = project(tmp_path)
-    before = fingerprint_parts(load_recipe(recipe))
+    before = model_identity(load_recipe(recipe))
     assert before["model.factory"] == "model.py:tiny" and before["model.factory_package"] is None
     with (tmp_path / "model.py").open("a") as fh:
         fh.write("# an edit\n")
-    after = fingerprint_parts(load_recipe(recipe))
+    after = model_identity(load_recipe(recipe))
     assert after["model.factory_file_sha256"] != before["model.factory_file_sha256"]
     assert {k: v for k, v in after.items() if k != "model.factory_file_sha256"} == {
         k: v for k, v in before.items() if k != "model.factory_file_sha256"}
     # a package factory: the providing package's version, read from its metadata
     (tmp_path / "pkg.toml").write_text(recipe_text().replace('"model.py:tiny"', '"torchvision.models:resnet18"'))
-    parts = fingerprint_parts(load_recipe(tmp_path / "pkg.toml"))
+    parts = model_identity(load_recipe(tmp_path / "pkg.toml"))
     assert parts["model.factory_file_sha256"] is None
     assert parts["model.factory_package"] == f"torchvision {importlib.metadata.version('torchvision')}"
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from autotune.client import WorkerClient
-from autotune.measure_settings import MeasureSettings
-from autotune.measurement import Measurement
-from autotune.recipe import load_recipe
+from autotune.core.measure_settings import MeasureSettings
+from autotune.core.measurement import Measurement
+from autotune.core.recipe import load_recipe
 from autotune.runner import Runner
-from autotune.variants import thread_counts
+from autotune.worker.variants import thread_counts
 from tests.support import tiny_recipe
 
 pytestmark = pytest.mark.worker  # starts a worker process: not in `make test-fast`

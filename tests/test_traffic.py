@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from autotune.core.recipe import Recipe, load_recipe
 from autotune.errors import RecipeError, WorkloadError
-from autotune.measure import MeasureSettings, measure_callable
-from autotune.recipe import Recipe, load_recipe
-from autotune.traffic import (
+from autotune.worker.timing import MeasureSettings, measure_callable
+from autotune.worker.traffic import (
     BucketPlan,
     InputLayout,
     TrafficCall,

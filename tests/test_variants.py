@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from autotune.correctness import GateResult, check_variant, tolerance_for
 from autotune.errors import InputError, VariantError
-from autotune.variants import (
+from autotune.worker.correctness import GateResult, check_variant, tolerance_for
+from autotune.worker.variants import (
     ALL_BASES,
     COMPILE_MODES,
     COMPILERS,
@@ -253,7 +253,7 @@ def test_names_are_crossed_with_recipe_threads_unless_pinned() -> None:
                                                 (12, (1, 2, 4, 8, 12))])
 def test_auto_threads_are_a_log_ladder_up_to_the_usable_cores(monkeypatch, cpus: int, expected: tuple[int, ...]
                                                               ) -> None:
-    from autotune.variants import availability, thread_counts
+    from autotune.worker.variants import availability, thread_counts
 
     monkeypatch.setattr(availability, "_usable_cpus", lambda: cpus)
     assert thread_counts("auto", device="cpu") == expected

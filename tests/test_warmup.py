@@ -11,6 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.core.warmup import (
+    CLASSIFICATIONS,
+    OnlineDetector,
+    WarmupAnalysis,
+    analyze,
+    budget_floor_seconds,
+    find_spikes,
+    pelt,
+)
 from autotune.errors import InputError
 from autotune.traces import (
     SHAPES,
@@ -21,15 +30,6 @@ from autotune.traces import (
     summary,
     synthetic_suite,
     synthetic_trace,
-)
-from autotune.warmup import (
-    CLASSIFICATIONS,
-    OnlineDetector,
-    WarmupAnalysis,
-    analyze,
-    budget_floor_seconds,
-    find_spikes,
-    pelt,
 )
 
 SHARED = Path(__file__).resolve().parent / "data" / "warmup-traces"  # the labelled set, copied from ../shared

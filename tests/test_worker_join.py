@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.core.recipe import Recipe, load_recipe
 from autotune.errors import InputError
-from autotune.recipe import Recipe, load_recipe
 from autotune.study import open_study, study_fingerprint
 from autotune.tuner import SPACE_POLL_S, _settings, join_study
 from tests.support import run_cli, tiny

@@ -4,7 +4,7 @@ One module per part: :mod:`~autotune.batch.probes` (what a probe reports), :mod:
 (the affine memory model and its prediction band), :mod:`~autotune.batch.boundary_search` (the search,
 :func:`find_max_batch_size`, and why it works as it does), :mod:`~autotune.batch.refine` (re-confirming
 the answer with fresh-process probes) and :mod:`~autotune.batch.boundary` (the answer, the headroom rule and
-the batch sizes worth tuning). The package re-exports the public names; :mod:`autotune.boundaries` runs it
+the batch sizes worth tuning). The package re-exports the public names; :mod:`autotune.variant_boundaries` runs it
 for each variant of a run.
 """
 

@@ -54,8 +54,8 @@ from statistics import NormalDist
 from autotune.batch.boundary import DEFAULT_MAX_BATCH_SIZE, BatchBoundary, _check_int
 from autotune.batch.memory_model import BandedLine, BoundaryEstimate, fit_memory_model, least_squares
 from autotune.batch.probes import ProbeRecord, ProbeResult
+from autotune.core.sizes import format_size
 from autotune.errors import BatchSearchError, InputError
-from autotune.sizes import format_size
 
 # Extra probes a misleading model may cost over doubling (before the first failure) and over
 # bisection (after it); see the envelope and the window in ``find_max_batch_size``.

@@ -19,7 +19,7 @@ Modules, each depending only on those above it:
 
 - ``types``: the document as the tuner writes it, as TypedDicts (``ReportDocument``).
 - ``schema``: schema constants and ``validate_report``.
-- ``document``: ``normalise_report``, the canonical report.json text, ``load_report``.
+- ``canonical``: ``normalise_report``, the canonical report.json text, ``load_report``.
 - ``format``: number formatting and small accessors shared by every rendering.
 - ``analysis``: ``rank_candidates`` and the sentences that explain the recommendation.
 - ``snippets``, ``reproduce``, ``loader``: code fragments; ``measure_command`` and ``reproduce_code``;
@@ -28,18 +28,21 @@ Modules, each depending only on those above it:
 - ``traffic``: the ``data`` section and the candidates' traffic by input shape, as rows and sentences.
 - ``console``, ``sections`` + ``markdown`` / ``html``: the renderings.
 - ``write``: ``write_reports``, the files on disk.
+- ``assemble``: the document of a run: built when a run ends (``build_document``) and again from the stored
+  study for ``autotune report DIR`` (``rerender``). Not re-exported: it is the one module here that reads
+  the study (optuna), the showdown and the validated workload; the tuner and the CLI import it.
 
 Each public function normalises (and so validates) the document once, then calls the module's
 implementation, which can rely on lists, plain numbers and filled-in optional sections.
-This package never imports torch or optuna; matplotlib is imported inside the plot functions
+This package never imports torch, and optuna only in ``assemble``; matplotlib is imported inside the plot functions
 only (and its absence costs the plots, not the report).
 """
 
 from __future__ import annotations
 
 from autotune.report.analysis import rank_candidates
+from autotune.report.canonical import load_report, normalise_report
 from autotune.report.console import console_table
-from autotune.report.document import load_report, normalise_report
 from autotune.report.html import render_html
 from autotune.report.markdown import render_markdown
 from autotune.report.plots import PLOT_NAMES, render_plots

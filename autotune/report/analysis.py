@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from autotune.candidate import pessimistic_score
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     candidate_label,
     ci_bounds,

@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from autotune.contention import DISTURBED_CORES
+from autotune.core.contention import DISTURBED_CORES
 from autotune.report.analysis import (
     constraints_text,
     eager_comparison,
@@ -22,7 +22,7 @@ from autotune.report.analysis import (
     same_candidate,
     violation_kind,
 )
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     DASH,
     candidate_label,

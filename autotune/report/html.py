@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.environment import summary_line
 from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     fmt_bytes,
     fmt_ms,

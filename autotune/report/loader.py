@@ -11,8 +11,9 @@ numpy, never autotune, and it defines the same names for every kind of artifact,
 ``predict`` takes one batch in the form the model was measured with: positional tensors, keyword tensors
 (``predict(input_ids=..., attention_mask=...)``) or both; torch tensors or numpy arrays. It takes every
 batch size from 1 to the recommended one and every shape seen in the data (the exported graphs are dynamic
-in those dims: :mod:`autotune.runtimes`), and pads to the buckets of a ``+buckets`` recommendation before the
-call and slices the outputs back, as :class:`autotune.traffic.BucketPlan` did in the measurement.
+in those dims: :mod:`autotune.worker.variants.runtimes`), and pads to the buckets of a ``+buckets``
+recommendation before the call and slices the outputs back, as :class:`autotune.worker.traffic.BucketPlan` did
+in the measurement.
 
 Outputs: the file artifacts (TorchScript, AOTInductor, ONNX, OpenVINO) return a flat list of the model's
 output tensors in pytree order (torch tensors; numpy arrays for the runtimes), named in ``OUTPUTS`` and in
@@ -22,7 +23,7 @@ which have no file form, the artifact *is* code: ``load()`` builds the model fro
 the variant's transformations (:func:`autotune.report.reproduce.model_script`), and ``predict`` returns the
 model's own output.
 
-What the interface is comes from the worker (:func:`autotune.artifact.describe_interface`, the section's
+What the interface is comes from the worker (:func:`autotune.worker.artifact.describe_interface`, the section's
 ``interface``); reports written before it existed get one from the recipe's ``[[inputs]]``.
 
 Every function here is pure: text from the report document (no torch; the report package never

@@ -7,7 +7,7 @@ from typing import Any
 
 from autotune.environment import summary_line
 from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import short_list, study_objective
 from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES
 from autotune.report.reproduce import measure_line, reproduce_script

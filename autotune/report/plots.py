@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     ci_bounds,
     constrained_percentile,
@@ -256,7 +256,7 @@ def _plot_memory(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | N
 
 def _trace_from_measurement(rec: Mapping[str, Any]) -> tuple[list[tuple[int, float]], int, float | None, float] | None:
     """(points, samples, warmup end in samples or None, steady mean ms) from a schema-2 row's raw samples."""
-    from autotune.measurement import Measurement
+    from autotune.core.measurement import Measurement
 
     record = rec.get("measurement")
     if not isinstance(record, Mapping):

@@ -1,9 +1,9 @@
 """Reproducing the recommendation: the ``autotune measure`` command and a standalone Python script.
 
-The script mirrors how autotune builds a variant (``autotune.workload`` for the factory,
-``autotune.variants`` for the order: eval, device, precision, memory format, then the compiler)
+The script mirrors how autotune builds a variant (``autotune.worker.model`` for the factory,
+``autotune.worker.variants`` for the order: eval, device, precision, memory format, then the compiler)
 without importing autotune, so it can be pasted anywhere torch is installed. For ``onnx`` / ``openvino``
-recommendations it exports / converts the fp32 model as :mod:`autotune.runtimes` does and times the
+recommendations it exports / converts the fp32 model as :mod:`autotune.worker.variants.runtimes` does and times the
 runtime's session with the measured options (numpy arrays in and out). With ``timed=False`` it is the
 artifact of an eager / torch.compile recommendation (:mod:`autotune.report.loader`).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.environment import summary_line
 from autotune.errors import InputError
-from autotune.report.document import normalise_report
+from autotune.report.canonical import normalise_report
 from autotune.report.format import fmt_ms, fmt_rate, latency_ms
 from autotune.report.schema import is_int
 from autotune.report.snippets import (
@@ -86,7 +86,7 @@ def py_call(callee: str, kwargs: Mapping[str, Any] | None) -> str:
 def _factory_lines(model_spec: Mapping[str, Any]) -> tuple[list[str], str]:
     """Import lines and the callable's expression for the recipe's factory.
 
-    Mirrors ``autotune.workload.resolve_factory``: ``package.module:attr`` is imported,
+    Mirrors ``autotune.worker.model.resolve_factory``: ``package.module:attr`` is imported,
     ``path/to/file.py:attr`` is loaded from the file (relative to the recipe's directory).
     """
     factory = model_spec.get("factory")
@@ -127,8 +127,8 @@ def _variant_tokens(rec: Mapping[str, Any]) -> set[str]:
 
 
 def _compiler_lines(compiler: str, mode: str | None, *, dynamic: bool | None = False) -> list[str]:
-    """Lines that turn ``model`` into the compiled callable, as ``autotune.variants`` builds it (``dynamic``:
-    torch.compile's, :func:`autotune.variants.compile_dynamic`)."""
+    """Lines that turn ``model`` into the compiled callable, as ``autotune.worker.variants`` builds it (``dynamic``:
+    torch.compile's, :func:`autotune.worker.variants.compile_dynamic`)."""
     if compiler == "eager":
         return []
     if compiler == "script":
@@ -345,7 +345,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
         lines += [")", ""]
 
     # autocast: eager/script enter it around every call; the graph compilers get it baked in
-    # through a wrapper module (as autotune.variants does).
+    # through a wrapper module (as autotune.worker.variants does).
     runtime_autocast = autocast and reduced is not None and compiler in ("eager", "script")
     if autocast and reduced is not None and not runtime_autocast:
         lines += [

@@ -1,6 +1,6 @@
 """Report schema 2 (and 1, which it extends): its constants and the validation of a document against it.
 
-Schema 2 adds one field, a candidate's ``measurement`` (:class:`autotune.measurement.MeasurementRecord`:
+Schema 2 adds one field, a candidate's ``measurement`` (:class:`autotune.core.measurement.MeasurementRecord`:
 the raw samples and their warmup analysis), and makes it the source of the candidate's statistics. A
 schema 1 document is a schema 2 document without it, so both are read; only 2 is written.
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard
 
+from autotune.core.measurement import STOPPED_BY, decode_seconds
+from autotune.core.vocab import DATA_SOURCES, MODES, OBJECTIVES, PERCENTILES, SHAPE_POLICIES, STATUSES
+from autotune.core.warmup import CLASSIFICATIONS
 from autotune.errors import InputError
-from autotune.measurement import MODES, STOPPED_BY, decode_seconds
-from autotune.vocab import DATA_SOURCES, OBJECTIVES, PERCENTILES, SHAPE_POLICIES, STATUSES
-from autotune.warmup import CLASSIFICATIONS
 
 #: The version written; :data:`READ_VERSIONS` are the ones read (older reports stay readable).
 SCHEMA_VERSION: Final = 2
@@ -160,7 +160,7 @@ _ANALYSIS = _record(
         "n": (_INT, True),
     }
 )
-#: A candidate's measurement record (schema 2): ``autotune.measurement.MeasurementRecord``.
+#: A candidate's measurement record (schema 2): ``autotune.core.measurement.MeasurementRecord``.
 MEASUREMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "batch_size": (_POSITIVE_INT, True),
     "mode": (_one_of(MODES), True),
@@ -300,7 +300,7 @@ SEARCH_FIELDS: dict[str, tuple[Checker, bool]] = {
     "stopped_by": (_nullable(_STR), False),
 }
 _SEARCH = _record(SEARCH_FIELDS)
-#: The deployable artifact's kinds (``autotune.artifact.KINDS``' values) and the sections' statuses.
+#: The deployable artifact's kinds (``autotune.worker.artifact.KINDS``' values) and the sections' statuses.
 ARTIFACT_KINDS = ("torchscript", "aoti", "onnx", "openvino", "code")
 SECTION_STATUSES = ("ok", "failed")
 _NN_NUMBER = _nullable(_NUMBER)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.contention import DISTURBED_CORES
+from autotune.core.contention import DISTURBED_CORES
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
 from autotune.report.format import (
     DASH,

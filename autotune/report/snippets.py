@@ -25,7 +25,7 @@ _WIDTH = 110
 
 def interface_of(recipe: Mapping[str, Any], section: Mapping[str, Any] | None, batch: int) -> dict[str, Any]:
     """The artifact's calling interface: the one the worker recorded (``section["interface"]``,
-    :func:`autotune.artifact.describe_interface`), else one made from the recipe's ``[[inputs]]`` for reports
+    :func:`autotune.worker.artifact.describe_interface`), else one made from the recipe's ``[[inputs]]`` for reports
     written before it existed (positional inputs first, then keyword ones; every dim static; outputs unknown)."""
     recorded = section.get("interface") if isinstance(section, Mapping) else None
     if isinstance(recorded, Mapping) and recorded.get("inputs"):
@@ -173,7 +173,8 @@ def _form_return(iface: Mapping[str, Any]) -> str:
 
 
 def bucket_lines(buckets: Mapping[str, Any], names: Sequence[str], *, numpy: bool) -> list[str]:
-    """``_pad`` / ``_unpad``: :class:`autotune.traffic.BucketPlan`'s padding, for numpy arrays or torch tensors."""
+    """``_pad`` / ``_unpad``: :class:`autotune.worker.traffic.BucketPlan`'s padding, for numpy arrays or torch
+    tensors."""
     per_input = {str(x.get("name")): x for x in buckets.get("inputs") or []}
     dims = [[int(d) for d in per_input[n].get("dims") or []] if n in per_input else [] for n in names]
     values = [float(per_input[n].get("pad_value") or 0.0) if n in per_input else 0.0 for n in names]

@@ -1,7 +1,7 @@
 """The report document's shape (report.json, schema 2) as TypedDicts: what the tuner writes, section by section.
 
 These describe the *writer's* document (:func:`autotune.tuner.build_document`, then
-:func:`autotune.artifact.write_deployment` adding ``artifact`` and ``profile``). The *reader's* contract is
+:func:`autotune.deployment.write_deployment` adding ``artifact`` and ``profile``). The *reader's* contract is
 the runtime validator in :mod:`autotune.report.schema`: it requires far less (reports written by older
 versions lack fields added since), so code that reads a document back (:func:`autotune.report.load_report`,
 the renderers) keeps using ``.get`` for anything the schema does not require. ``tests/test_report_types.py``
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from autotune.candidate import CandidateRow
-from autotune.vocab import DataSource, Objective
+from autotune.core.vocab import DataSource, Objective
 
 
 class ToolInfo(TypedDict):
@@ -27,7 +27,7 @@ class ToolInfo(TypedDict):
 
 
 class RecipeSection(TypedDict):
-    """``Recipe.to_dict()`` (:mod:`autotune.recipe`) plus the device the run resolved ``auto`` to."""
+    """``Recipe.to_dict()`` (:mod:`autotune.core.recipe`) plus the device the run resolved ``auto`` to."""
 
     path: str
     name: str
@@ -58,7 +58,7 @@ class SearchSection(TypedDict):
     wall_seconds: float
     search_seconds: float
     sampler: str
-    objective: str  # an Objective (autotune.vocab); the recipe's SearchSpec types it str
+    objective: str  # an Objective (autotune.core.vocab); the recipe's SearchSpec types it str
     study_name: str
     storage: str  # the URL with its password masked
     stopped_by: str
@@ -79,8 +79,8 @@ class ProbeEntry(TypedDict):
 
 
 class BoundarySection(TypedDict):
-    """One variant's batch boundary (``BatchBoundary.to_dict()`` plus what :func:`autotune.boundaries.find_boundaries`
-    adds)."""
+    """One variant's batch boundary (``BatchBoundary.to_dict()`` plus what
+    :func:`autotune.variant_boundaries.find_boundaries` adds)."""
 
     max_batch_size: int | None
     usable_max_batch_size: int | None
@@ -135,12 +135,12 @@ class _ArtifactStatus(TypedDict):
 
 
 class ArtifactSection(_ArtifactStatus, total=False):
-    """The deployable artifact (:func:`autotune.artifact.write_deployment`); a failed one has the status and
+    """The deployable artifact (:func:`autotune.deployment.write_deployment`); a failed one has the status and
     reason, and whatever was known before it failed."""
 
     variant: str
     batch_size: int
-    kind: str  # autotune.artifact.KINDS' values
+    kind: str  # autotune.worker.artifact.KINDS' values
     format: str
     dir: str
     loader: str
@@ -152,13 +152,13 @@ class ArtifactSection(_ArtifactStatus, total=False):
     wall_seconds: float
     threads: int | None
     runtime: dict[str, Any]
-    #: how load.py's predict is called: form, inputs, outputs (autotune.artifact.describe_interface)
+    #: how load.py's predict is called: form, inputs, outputs (autotune.worker.artifact.describe_interface)
     interface: dict[str, Any]
     notes: list[str]
 
 
 class ProfileSection(TypedDict):
-    """The recommendation and eager profiled at its batch (:func:`autotune.artifact.deploy`)."""
+    """The recommendation and eager profiled at its batch (:func:`autotune.worker.artifact.deploy`)."""
 
     status: Literal["ok", "failed"]
     reason: str | None
@@ -201,8 +201,8 @@ class ReportDocument(TypedDict):
     tool: ToolInfo
     created: str  # ISO 8601, UTC
     recipe: RecipeSection
-    workload: dict[str, Any]  # WorkloadInfo.to_dict() (autotune.workload)
-    environment: dict[str, Any]  # autotune.environment.fingerprint()
+    workload: dict[str, Any]  # WorkloadInfo.to_dict() (autotune.worker.model)
+    environment: dict[str, Any]  # autotune.environment.machine_facts()
     search: SearchSection
     batch_boundary: dict[str, BoundarySection]  # by variant
     #: Rows as the study stores them: plain dicts read back from its JSON (see autotune.candidate.candidate_record).

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import InputError
-from autotune.report.document import normalise_report, report_json
+from autotune.report.canonical import normalise_report, report_json
 from autotune.report.html import html_page
 from autotune.report.markdown import markdown_text
 from autotune.report.plots import PLOT_NAMES, plot_pngs

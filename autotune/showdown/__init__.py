@@ -24,12 +24,12 @@ Algorithm::
              straddles 1 - margin: see :func:`undecided`); at most 3R rounds, or the deadline:
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
-                 and the CPU others used meanwhile (autotune.contention)
+                 and the CPU others used meanwhile (autotune.core.contention)
                  a round in which any slice saw > 0.1 core of foreign CPU is "disturbed";
                  the first `processes` rounds are burn-in (every process's first slice:
                  a fresh process's allocator is still settling) and never compared
-             compare on the undisturbed rounds (all rounds if fewer than 2 are)
-    compare (pure, :func:`compare`):
+             paired_verdict on the undisturbed rounds (all rounds if fewer than 2 are)
+    paired_verdict (pure, :func:`paired_verdict`):
         perf[c][r] = throughput (samples/s), or 1 / latency percentile for a latency objective
         leader     = argmax over c of median_r (log perf[c][r] - log perf[L0][r]), where L0 is
                      the best by median log perf (paired against a common reference)
@@ -49,13 +49,12 @@ Algorithm::
 Where each part lives (this package re-exports the public names):
 
 * :mod:`~autotune.showdown.paired`: the pure half (no workers, no I/O): the finalists, the paired comparison
-  (:func:`compare`, the bootstrap CI of each ratio), the tie rule, :func:`undecided` and the
+  (:func:`paired_verdict`, the bootstrap CI of each ratio), the tie rule, :func:`undecided` and the
   :func:`recommendation`; tested without a worker;
 * :mod:`~autotune.showdown.rounds`: the orchestration: the staged workers, the interleaved rounds, the
   burn-in and disturbed rounds (:func:`run_showdown`).
 
-``rounds`` -> ``paired``, never back. The pure module is not called ``compare``: the package re-exports
-the function :func:`compare`, which would shadow a submodule of that name.
+``rounds`` -> ``paired``, never back.
 """
 
 from __future__ import annotations
@@ -69,8 +68,8 @@ from autotune.showdown.paired import (
     Standing,
     Verdict,
     candidate_key,
-    compare,
     contender_from,
+    paired_verdict,
     recommendation,
     select_finalists,
     simplicity,
@@ -96,9 +95,9 @@ __all__ = [
     "Standing",
     "Verdict",
     "candidate_key",
-    "compare",
     "contender_from",
     "estimated_seconds",
+    "paired_verdict",
     "recommendation",
     "run_showdown",
     "select_finalists",

@@ -1,7 +1,7 @@
 """The showdown's statistics (pure, no workers): which rows are finalists, the paired comparison of their
 rounds, the tie rule and the recommendation it makes.
 
-The pseudo-code is in :mod:`autotune.showdown` (``compare``); :mod:`autotune.showdown.rounds` produces the
+The pseudo-code is in :mod:`autotune.showdown` (``paired_verdict``); :mod:`autotune.showdown.rounds` produces the
 rounds this module compares.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from autotune.candidate import pessimistic_score
-from autotune.contention import DISTURBED_CORES
-from autotune.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
+from autotune.core.contention import DISTURBED_CORES
+from autotune.core.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
 MIN_FINALISTS = 3
@@ -61,7 +61,7 @@ class Standing:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of :func:`compare`: the leader, the pick, every standing and whether it was a tie."""
+    """Outcome of :func:`paired_verdict`: the leader, the pick, every standing and whether it was a tie."""
 
     leader: str
     pick: str
@@ -128,15 +128,15 @@ def _bootstrap_median_ci(d: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> t
     return (float(lo), float(hi))
 
 
-def compare(contenders: Sequence[Contender], *, objective: str = "throughput", margin: float = DEFAULT_MARGIN,
-            seed: int = 0) -> Verdict:
+def paired_verdict(contenders: Sequence[Contender], *, objective: str = "throughput", margin: float = DEFAULT_MARGIN,
+                   seed: int = 0) -> Verdict:
     """Paired comparison over rounds and the tie-break (pseudo-code in the module docstring).
 
     Every contender must have the same number of rounds (>= 1); round r of all of them was
     measured in the same interleaved pass.
     """
     if not contenders:
-        raise ValueError("compare needs at least one contender")
+        raise ValueError("paired_verdict needs at least one contender")
     if not 0.0 <= margin < 1.0:
         raise ValueError(f"margin must be in [0, 1), got {margin}")
     rounds = {len(c.seconds_per_call) for c in contenders}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.client import WorkerClient
-from autotune.showdown.paired import Verdict, candidate_key, compare, contender_from, undecided
+from autotune.showdown.paired import Verdict, candidate_key, contender_from, paired_verdict, undecided
 
 if TYPE_CHECKING:
     from autotune.runner import Runner
@@ -178,4 +178,4 @@ def _verdict(staged: Mapping[str, Mapping[str, Any]], dropped: Mapping[str, str]
         return None
     contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
                                  [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
-    return compare(contenders, objective=settings.objective, margin=settings.margin, seed=settings.seed)
+    return paired_verdict(contenders, objective=settings.objective, margin=settings.margin, seed=settings.seed)

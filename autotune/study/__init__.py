@@ -16,8 +16,10 @@ One module per part, from the plain values up to the loops:
 - :mod:`~autotune.study.space`: what is searched and how (``SearchSpace``, ``SearchSettings``,
   ``SearchOutcome``, the sampler, the metric names);
 - :mod:`~autotune.study.urls`: a storage URL shown with its passwords masked, driver messages scrubbed;
-- :mod:`~autotune.study.fingerprint`: what a study's measurements depend on; refusing a study made for
-  another setup (resume, join);
+- :mod:`~autotune.study.fingerprint`: the study's fingerprint, what its measurements depend on; refusing a
+  study made for another setup (resume, join);
+- :mod:`~autotune.study.model_identity`: the model's part of that fingerprint (the factory file's hash or
+  its package's version, the inputs);
 - :mod:`~autotune.study.heartbeat`: liveness of RUNNING trials (heartbeats, stale trials failed);
 - :mod:`~autotune.study.storage`: opening the storage and the study; storage and ``--out`` failures as
   one-line input errors;

@@ -1,7 +1,7 @@
 """What a study's measurements depend on (its fingerprint), and the refusal of a study made for another setup.
 
 A study's rows are only worth reusing (a resume, a worker joining from another machine, the boundaries
-read back by :mod:`autotune.boundaries`) where they were measured on the same thing: the same model code
+read back by :mod:`autotune.variant_boundaries`) where they were measured on the same thing: the same model code
 and inputs, the same resolved device, the same torch, the same hardware. The fingerprint is those parts,
 stored with the study when it is made; a digest of them is what a study is matched on, and on a mismatch
 the parts say what differs, so the message names it ("torch: study 2.5.1, here 2.6.0") rather than
@@ -26,7 +26,7 @@ from autotune.study.urls import display_url
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.recipe import Recipe
+    from autotune.core.recipe import Recipe
     from autotune.study.space import SearchSettings
 
 #: Study attribute holding the fingerprint's parts (what a study measures, on what, with which torch).
@@ -70,9 +70,9 @@ def study_fingerprint(recipe: Recipe, device: str) -> dict[str, Any]:
     resume may change them.
     """
     from autotune.environment import hardware_fingerprint
-    from autotune.recipe import fingerprint_parts
+    from autotune.study.model_identity import model_identity
 
-    parts = {**fingerprint_parts(recipe), "device": device, "torch": _torch_version(), **hardware_fingerprint()}
+    parts = {**model_identity(recipe), "device": device, "torch": _torch_version(), **hardware_fingerprint()}
     return dict(json.loads(json.dumps(parts)))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from autotune.recipe import Constraints
+from autotune.core.recipe import Constraints
 
 
 @dataclass(frozen=True)

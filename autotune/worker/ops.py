@@ -1,6 +1,6 @@
 """The ops a worker serves (:data:`OPS`): validate a workload, measure a candidate, probe memory, stage and time
 showdown slices. Each takes the :class:`~autotune.worker.state.WorkerState` and its request
-(:mod:`autotune.worker.protocol`) and returns its result.
+(:mod:`autotune.core.protocol`) and returns its result.
 
 Importing this module is the worker's start-up, and it is timed: ``_T0`` is taken before torch is
 imported and the tool's own modules after it, so :data:`IMPORT_SECONDS` (reported by ``hello``) and
@@ -40,34 +40,8 @@ def _rss_bytes() -> int:
 
 _RSS_AFTER_TORCH = _rss_bytes()
 
-from autotune import devices  # noqa: E402
-from autotune.contention import CpuWindow  # noqa: E402
-from autotune.correctness import check_variant  # noqa: E402
-from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
-from autotune.measure import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
-from autotune.recipe import Recipe  # noqa: E402
-from autotune.stats import percentiles  # noqa: E402
-from autotune.traffic import (  # noqa: E402
-    BucketPlan,
-    Traffic,
-    TrafficCall,
-    adapt,
-    bucket_plan,
-    iterate_all,
-    load_traffic,
-    shape_text,
-)
-from autotune.variants import (  # noqa: E402
-    BuiltVariant,
-    VariantSpec,
-    available,
-    build_variant,
-    expand_variants,
-    recompile_count,
-    reset_compiler_state,
-    thread_counts,
-)
-from autotune.worker.protocol import (  # noqa: E402
+from autotune.core.contention import CpuWindow  # noqa: E402
+from autotune.core.protocol import (  # noqa: E402
     ArtifactRequest,
     ArtifactResult,
     DeviceMemoryRequest,
@@ -91,8 +65,35 @@ from autotune.worker.protocol import (  # noqa: E402
     ValidateRequest,
     ValidateResult,
 )
+from autotune.core.recipe import Recipe  # noqa: E402
+from autotune.core.stats import percentiles  # noqa: E402
+from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
+from autotune.worker import devices  # noqa: E402
+from autotune.worker.correctness import check_variant  # noqa: E402
+from autotune.worker.model import make_inputs, one_line  # noqa: E402
 from autotune.worker.state import LoadedWorkload, Staged, WorkerState, _trim_heap  # noqa: E402
-from autotune.workload import make_inputs, one_line  # noqa: E402
+from autotune.worker.timing import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
+from autotune.worker.torch_facts import torch_facts  # noqa: E402
+from autotune.worker.traffic import (  # noqa: E402
+    BucketPlan,
+    Traffic,
+    TrafficCall,
+    adapt,
+    bucket_plan,
+    iterate_all,
+    load_traffic,
+    shape_text,
+)
+from autotune.worker.variants import (  # noqa: E402
+    BuiltVariant,
+    VariantSpec,
+    available,
+    build_variant,
+    expand_variants,
+    recompile_count,
+    reset_compiler_state,
+    thread_counts,
+)
 
 IMPORT_SECONDS = time.perf_counter() - _T0
 #: Resident memory the tool's own modules added beyond torch (measured once at start-up): a
@@ -163,7 +164,7 @@ def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model
                      keep_artifact: bool = False) -> _Candidate:
     """Load the traffic of ``batch``, build ``spec`` on its largest batch, prepare every batch (untimed).
 
-    The call cycles through the prepared batches (:class:`~autotune.traffic.TrafficCall`); with one batch it
+    The call cycles through the prepared batches (:class:`~autotune.worker.traffic.TrafficCall`); with one batch it
     is a plain closure, exactly what was timed before traffic existed. ``+buckets``: the build example is
     padded to its bucket, and ``fn`` pads every call's batch (timed: the padding is part of the strategy).
     """
@@ -209,8 +210,10 @@ def op_hello(state: WorkerState, req: HelloRequest) -> HelloResult:
 
 
 def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
-    """Build the model, run one forward, and expand the recipe's variants for this device."""
+    """Build the model, run one forward, and expand the recipe's variants for this device; and say what torch
+    knows about the machine (read first, before the model is built, for the report's ``environment``)."""
     t0 = time.perf_counter()
+    facts = torch_facts()
     lw = state.workload(req["recipe"])
     recipe = lw.recipe
     specs = expand_variants(
@@ -248,6 +251,7 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
         "host_memory_available": devices.available_host_memory_bytes(),
         "device_memory_capacity": lw.backend.total_memory_bytes(),
         "seconds": time.perf_counter() - t0,
+        "torch_facts": facts,
     }
 
 
@@ -511,8 +515,8 @@ def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVaria
 
 def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
     """Save the recommendation's deployable artifact into ``directory`` and profile it and eager at its batch
-    (:func:`autotune.artifact.deploy`; one build serves both, each part reports its own failure)."""
-    from autotune.artifact import deploy
+    (:func:`autotune.worker.artifact.deploy`; one build serves both, each part reports its own failure)."""
+    from autotune.worker.artifact import deploy
 
     lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"])

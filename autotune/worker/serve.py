@@ -14,11 +14,11 @@ import sys
 import traceback
 from typing import Any
 
+from autotune.core.protocol import ROLE_OPS, Response
 from autotune.errors import AutotuneError, InputError
+from autotune.worker.model import one_line
 from autotune.worker.ops import OPS
-from autotune.worker.protocol import ROLE_OPS, Response
 from autotune.worker.state import WorkerState
-from autotune.workload import one_line
 
 
 def handle(state: WorkerState, req: dict[str, Any]) -> Response:

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from autotune import devices
-from autotune.recipe import Recipe
-from autotune.variants import VariantSpec
-from autotune.worker.protocol import Role
-from autotune.workload import WorkloadInfo, build_model, check_forward
+from autotune.core.protocol import Role
+from autotune.core.recipe import Recipe
+from autotune.worker import devices
+from autotune.worker.model import WorkloadInfo, build_model, check_forward
+from autotune.worker.variants import VariantSpec
 
 
 @dataclass

@@ -1,0 +1,124 @@
+"""Recipes: a TOML file that says what to tune, parsed into frozen dataclasses.
+
+Strictly: an unknown key or a wrong value is a :class:`~autotune.errors.RecipeError` that names the file and
+the dotted field, with a "did you mean" hint (why: :mod:`autotune.core.recipe.reader`).
+
+The format (every field documented in README.md)::
+
+    name = "quickstart"                    # optional, defaults to the file stem
+    description = "..."                    # optional
+    device = "cpu"                         # auto | cpu | cuda | cuda:N | xpu | xpu:N
+
+    [model]
+    factory = "torchvision.models:resnet18"   # pkg.mod:function, or path/to/file.py:function
+    kwargs = { num_classes = 10 }             # keyword arguments for the factory
+
+    [[inputs]]                             # one table per positional input of forward()
+    name = "x"
+    shape = [3, 64, 64]                    # per sample: the batch dimension is added in front
+    dtype = "float32"                      # float32 | float16 | bfloat16 | int64 | int32
+    vocab_size = 30522                     # integer inputs only: values drawn from [0, vocab_size)
+    range = [0, 2]                         # integer inputs: values drawn from [low, high) instead
+    keyword = false                        # true: passed by name, model(..., x=tensor); after the positional ones
+
+    [data]                                 # instead of [[inputs]]: the user's own batches
+    factory = "data.py:batches"            # called as batches(batch_size=b, **kwargs): a finite iterable of
+    kwargs = {}                            # batches, each a tensor, a tuple (positional) or a dict (keyword)
+    max_batches = 16                       # batches kept per batch size (the traffic every candidate is timed on)
+    buckets = [32, 64, 128]                # +buckets variants pad dynamic dims up to these sizes
+    pad_values = { input_ids = 0 }         # what padding is filled with (default 0)
+
+    [search]
+    variants = ["eager", "frozen", "compile"]   # or "all"
+    precisions = ["fp32"]
+    memory_formats = ["contiguous"]
+    shapes = ["dynamic", "buckets"]        # dynamic dims: dynamic shapes, and/or padding to data.buckets
+    threads = [1, 2]                       # CPU: intra-op threads crossed with the variants, or "auto"
+                                           # (1, 2, 4, ... up to the usable cores); default: torch's own
+    batch_sizes = [1, 8, 32]               # or "auto": search up to the memory boundary
+    objective = "throughput"               # throughput | latency | pareto
+    time_budget_s = 120
+    max_trials = 0                         # 0: no limit besides the time budget
+    seed = 0
+    strategy = "tpe"                       # tpe (Optuna's TPE, NSGA-II for pareto, over (variant, batch)
+                                           # pairs, each measured in full) | bracket (experimental:
+                                           # autotune.study.bracket, per-variant batch bracketing, short screens
+                                           # raced by CI, gain per second)
+
+    [constraints]
+    max_latency_ms = 50.0                  # SLO on the latency percentile below
+    latency_percentile = "p99"             # mean | p50 | p90 | p99
+    max_memory = "4GiB"
+
+    [batch]
+    max_batch_size = 65536
+    granularity = 1                        # batch sizes are multiples of it; default: 8 for fp16/bf16 on a
+                                           # GPU (tensor cores), else 1
+    memory_budget = "8GiB"                 # CPU: default a safe fraction of available memory; GPU: a cap
+                                           # below the memory free at the start (the default limit)
+    headroom = 0.10                        # margin below the boundary for recommended batch sizes
+
+    [measure]
+    mode = "throughput"                    # throughput | latency
+    ci_target = 0.01                       # stop when the 95% CI half-width <= 1% of the mean
+    max_seconds = 10.0                     # per-candidate measurement budget
+    timeout_s = 600.0                      # a candidate's worker is killed after this
+
+Where each part lives (one concept per module; this package re-exports the public names, so
+``from autotune.core.recipe import Recipe, load_recipe`` is the import to use):
+
+* :mod:`~autotune.core.recipe.spec`: the frozen dataclasses (:class:`Recipe`, :class:`ModelSpec`, :class:`InputSpec`,
+  :class:`DataSpec`,
+  :class:`SearchSpec`, :class:`Constraints`, :class:`BatchSpec`, :class:`MeasureSpec`) and the JSON form
+  (``Recipe.to_dict`` / ``Recipe.from_dict``) that report.json and the workers carry;
+* :mod:`~autotune.core.recipe.reader`: the strict reader of one table and the wording of its errors (why strict:
+  there), :func:`closest` for "did you mean" hints;
+* :mod:`~autotune.core.recipe.parse`: :func:`load_recipe` and :func:`parse_recipe`, one function per table.
+
+What a recipe adds to a study's fingerprint (the factory file's hash, the inputs) reads files and metadata
+beyond the recipe, in the parent only: :mod:`autotune.study.model_identity`.
+
+Part of the shared core (:mod:`autotune.core`): the parent parses recipes, and every worker request carries
+one as its JSON form, which the worker reads back with ``Recipe.from_dict``. Dependencies point one way:
+``parse`` -> ``reader``, ``spec``. No torch.
+"""
+
+from __future__ import annotations
+
+from autotune.core.recipe.parse import load_recipe, parse_recipe
+from autotune.core.recipe.reader import closest
+from autotune.core.recipe.spec import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DTYPES,
+    INTEGER_DTYPES,
+    BatchSpec,
+    Constraints,
+    DataSpec,
+    InputSpec,
+    MeasureSpec,
+    ModelSpec,
+    Recipe,
+    SearchSpec,
+)
+from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
+
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DTYPES",
+    "INTEGER_DTYPES",
+    "MODES",
+    "OBJECTIVES",
+    "PERCENTILES",
+    "STRATEGIES",
+    "BatchSpec",
+    "Constraints",
+    "DataSpec",
+    "InputSpec",
+    "MeasureSpec",
+    "ModelSpec",
+    "Recipe",
+    "SearchSpec",
+    "closest",
+    "load_recipe",
+    "parse_recipe",
+]

@@ -1,0 +1,283 @@
+"""Reading a recipe: the TOML file (:func:`load_recipe`) or its table (:func:`parse_recipe`) into a :class:`Recipe`.
+
+One function per table of the format (documented in :mod:`autotune.core.recipe`), each reading its keys through a
+:class:`~autotune.core.recipe.reader.TableReader` (unknown keys and wrong types are errors that name the field) and
+adding the rules that span keys: integer inputs need a ``vocab_size``, explicit batch sizes stay within
+``batch.max_batch_size``, one showdown round pairs nothing.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from autotune.core.device_names import ALLOWED_TEXT, is_device_name
+from autotune.core.recipe.reader import TableReader
+from autotune.core.recipe.spec import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DTYPES,
+    INTEGER_DTYPES,
+    BatchSpec,
+    Constraints,
+    DataSpec,
+    InputSpec,
+    MeasureSpec,
+    ModelSpec,
+    Recipe,
+    SearchSpec,
+)
+from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
+from autotune.errors import RecipeError
+
+_TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "search", "constraints", "batch", "measure")
+#: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
+SHAPE_POLICIES = ("dynamic", "buckets")
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate a recipe file; every problem is a :class:`RecipeError`."""
+    p = Path(path)
+    if not p.exists():
+        raise RecipeError(f"{p}: recipe file not found")
+    if p.is_dir():
+        raise RecipeError(f"{p}: is a directory, expected a .toml recipe file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"{p}: cannot read recipe: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"{p}: invalid TOML: {exc}") from None
+    return parse_recipe(data, path=p)
+
+
+def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
+    top = TableReader(path, data, "", _TOP_KEYS)
+    name = top.get("name", str, path.stem)
+    description = top.get("description", str, "")
+    device = top.get("device", str, "auto")
+    if not is_device_name(device):
+        raise top.error("device", f"'{device}' is not allowed; allowed: {ALLOWED_TEXT}")
+
+    model_table = top.get("model", dict, None, required=True)
+    mr = TableReader(path, model_table, "model.", ("factory", "kwargs"))
+    factory = _factory_reference(mr)
+    kwargs = mr.get("kwargs", dict, {})
+    model = ModelSpec(factory=factory, kwargs=dict(kwargs), base_dir=str(path.resolve().parent))
+
+    data_spec = _parse_data(path, top.get("data", dict, None))
+    raw_inputs = top.get("inputs", list, None, required=data_spec is None)
+    if data_spec is not None and raw_inputs:
+        raise top.error("inputs", "must be left out when [data] names a factory: the inputs are the factory's "
+                        "batches (their names, dtypes and shapes)")
+    inputs = _parse_inputs(path, raw_inputs) if data_spec is None else ()
+    search = _parse_search(path, top.get("search", dict, {}))
+    constraints = _parse_constraints(path, top.get("constraints", dict, {}))
+    batch = _parse_batch(path, top.get("batch", dict, {}))
+    measure = _parse_measure(path, top.get("measure", dict, {}))
+    if isinstance(search.batch_sizes, tuple):
+        for i, b in enumerate(search.batch_sizes):
+            if b > batch.max_batch_size:
+                raise RecipeError(
+                    f"{path}: field 'search.batch_sizes[{i}]': {b} exceeds batch.max_batch_size "
+                    f"({batch.max_batch_size})"
+                )
+    return Recipe(
+        path=str(path),
+        name=name,
+        description=description,
+        device=device,
+        model=model,
+        inputs=inputs,
+        search=search,
+        constraints=constraints,
+        batch=batch,
+        measure=measure,
+        data=data_spec,
+    )
+
+
+def _factory_reference(r: TableReader) -> str:
+    factory: str = r.get("factory", str, None, required=True)
+    if ":" not in factory or not factory.split(":", 1)[1] or not factory.split(":", 1)[0]:
+        raise r.error(
+            "factory",
+            f"'{factory}' is not a factory reference; allowed: 'package.module:function' "
+            "or 'path/to/file.py:function' (relative to the recipe)",
+        )
+    return factory
+
+
+def _parse_data(path: Path, table: dict[str, Any] | None) -> DataSpec | None:
+    """``[data]``: the user's batches (see :class:`DataSpec`); checked for form here, for content in a worker."""
+    if table is None:
+        return None
+    r = TableReader(path, table, "data.", ("factory", "kwargs", "max_batches", "buckets", "pad_values"))
+    factory = _factory_reference(r)
+    buckets_raw = r.get("buckets", list, None)
+    buckets: tuple[int, ...] | None = None
+    if buckets_raw is not None:
+        if not buckets_raw:
+            raise r.error("buckets", "must not be empty; leave it out for powers of two up to the largest size seen")
+        for i, b in enumerate(buckets_raw):
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise RecipeError(f"{path}: field 'data.buckets[{i}]': bucket sizes must be positive integers, "
+                                  f"got {b!r}")
+        buckets = tuple(sorted(set(buckets_raw)))
+    pads = r.get("pad_values", dict, {})
+    for key, value in pads.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(f"{path}: field 'data.pad_values.{key}': expected a number, got {value!r}")
+    return DataSpec(factory=factory, kwargs=dict(r.get("kwargs", dict, {})), base_dir=str(path.resolve().parent),
+                    max_batches=r.positive("max_batches", int, DataSpec.max_batches), buckets=buckets,
+                    pad_values={k: float(v) for k, v in pads.items()})
+
+
+def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:
+    if not items:
+        raise RecipeError(f"{path}: field 'inputs': at least one [[inputs]] table is required")
+    specs: list[InputSpec] = []
+    for i, item in enumerate(items):
+        prefix = f"inputs[{i}]."
+        if not isinstance(item, dict):
+            raise RecipeError(f"{path}: field 'inputs[{i}]': expected a table, got {item!r}")
+        r = TableReader(path, item, prefix, ("name", "shape", "dtype", "vocab_size", "keyword", "range"))
+        name = r.get("name", str, f"input{i}")
+        shape = r.get("shape", list, None, required=True)
+        for j, dim in enumerate(shape):
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+                raise RecipeError(
+                    f"{path}: field '{prefix}shape[{j}]': dimensions must be positive integers, got {dim!r}"
+                )
+        dtype = r.choice("dtype", DTYPES, "float32")
+        vocab = r.positive("vocab_size", int, None)
+        value_range = _int_range(r, dtype)
+        if dtype in INTEGER_DTYPES and vocab is None and value_range is None:
+            raise r.error("vocab_size", f"is required for integer inputs (dtype '{dtype}') without a 'range': "
+                          "values are drawn from [0, vocab_size)")
+        if dtype not in INTEGER_DTYPES and vocab is not None:
+            raise r.error("vocab_size", f"only applies to integer inputs, but dtype is '{dtype}'")
+        if vocab is not None and value_range is not None:
+            raise r.error("range", "give either 'vocab_size' (values in [0, vocab_size)) or 'range', not both")
+        keyword = r.get("keyword", bool, False)
+        if specs and specs[-1].keyword and not keyword:
+            raise r.error("keyword", f"positional input '{name}' follows keyword input '{specs[-1].name}'; "
+                          "list the positional inputs first")
+        specs.append(InputSpec(name=name, shape=tuple(shape), dtype=dtype, vocab_size=vocab, keyword=keyword,
+                               range=value_range))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise RecipeError(f"{path}: field 'inputs': input names must be unique, got {names}")
+    return tuple(specs)
+
+
+def _int_range(r: TableReader, dtype: str) -> tuple[int, int] | None:
+    raw = r.get("range", list, None)
+    if raw is None:
+        return None
+    if dtype not in INTEGER_DTYPES:
+        raise r.error("range", f"only applies to integer inputs, but dtype is '{dtype}'")
+    if (len(raw) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in raw) or raw[0] >= raw[1]):
+        raise r.error("range", f"expected [low, high] with integers low < high (values drawn from [low, high)), "
+                      f"got {raw!r}")
+    return int(raw[0]), int(raw[1])
+
+
+def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
+    r = TableReader(path, table, "search.", tuple(SearchSpec.__dataclass_fields__))
+    batch_sizes: tuple[int, ...] | Literal["auto"]
+    raw = r.get("batch_sizes", (list, str), "auto")
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("batch_sizes", f"'{raw}' is not allowed; allowed: \"auto\" or a list of positive integers")
+        batch_sizes = "auto"
+    else:
+        if not raw:
+            raise r.error("batch_sizes", "must not be empty; use \"auto\" or a list of positive integers")
+        for i, b in enumerate(raw):
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise RecipeError(
+                    f"{path}: field 'search.batch_sizes[{i}]': batch sizes must be positive integers, got {b!r}"
+                )
+        batch_sizes = tuple(sorted(set(raw)))
+    return SearchSpec(
+        variants=r.string_list("variants", SearchSpec.variants),
+        precisions=r.string_list("precisions", SearchSpec.precisions),
+        memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
+        shapes=_shapes(r),
+        threads=_threads(path, r),
+        batch_sizes=batch_sizes,
+        objective=r.choice("objective", OBJECTIVES, "throughput"),
+        time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
+        max_trials=r.positive("max_trials", int, 0, allow_zero=True),
+        seed=r.get("seed", int, 0),
+        equivalence_margin=r.fraction("equivalence_margin", SearchSpec.equivalence_margin),
+        strategy=r.choice("strategy", STRATEGIES, SearchSpec.strategy),
+    )
+
+
+def _shapes(r: TableReader) -> tuple[str, ...]:
+    shapes = r.string_list("shapes", SearchSpec.shapes)
+    if not shapes:
+        raise r.error("shapes", f"must not be empty; allowed: {', '.join(SHAPE_POLICIES)}")
+    for s in shapes:
+        if s not in SHAPE_POLICIES:
+            raise r.error("shapes", f"'{s}' is not allowed; allowed: {', '.join(SHAPE_POLICIES)}")
+    return tuple(dict.fromkeys(shapes))
+
+
+def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
+    raw = r.get("threads", (list, str), [])
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("threads", f"'{raw}' is not allowed; allowed: \"auto\" or a list of positive integers")
+        return "auto"
+    for i, n in enumerate(raw):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise RecipeError(f"{path}: field 'search.threads[{i}]': thread counts must be positive integers, "
+                              f"got {n!r}")
+    return tuple(sorted(set(raw)))
+
+
+def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:
+    r = TableReader(path, table, "constraints.", ("max_latency_ms", "latency_percentile", "max_memory"))
+    return Constraints(
+        max_latency_ms=r.positive("max_latency_ms", float, None),
+        latency_percentile=r.choice("latency_percentile", PERCENTILES, "p99"),
+        max_memory_bytes=r.size("max_memory"),
+    )
+
+
+def _parse_batch(path: Path, table: dict[str, Any]) -> BatchSpec:
+    r = TableReader(path, table, "batch.", ("max_batch_size", "granularity", "memory_budget", "headroom"))
+    headroom = r.get("headroom", float, 0.10)
+    if not 0.0 <= headroom < 1.0:
+        raise r.error("headroom", f"must be in [0, 1), got {headroom!r}")
+    return BatchSpec(
+        max_batch_size=r.positive("max_batch_size", int, DEFAULT_MAX_BATCH_SIZE),
+        granularity=r.positive("granularity", int, None),
+        memory_budget_bytes=r.size("memory_budget"),
+        headroom=headroom,
+    )
+
+
+def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
+    r = TableReader(path, table, "measure.", tuple(MeasureSpec.__dataclass_fields__))
+    ci_target = r.positive("ci_target", float, 0.01)
+    if ci_target >= 1.0:
+        raise r.error("ci_target", f"is a fraction of the mean and must be below 1, got {ci_target!r}")
+    rounds = r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True)
+    if rounds == 1:
+        raise r.error("rounds", "must be 0 (no showdown) or at least 2: a paired comparison needs rounds to pair")
+    return MeasureSpec(
+        mode=r.choice("mode", MODES, "throughput"),
+        ci_target=ci_target,
+        max_seconds=r.positive("max_seconds", float, 10.0),
+        timeout_s=r.positive("timeout_s", float, 600.0),
+        rounds=rounds,
+        processes=r.positive("processes", int, MeasureSpec.processes),
+        round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
+    )

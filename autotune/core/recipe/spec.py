@@ -1,0 +1,202 @@
+"""The recipe's values: frozen dataclasses, one per table of the TOML file, and their JSON form.
+
+A parsed recipe is a value, shared by the parent and every worker: :meth:`Recipe.to_dict` is what
+report.json stores and what a worker request carries, :meth:`Recipe.from_dict` reads it back. The
+defaults here are the format's defaults (:mod:`autotune.core.recipe.parse` fills a missing key from them);
+what each field means is in :mod:`autotune.core.recipe` and README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
+INTEGER_DTYPES = ("int64", "int32")
+DEFAULT_MAX_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where the model comes from: ``module:function`` or ``file.py:function`` plus kwargs."""
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: str = "."  # directory of the recipe: file factories are relative to it
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One positional input of ``forward``: per-sample shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    vocab_size: int | None = None
+    #: Passed to ``forward`` by name (``model(..., name=tensor)``) instead of by position. Keyword inputs
+    #: follow the positional ones, in the recipe's order.
+    keyword: bool = False
+    #: Integer inputs: values drawn uniformly from ``[low, high)`` (an attention mask is ``[0, 2)``); None:
+    #: ``[0, vocab_size)``.
+    range: tuple[int, int] | None = None
+
+    @property
+    def is_integer(self) -> bool:
+        return self.dtype in INTEGER_DTYPES
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The user's own example batches: ``factory(batch_size=b, **kwargs)`` returns a finite iterable of them.
+
+    Each batch is what the user's DataLoader yields: a tensor, a tuple of tensors (positional arguments of
+    ``forward``) or a dict of tensors (keyword arguments). Resolved like the model factory.
+    """
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: str = "."
+    #: Batches of the traffic kept per batch size (the first ones the factory yields): every candidate is
+    #: gated on them and timed cycling through them.
+    max_batches: int = 16
+    #: Sizes a ``+buckets`` variant pads each dynamic dimension up to (None: powers of two from the
+    #: smallest size seen up to the largest, which is always a bucket).
+    buckets: tuple[int, ...] | None = None
+    #: Value padding is filled with, per input name (default 0: pad token, mask off, zero pixels).
+    pad_values: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    variants: tuple[str, ...] = ("eager",)
+    #: How shape-specialising variants meet the traffic's dynamic dimensions, crossed with the variants:
+    #: ``dynamic`` (dynamic axes / dynamic shapes) and ``buckets`` (inputs padded up to the next of
+    #: ``data.buckets``; the ``+buckets`` modifier). Without dynamic dimensions only ``dynamic`` applies.
+    shapes: tuple[str, ...] = ("dynamic",)
+    precisions: tuple[str, ...] = ("fp32",)
+    memory_formats: tuple[str, ...] = ("contiguous",)
+    #: CPU intra-op thread counts crossed with the variants (like precisions and memory formats): each
+    #: variant is measured at ``threads=N`` for every N. ``"auto"``: 1, 2, 4, ... up to the cores this
+    #: process may run on, and that count itself (resolved in the worker). Empty: torch's default, no
+    #: ``threads=`` modifier. Ignored on GPUs, where the host threads do not run the model.
+    threads: tuple[int, ...] | Literal["auto"] = ()
+    batch_sizes: tuple[int, ...] | Literal["auto"] = "auto"
+    objective: str = "throughput"
+    time_budget_s: float = 300.0
+    max_trials: int = 0
+    seed: int = 0
+    #: Finalists whose paired throughput (or latency) ratio to the leader is within this fraction
+    #: are a tie, decided by the tie-break (autotune.showdown).
+    equivalence_margin: float = 0.02
+    strategy: str = "tpe"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    max_latency_ms: float | None = None
+    latency_percentile: str = "p99"
+    max_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    granularity: int | None = None  # None: the device's default (see autotune.variant_boundaries.granularity_for)
+    memory_budget_bytes: int | None = None
+    headroom: float = 0.10
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    mode: str = "throughput"
+    ci_target: float = 0.01
+    max_seconds: float = 10.0
+    timeout_s: float = 600.0
+    #: Showdown: interleaved rounds over the finalists (0: no showdown) and seconds per slice.
+    rounds: int = 6
+    round_seconds: float = 0.5
+    #: Showdown: fresh worker processes per finalist (rounds alternate between them).
+    processes: int = 2
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: str
+    name: str
+    description: str
+    device: str
+    model: ModelSpec
+    inputs: tuple[InputSpec, ...]
+    search: SearchSpec = SearchSpec()
+    constraints: Constraints = Constraints()
+    batch: BatchSpec = BatchSpec()
+    measure: MeasureSpec = MeasureSpec()
+    data: DataSpec | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, used in report.json and to hand the recipe to a worker."""
+        data = asdict(self)
+        data["model"]["kwargs"] = dict(self.model.kwargs)
+        # fields added later are written only when set, so a recipe that does not use them has the same JSON
+        # form (report.json, a study's fingerprint) as before they existed
+        data["inputs"] = [_input_dict(i) for i in self.inputs]
+        data.pop("data")
+        if self.search.shapes == ("dynamic",):
+            data["search"].pop("shapes")
+        if self.data is not None:
+            data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
+                                pad_values=dict(self.data.pad_values),
+                                buckets=list(self.data.buckets) if self.data.buckets else None)
+        for key in ("batch_sizes", "threads"):
+            value = getattr(self.search, key)
+            data["search"][key] = value if isinstance(value, str) else list(value)
+        for key in ("variants", "precisions", "memory_formats", "shapes"):
+            if key in data["search"]:
+                data["search"][key] = list(data["search"][key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
+        """Inverse of :meth:`to_dict` (trusted input: what to_dict produced)."""
+        sd = dict(data["search"])
+        sd.setdefault("shapes", ["dynamic"])
+        for key in ("variants", "precisions", "memory_formats", "shapes"):
+            sd[key] = tuple(sd[key])
+        sd.setdefault("threads", ())  # recipes stored before the field existed (report.json, a study)
+        for key in ("batch_sizes", "threads"):
+            if not isinstance(sd[key], str):
+                sd[key] = tuple(sd[key])
+        return cls(
+            path=data["path"],
+            name=data["name"],
+            description=data["description"],
+            device=data["device"],
+            model=ModelSpec(**data["model"]),
+            inputs=tuple(InputSpec(**dict(i, shape=tuple(i["shape"]),
+                                          range=tuple(i["range"]) if i.get("range") else None))
+                         for i in data["inputs"]),
+            search=SearchSpec(**sd),
+            constraints=Constraints(**data["constraints"]),
+            batch=BatchSpec(**data["batch"]),
+            measure=MeasureSpec(**data["measure"]),
+            data=_data_from_dict(data.get("data")),
+        )
+
+
+def _input_dict(spec: InputSpec) -> dict[str, Any]:
+    out = dict(asdict(spec), shape=list(spec.shape))
+    if not spec.keyword:
+        out.pop("keyword")
+    if spec.range is None:
+        out.pop("range")
+    else:
+        out["range"] = list(spec.range)
+    return out
+
+
+def _data_from_dict(raw: Mapping[str, Any] | None) -> DataSpec | None:
+    if not raw:
+        return None
+    buckets = raw.get("buckets")
+    return DataSpec(**dict(raw, buckets=tuple(buckets) if buckets else None))

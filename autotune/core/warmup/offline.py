@@ -1,0 +1,505 @@
+"""Offline warmup analysis: cut the series into segments, find the steady tail, classify the trace.
+
+:func:`analyze` holds the algorithm (its docstring has the pseudo-code); the helpers below are
+its steps, used nowhere else, which is why they stay in this one module (~500 lines) rather
+than being spread over several: the pseudo-code and the steps it names read together.
+:class:`WarmupAnalysis` is its result, also what the online detector returns.
+
+Why one module (~500 lines): the private helpers are the steps of :func:`analyze`'s pseudo-code (walk
+back, merge, staircase, drift, practical start) and are only understood read beside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune.core.stats import block_bootstrap_ci, choose_block_length
+from autotune.core.warmup.changepoints import check_finite, pelt, refine
+from autotune.core.warmup.noise import Equivalence, estimate_phi, trend
+from autotune.core.warmup.spikes import (
+    SPIKE_MAX_RUN,
+    SPIKE_MAX_SHARE,
+    SPIKE_THRESHOLD,
+    SPIKE_WINDOW,
+    one_off_spikes,
+    robust_sigma,
+    rolling_median,
+    spike_mask,
+)
+from autotune.errors import InputError
+
+__all__ = ["CLASSIFICATIONS", "DEFAULT_MARGIN", "WarmupAnalysis", "analyze"]
+
+CLASSIFICATIONS = ("flat", "warmup", "slowdown", "no_steady_state")
+
+#: Default practical-equivalence margin: the showdown's default ``equivalence_margin`` (2%).
+#: Levels closer than this are one steady state; pass ``margin=`` to use another.
+DEFAULT_MARGIN = 0.02
+
+_PRACTICAL_WINDOWS = 4  # windows of the tail in the practical-equivalence test
+
+_TREND_T = 3.0  # |t| of a slope that counts as drift (long-run SE, so AR wander is accounted for)
+_TREND_T_END = 2.0  # the same, one-sided, for the end of a tail whose whole trend is significant
+_TREND_STEPS = 16  # candidate later starts tried when the trend is confined to the tail's beginning
+
+
+@dataclass(frozen=True)
+class WarmupAnalysis:
+    """Result of :func:`analyze`. Times are in the unit of the input (seconds)."""
+
+    classification: str
+    steady_start: int | None
+    steady_mean: float | None
+    steady_median: float | None
+    ci: tuple[float, float] | None
+    changepoints: tuple[int, ...]
+    outliers: tuple[int, ...]
+    n: int
+    #: one-off extreme spikes (a compile, a recompile mid-run): listed in ``outliers`` too, and
+    #: left out of the steady mean, median and CI (see :func:`analyze`)
+    one_off: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.classification not in CLASSIFICATIONS:
+            raise ValueError(f"classification must be one of {CLASSIFICATIONS}, got {self.classification!r}")
+
+    @property
+    def steady(self) -> bool:
+        return self.steady_start is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict with the keys of the ``autotune warmup --json`` contract (+ outliers, n)."""
+        return {
+            "classification": self.classification,
+            "steady_start": self.steady_start,
+            "steady_mean": self.steady_mean,
+            "steady_median": self.steady_median,
+            "ci": None if self.ci is None else [self.ci[0], self.ci[1]],
+            "changepoints": list(self.changepoints),
+            "outliers": list(self.outliers),
+            "one_off": list(self.one_off),
+            "n": self.n,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WarmupAnalysis:
+        """Inverse of :meth:`to_dict`; raises InputError for a dict that is not one."""
+        try:
+            ci = data.get("ci")
+            start = data.get("steady_start")
+            mean = data.get("steady_mean")
+            median = data.get("steady_median")
+            return cls(
+                classification=str(data["classification"]),
+                steady_start=None if start is None else int(start),
+                steady_mean=None if mean is None else float(mean),
+                steady_median=None if median is None else float(median),
+                ci=None if ci is None else (float(ci[0]), float(ci[1])),
+                changepoints=tuple(int(c) for c in data.get("changepoints", ())),
+                outliers=tuple(int(c) for c in data.get("outliers", ())),
+                n=int(data["n"]),
+                one_off=tuple(int(c) for c in data.get("one_off", ())),
+            )
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise InputError(f"not a stored warmup analysis (missing or bad field: {exc})") from exc
+
+
+@dataclass(frozen=True)
+class _Segment:
+    start: int
+    end: int
+    mean: float
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def _walk_back(segs: list[_Segment], same: Equivalence, max_transient: int) -> int:
+    """Start of the steady tail: merge earlier segments into the final one while equivalent.
+
+    A short segment that is not equivalent but sits between the tail and an equivalent
+    segment is a transient (a burst of slow iterations longer than a spike) and is absorbed.
+    """
+    tail_start = segs[-1].start
+    tail_sum = segs[-1].mean * segs[-1].length
+    tail_len = segs[-1].length
+    i = len(segs) - 2
+    while i >= 0:
+        tail_mean = tail_sum / tail_len
+        s = segs[i]
+        if same(s.mean, s.length, tail_mean, tail_len):
+            tail_start, tail_sum, tail_len = s.start, tail_sum + s.mean * s.length, tail_len + s.length
+            i -= 1
+            continue
+        if s.length <= max_transient and i >= 1:
+            p = segs[i - 1]
+            if same(p.mean, p.length, tail_mean, tail_len):
+                tail_start = p.start
+                tail_sum += s.mean * s.length + p.mean * p.length
+                tail_len += s.length + p.length
+                i -= 2
+                continue
+        break
+    return tail_start
+
+
+def _merge_earlier(segs: list[_Segment], tail_start: int, same: Equivalence) -> list[_Segment]:
+    """The segments before the tail, neighbours that are equivalent merged (left to right)."""
+    out: list[_Segment] = []
+    for s in segs:
+        if s.start >= tail_start:
+            break
+        if out and same(s.mean, s.length, out[-1].mean, out[-1].length):
+            cur = out[-1]
+            total = cur.length + s.length
+            out[-1] = _Segment(cur.start, s.end, (cur.mean * cur.length + s.mean * s.length) / total)
+        else:
+            out.append(s)
+    return out
+
+
+def _staircase(earlier: list[_Segment], tail_mean: float, transient: int) -> int:
+    """+1 / -1 when the last two level changes up to the tail go the same way, else 0.
+
+    Segments of at most ``transient`` values (transitions between two levels) do not count.
+    """
+    steps = [s for s in earlier if s.length > transient]
+    if len(steps) < 2:
+        return 0
+    a, b = steps[-2].mean, steps[-1].mean
+    if b > a and tail_mean > b:
+        return 1
+    if b < a and tail_mean < b:
+        return -1
+    return 0
+
+
+def _start_after_drift(
+    y: np.ndarray, tail_start: int, min_len: int, tau: float, rel_tolerance: float, stairs: int
+) -> int | None:
+    """Where the steady state starts given a possible trend in the tail (None: it never settles).
+
+    A piecewise-constant model cuts a drift into small steps that may each be within tolerance,
+    so the tail is tested for a linear trend::
+
+        d = sign of the tail's trend if significant (|t| > _TREND_T, change > rel_tolerance),
+            or the staircase direction of the preceding changes if the tail trends that way
+            (one-sided t > _TREND_T_END)
+        no trend: the tail starts where the segments say
+        the last min_len values still trend in direction d (one-sided): no steady state
+        otherwise the trend is confined to the tail's beginning (the end of a decay): start at
+            the first of 16 later candidates from which the rest does not trend in direction d
+    """
+    n = y.size
+    if n - tail_start < min_len:
+        return None
+    rel_all, t_all = trend(y[tail_start:], tau)
+    direction = 0
+    if abs(rel_all) > rel_tolerance and abs(t_all) > _TREND_T:
+        direction = 1 if rel_all > 0 else -1
+    elif stairs and rel_all * stairs > rel_tolerance and t_all * stairs > _TREND_T_END:
+        direction = stairs
+    if direction == 0:
+        return tail_start
+
+    def trending(seg: np.ndarray) -> bool:
+        rel, tstat = trend(seg, tau)
+        return rel * direction > rel_tolerance and tstat * direction > _TREND_T_END
+
+    if trending(y[n - min_len :]):
+        return None
+    span = n - min_len - tail_start
+    for k in range(1, _TREND_STEPS + 1):
+        cand = tail_start + (span * k) // _TREND_STEPS
+        if not trending(y[cand:]):
+            return cand
+    return None
+
+
+def _leading_warmup(x: np.ndarray, spikes: np.ndarray) -> int:
+    """Length of a run of leading spikes that is warmup (a compile, a first call), else 0.
+
+    The leading run is warmup when it is above everything after it. If the rest has spikes of
+    its own (periodic slow iterations, GC pauses), it must also stand out from those by as much
+    as they stand out from the median: otherwise it is just the first of them.
+    """
+    n = x.size
+    if n < 2 or not spikes[0]:
+        return 0
+    level = float(np.median(x))
+    lead = 0
+    while lead < n and spikes[lead] and x[lead] > level:  # slow leading spikes only
+        lead += 1
+    if lead == 0 or lead >= n:
+        return 0
+    rest = x[lead:]
+    top = float(rest.max())
+    if spikes[lead:].any():
+        top += top - float(np.median(rest))
+    return lead if float(x[:lead].min()) > top else 0
+
+
+def _quantum(y: np.ndarray) -> float:
+    """Timer resolution of quantised timings (smallest step between distinct values), else 0.
+
+    Rounded timings have runs of identical values whose sample variance is 0; the Gaussian
+    cost would pay any penalty to cut them out. Flooring the variance at the rounding
+    variance (quantum^2 / 12) removes that artefact.
+    """
+    u = np.unique(y)
+    if u.size < 2 or u.size > y.size // 2:
+        return 0.0
+    return float(np.diff(u).min())
+
+
+def _no_steady(n: int, changepoints: Sequence[int], outliers: Sequence[int] | np.ndarray,
+               one_off: Sequence[int] | np.ndarray = ()) -> WarmupAnalysis:
+    return WarmupAnalysis(
+        classification="no_steady_state",
+        steady_start=None,
+        steady_mean=None,
+        steady_median=None,
+        ci=None,
+        changepoints=tuple(int(c) for c in changepoints),
+        outliers=tuple(int(o) for o in outliers),
+        n=n,
+        one_off=tuple(int(o) for o in one_off),
+    )
+
+
+def _wanders(tail: np.ndarray, tol: float, sigma_lr: float) -> bool:
+    """Does the tail's level wander beyond the tolerance? Quarter medians against the tail's median.
+
+    ``|median(quarter_i) - median(tail)| > max(tol * median(tail), Z * 1.2533 * sigma_lr / sqrt(len_i))``
+    for some quarter: more than the margin, and more than the noise lets a median of that many
+    values move (1.2533: the median's standard error in units of the mean's). ``sigma`` is the
+    local noise (robust scale around the rolling median, times the AR(1) long-run factor), so
+    a tail cut by stalls (a neighbour holding a core for seconds) is not excused as noise.
+    """
+    if tail.size < 2 * _PRACTICAL_WINDOWS:
+        return False
+    big = float(np.median(tail))
+    z_med = Equivalence.Z * 1.2533 * sigma_lr
+    return any(
+        abs(float(np.median(p)) - big) > max(tol * abs(big), z_med / math.sqrt(p.size))
+        for p in np.array_split(tail, _PRACTICAL_WINDOWS)
+    )
+
+
+def _practical_start(
+    y: np.ndarray, cands: Sequence[int], min_len: int, tol: float, sigma: float, tau: float,
+    same: Equivalence,
+) -> int | None:
+    """Earliest start whose tail holds one level at the practical-equivalence tolerance, else None.
+
+    The changepoint search cuts a real machine's few-percent level shifts (a neighbour, the
+    clock governor) into segments; when they are not equivalent the walk back stops early and
+    the tail is too short to claim. What matters to a comparison at a margin is whether the
+    tail's level moves by more than the tolerance, so this test looks at the tail as a whole::
+
+        for s in candidate starts (0, the changepoints, 1/16 steps of n), earliest first,
+                with n - s >= min_len:
+            tail = y[s:]; M = median(tail); m_i = medians of 4 consecutive windows of tail
+            allow_i = max(tol * M, Z * 1.2533 * sigma / sqrt(len_i))   # margin, or local noise
+            steady if every |m_i - M| <= allow_i (not _wanders) and the tail has no trend beyond tol
+                (|relative change| > tol with |t| > _TREND_T), and the final segment (from
+                the last changepoint) is equivalent to M: a level that moved at the very end
+                has not been seen to last, and Barrett et al. call that no steady state
+            then skip leading segments of the tail whose median is outside M +- allow
+                (a warmup too short to move the first window's median) -> start
+
+    Window medians, not means: a short burst (a spike run, a 100 ms neighbour) must not move
+    a window; 4 windows: the two halves of the tail and their halves.
+    """
+    n = y.size
+    last = cands[-1] if len(cands) else 0
+    final_mean = float(y[last:].mean())
+    grid = [n * j // 16 for j in range(16)]
+    starts = sorted({0, *cands, *grid})
+    z_med = Equivalence.Z * 1.2533 * sigma
+    for s in starts:
+        if n - s < min_len:
+            break
+        tail = y[s:]
+        if _wanders(tail, tol, sigma):
+            continue
+        rel, tstat = trend(tail, tau)
+        if abs(rel) > tol and abs(tstat) > _TREND_T:
+            continue
+        if last > s and not same(final_mean, n - last, float(tail.mean()), n - s):
+            return None
+        big = float(np.median(tail))
+        allow = max(tol * abs(big), z_med / math.sqrt(max(-(-(n - s) // _PRACTICAL_WINDOWS), 1)))
+        limit = s + (n - s) // _PRACTICAL_WINDOWS
+        start = s
+        for c in sorted(c for c in cands if s < c <= limit):
+            if abs(float(np.median(y[start:c])) - big) > allow:
+                start = c
+            else:
+                break
+        return start
+    return None
+
+
+def _residuals(z: np.ndarray, cps: Sequence[int]) -> np.ndarray:
+    out = z.copy()
+    bounds = [0, *cps, z.size]
+    for a, b in itertools.pairwise(bounds):
+        out[a:b] -= out[a:b].mean()
+    return out
+
+
+def analyze(
+    values: Sequence[float] | np.ndarray,
+    *,
+    rel_tolerance: float = DEFAULT_MARGIN,
+    margin: float | None = None,
+    penalty: float | None = None,
+    min_steady: int = 30,
+    end_fraction: float = 0.25,
+    confidence: float = 0.95,
+    n_boot: int = 1000,
+    with_ci: bool = True,
+    seed: int = 0,
+    max_grid: int = 300,
+) -> WarmupAnalysis:
+    """Offline warmup analysis of a timing series (seconds per iteration, in order).
+
+    Pseudo-code::
+
+        tol    = margin if given, else rel_tolerance
+        spikes = find_spikes(x) (none if more than 10% qualify: that is a bimodal distribution)
+        one_off = spikes >= 20x the local level, if there are at most 3 of them
+        y      = x with spikes replaced by the rolling median
+        z      = (y - median) / sigma                 # scale-free
+        phi    = AR(1) coefficient from the differences of y;  tau = (1+phi)/(1-phi)
+        cps    = pelt(z, penalty = 3 log n * tau, variance floor = max(1e-6, rounding variance))
+                 on a grid of <= max_grid points, then placed exactly within one grid step
+        walk back from the final segment, merging each earlier segment whose mean is within
+            max(rel_tolerance * mean, 3 * long-run SE of the difference) of the merged tail;
+            a short non-equivalent segment between equivalent ones is a transient, merged too
+        tail shorter than max(min_steady, end_fraction * n), or still trending at its end
+            (drift): the practical test (_practical_start): the earliest start whose tail's
+            quarter medians stay within tol of its median, without a trend beyond tol and
+            without a final segment that moved away -> steady from there; none -> no_steady_state
+        trend confined to the tail's beginning (end of a decay)   -> start later
+        leading spikes far above everything after them (a compile) -> start after them;
+            one-off spikes at the head of the tail -> start after them
+        classify: start 0 -> flat; an earlier (merged) segment faster than the steady mean
+            beyond tolerance -> slowdown; otherwise warmup
+        steady mean / median / CI from the raw values from the start on, recurring spikes
+            included (they are part of what an iteration costs), one-off spikes left out
+            (CI: circular block bootstrap, block length from the autocorrelation of the
+            spike-free values)
+
+    ``margin`` is the practical-equivalence margin of the final comparison (the showdown's
+    ``equivalence_margin``; default :data:`DEFAULT_MARGIN` = 0.02 through ``rel_tolerance``):
+    pass it and ``rel_tolerance`` is ignored.
+
+    ``penalty`` overrides the automatic penalty (in units of the standardised cost); the
+    reported ``changepoints`` are the boundaries after merging equivalent neighbours.
+    """
+    x = np.asarray(values, dtype=float).reshape(-1)
+    n = int(x.size)
+    check_finite(x)
+    if not 0.0 < end_fraction < 1.0:
+        raise ValueError("end_fraction must be in (0, 1)")
+    if margin is not None:
+        if not margin > 0.0:
+            raise ValueError("margin must be > 0")
+        rel_tolerance = float(margin)
+    if rel_tolerance < 0.0:
+        raise ValueError("rel_tolerance must be >= 0")
+    if max_grid < 10:
+        raise ValueError("max_grid must be at least 10")
+    min_steady = max(int(min_steady), 3)
+    if n < min_steady:
+        return _no_steady(n, (), ())
+
+    med_local = rolling_median(x, SPIKE_WINDOW)
+    spikes = spike_mask(x, med_local, SPIKE_THRESHOLD, SPIKE_MAX_RUN)
+    if spikes.mean() > SPIKE_MAX_SHARE:  # that many are not outliers but part of the distribution
+        spikes[:] = False
+    spike_idx = np.flatnonzero(spikes)
+    one_off = one_off_spikes(x, med_local, spikes)
+    one_off_idx = np.flatnonzero(one_off)
+    y = np.where(spikes, med_local, x)
+    center = float(np.median(y))
+    sigma = robust_sigma(y - med_local, center)
+    z = (y - center) / sigma
+    var_floor = max(1e-6, (_quantum(y) / sigma) ** 2 / 12.0)
+
+    phi = estimate_phi(y)
+    tau = (1.0 + phi) / (1.0 - phi)
+    pen = 3.0 * math.log(n) * tau if penalty is None else float(penalty)
+    jump = max(1, math.ceil(n / max_grid))
+    cps = pelt(z, penalty=pen, min_size=2, jump=jump, var_floor=var_floor)
+    cps = refine(z, cps, jump=jump, penalty=pen, min_size=2, var_floor=var_floor)
+    sigma_lr = float(np.std(_residuals(z, cps))) * sigma * math.sqrt(tau)
+    same = Equivalence(rel_tolerance, sigma_lr)
+
+    bounds = [0, *cps, n]
+    segs = [_Segment(a, b, float(y[a:b].mean())) for a, b in itertools.pairwise(bounds)]
+    max_transient = max(5, n // 200)
+    tail_start = _walk_back(segs, same, max_transient)
+    earlier = _merge_earlier(segs, tail_start, same)
+    changepoints = [s.start for s in earlier[1:]] + ([tail_start] if tail_start > 0 else [])
+
+    min_len = max(min_steady, math.ceil(end_fraction * n))
+    stairs = _staircase(earlier, float(y[tail_start:].mean()), max_transient)
+    start = _start_after_drift(y, tail_start, min_len, tau, rel_tolerance, stairs)
+    sigma_local = sigma * math.sqrt(tau)  # local (rolling-median) noise: a stall of seconds is not noise
+    if start is not None and _wanders(y[start:], rel_tolerance, sigma_local):
+        start = None  # segments within noise of each other, but the tail's level wanders beyond the margin
+    practical = False
+    if start is None:
+        start = _practical_start(y, cps, min_len, rel_tolerance, sigma_local, tau, same)
+        if start is None:
+            return _no_steady(n, changepoints, spike_idx, one_off_idx)
+        practical = True
+        changepoints = [c for c in changepoints if c < start]
+        if start > 0 and (not changepoints or changepoints[-1] != start):
+            changepoints.append(start)
+    if start == 0:
+        start = _leading_warmup(x, spikes)
+    while start < n - 1 and one_off[start]:  # a one-off at the head of the tail (a first call) is warmup
+        start += 1
+
+    keep = ~one_off[start:]
+    steady = x[start:][keep]
+    level = float(y[start:].mean())  # spike-free, comparable with the segment means
+    if start == 0:
+        cls = "flat"
+    elif practical:
+        head = float(np.median(y[:start]))
+        cls = "slowdown" if head < level * (1.0 - rel_tolerance) else "warmup"
+    elif any(
+        s.mean < level and not same(s.mean, s.length, level, steady.size)
+        for s in earlier
+        if s.length > max_transient
+    ):
+        cls = "slowdown"
+    else:
+        cls = "warmup"
+    ci: tuple[float, float] | None = None
+    if with_ci:
+        block = choose_block_length(y[start:])
+        ci = block_bootstrap_ci(steady, confidence=confidence, n_boot=n_boot, block=block, seed=seed)
+    return WarmupAnalysis(
+        classification=cls,
+        steady_start=int(start),
+        steady_mean=float(steady.mean()),
+        steady_median=float(np.median(steady)),
+        ci=ci,
+        changepoints=tuple(changepoints),
+        outliers=tuple(int(o) for o in spike_idx),
+        n=n,
+        one_off=tuple(int(o) for o in one_off_idx),
+    )

@@ -1,0 +1,86 @@
+"""The model's identity: what a recipe contributes to a study's fingerprint (the model and its inputs).
+
+Kept apart from the recipe (:mod:`autotune.core.recipe`) because it reads more than the recipe: the factory
+file's bytes and the installed packages' metadata, at the moment a study is opened or joined
+(:mod:`autotune.study.fingerprint` puts it together with the device, torch and hardware), not when the recipe
+is loaded; the parent alone does that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from pathlib import Path
+from typing import Any
+
+from autotune.core.recipe.spec import DataSpec, ModelSpec, Recipe
+from autotune.errors import RecipeError
+
+
+def factory_file(model: ModelSpec | DataSpec) -> Path | None:
+    """The file a ``path/to/file.py:function`` factory is imported from (relative to the recipe's directory);
+    None for a ``package.module:function`` factory. The same rule as the worker's import."""
+    target = model.factory.rpartition(":")[0]
+    if not (target.endswith(".py") or "/" in target):
+        return None
+    file = Path(target)
+    return file if file.is_absolute() else Path(model.base_dir) / file
+
+
+def _package_version(module: str) -> str | None:
+    """``name version`` of the installed distribution that provides ``module``'s top-level package, read from
+    metadata (nothing is imported); None for a module no distribution provides."""
+    top = module.split(".", 1)[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def model_identity(recipe: Recipe) -> dict[str, Any]:
+    """What the recipe contributes to a study's fingerprint: the model and its inputs.
+
+    A ``file.py:function`` factory is identified by the file's contents (SHA-256), not only by its name:
+    an edited model is another study. A ``module:function`` factory by the version of the package that
+    provides it. The recipe's directory is not in it (two checkouts of one project match).
+    Raises :class:`RecipeError` when the factory file cannot be read.
+    """
+    file = factory_file(recipe.model)
+    digest = None
+    if file is not None:
+        try:
+            digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+        except OSError as exc:
+            raise RecipeError(f"{recipe.path}: field 'model.factory': cannot read '{file}': "
+                              f"{exc.strerror or exc}") from None
+    module = recipe.model.factory.rpartition(":")[0]
+    parts = {
+        "model.factory": recipe.model.factory,
+        "model.factory_file_sha256": digest,
+        "model.factory_package": None if file is not None else _package_version(module),
+        "model.kwargs": json.dumps(dict(recipe.model.kwargs), sort_keys=True),
+        "inputs": json.dumps([dict(name=i.name, shape=list(i.shape), dtype=i.dtype, vocab_size=i.vocab_size)
+                              for i in recipe.inputs], sort_keys=True),
+    }
+    # inputs only added to the fingerprint when set, so studies made before these fields existed still match
+    extra = [dict(name=i.name, keyword=i.keyword, range=list(i.range) if i.range else None)
+             for i in recipe.inputs if i.keyword or i.range]
+    if extra:
+        parts["inputs.keyword_range"] = json.dumps(extra, sort_keys=True)
+    if recipe.data is not None:
+        data_file = factory_file(recipe.data)
+        data_digest = None
+        if data_file is not None:
+            try:
+                data_digest = hashlib.sha256(data_file.read_bytes()).hexdigest()[:16]
+            except OSError as exc:
+                raise RecipeError(f"{recipe.path}: field 'data.factory': cannot read '{data_file}': "
+                                  f"{exc.strerror or exc}") from None
+        parts["data"] = json.dumps({"factory": recipe.data.factory, "file_sha256": data_digest,
+                                    "kwargs": dict(recipe.data.kwargs), "max_batches": recipe.data.max_batches,
+                                    "buckets": list(recipe.data.buckets or []),
+                                    "pad_values": dict(recipe.data.pad_values)}, sort_keys=True, default=str)
+    return parts

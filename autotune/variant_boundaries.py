@@ -1,0 +1,264 @@
+"""Per-variant batch boundaries for a run: probe in the worker, confirm fresh, remember in the study.
+
+:mod:`autotune.batch` holds the search algorithm against an abstract ``probe(b)``; this module
+connects it to real workers (the probe is a worker call, a worker killed by the kernel means
+"does not fit") and to the study, so that a resumed ``autotune run`` does not spend minutes
+probing again for an answer it already has.
+
+Reuse rule: the stored answer is reused for a variant when everything that decided it is
+unchanged: device, granularity, upper bound, headroom and the memory limit. An explicit
+budget must be equal; a limit read off the machine when the run started (host memory
+available, or accelerator memory free to a fresh process) moves with other processes, so it
+may differ by at most the headroom fraction (the headroom is the margin the answer already
+keeps). Anything else is probed again. The study's recipe fingerprint already guarantees the
+same model, inputs and device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.batch import (
+    BatchBoundary,
+    ProbeResult,
+    candidate_batch_sizes,
+    find_max_batch_size,
+    refine_max_batch_size,
+)
+from autotune.client import WorkerClient
+from autotune.core.device_names import is_accelerator
+from autotune.core.recipe import Recipe
+from autotune.errors import BatchSearchError, VariantError
+from autotune.runner import Runner, WorkerCrash
+from autotune.validation import ValidatedWorkload
+
+#: Default CPU memory budget: this fraction of the memory available when the run starts.
+DEFAULT_BUDGET_FRACTION = 0.5
+#: What a probe's peak includes, said in the report (see ``autotune.worker.op_probe``).
+FOOTPRINT_HOST = ("deployment footprint: resident memory of a process holding torch, one copy of the weights as "
+                  "the variant holds them, the inputs and the forward pass at the batch; the tool's master copy "
+                  "of the model, its correctness gate and its own modules beyond torch are not counted")
+FOOTPRINT_ACCELERATOR = ("deployment footprint: device memory allocated for one copy of the weights as the variant "
+                         "holds them, the inputs and the forward pass at the batch, under an allocator cap at the "
+                         "limit (the master copy stays on the host; the runtime context is outside the limit)")
+#: Study user attribute holding the boundary answers (see :meth:`BoundaryOutcome.state`).
+STATE_ATTR = "batch_boundary_state"
+#: Version of that attribute's layout; another version is ignored (probed again), never misread.
+STATE_VERSION = 2  # 2: deployment footprint (1 counted the master copy of the model)
+
+
+#: Precisions whose kernels run best at batch multiples of the device's tensor-core width.
+REDUCED_PRECISIONS = ("fp16", "bf16", "autocast-fp16", "autocast-bf16")
+#: The accelerator's batch multiple for reduced precision when the recipe sets no granularity
+#: (tensor cores take 8 fp16/bf16 rows at a time; 1 elsewhere).
+TENSOR_CORE_MULTIPLE = 8
+
+
+def granularity_for(recipe: Recipe, workload: ValidatedWorkload, variant: str) -> tuple[int, str]:
+    """The batch multiple for ``variant`` and why: the recipe's, else the device's default."""
+    if recipe.batch.granularity is not None:
+        return recipe.batch.granularity, "recipe (batch.granularity)"
+    precision = str(workload.specs.get(variant, {}).get("precision", "fp32"))
+    if is_accelerator(workload.device) and precision in REDUCED_PRECISIONS:
+        return TENSOR_CORE_MULTIPLE, f"default for {precision} on {workload.device} (tensor cores)"
+    return 1, "default (1)"
+
+
+def memory_limit(recipe: Recipe, workload: ValidatedWorkload, *, device_free: int | None = None) -> int | None:
+    """The boundary's limit.
+
+    Host memory (CPU): the recipe's budget, else a fraction of the memory available at the start.
+    Accelerator: the memory free to a fresh process at the start (``device_free``: after its
+    runtime context, other processes and our own idle workers are taken), lowered to the recipe's
+    budget when it sets one. The headroom is kept off the batch (``usable_max_batch_size``).
+    """
+    budget = recipe.batch.memory_budget_bytes
+    if is_accelerator(workload.device):
+        free = device_free if device_free is not None else workload.device_memory_capacity
+        if budget is not None:
+            return budget if free is None else min(budget, free)
+        return free
+    if budget is not None:
+        return budget
+    if workload.host_memory_available is None:
+        return None
+    return int(workload.host_memory_available * DEFAULT_BUDGET_FRACTION)
+
+
+def limit_source(recipe: Recipe, workload: ValidatedWorkload) -> str:
+    """Where :func:`memory_limit` took the limit from: ``budget``, ``available`` or ``device_free``."""
+    if recipe.batch.memory_budget_bytes is not None:
+        return "budget"
+    return "device_free" if is_accelerator(workload.device) else "available"
+
+
+#: Limits read off the machine at the start, which move with other processes (see the reuse rule).
+MOVING_SOURCES = ("available", "device_free")
+
+
+def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, fresh: bool = False
+                   ) -> Callable[[int], ProbeResult]:
+    """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit".
+
+    ``fresh``: the worker drops the master model after building the variant, so the process holds
+    what a deployment holds (see ``autotune.worker.op_probe``); use it with a non-reusing runner.
+    """
+    client, recipe_data = WorkerClient(runner), recipe.to_dict()
+
+    def probe(batch_size: int) -> ProbeResult:
+        res = client.probe(recipe_data, variant, batch_size, memory_budget_bytes=budget, fresh=fresh,
+                           timeout=recipe.measure.timeout_s)
+        crash = res.get("crash")
+        if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
+            return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
+        if res["status"] == "failed":
+            raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
+        return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
+                           error=res.get("reason") or None, baseline_bytes=res.get("baseline_bytes"))
+
+    return probe
+
+
+@dataclass(frozen=True)
+class BoundaryOutcome:
+    """Per variant: the batch sizes the search may use and the boundary document, or why it failed."""
+
+    batch_sizes: dict[str, tuple[int, ...]]
+    documents: dict[str, dict[str, Any]]
+    failures: dict[str, tuple[str, str]]  # variant -> (status, reason)
+    key: Mapping[str, Any] | None = None  # what decided the answers (see boundary_key)
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able form for the study (:data:`STATE_ATTR`), read back by :func:`reusable_outcome`."""
+        variants: dict[str, Any] = {
+            v: {"batch_sizes": list(b),
+                "document": {k: x for k, x in self.documents[v].items() if k != "reused_from_study"}}
+            for v, b in self.batch_sizes.items()
+        }
+        variants.update({v: {"failure": [status, reason]} for v, (status, reason) in self.failures.items()})
+        return {"version": STATE_VERSION, "key": dict(self.key or {}), "variants": variants}
+
+
+def boundary_key(recipe: Recipe, workload: ValidatedWorkload, *, device_free: int | None = None) -> dict[str, Any]:
+    """Everything besides the model that decides a boundary answer."""
+    return {
+        "device": workload.device,
+        "granularity": recipe.batch.granularity,
+        "max_batch_size": recipe.batch.max_batch_size,
+        "headroom": recipe.batch.headroom,
+        "memory_limit_bytes": memory_limit(recipe, workload, device_free=device_free),
+        "limit_source": limit_source(recipe, workload),
+    }
+
+
+def same_conditions(stored: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Was ``stored`` decided under the conditions ``current`` describes? (the module's reuse rule)"""
+    if set(stored) != set(current):
+        return False
+    if any(stored[k] != current[k] for k in current if k != "memory_limit_bytes"):
+        return False
+    old, new = stored["memory_limit_bytes"], current["memory_limit_bytes"]
+    if current["limit_source"] not in MOVING_SOURCES or old is None or new is None:
+        return bool(old == new)
+    return abs(new - old) <= float(current["headroom"]) * old
+
+
+def reusable_outcome(state: Any, key: Mapping[str, Any], variants: tuple[str, ...]) -> BoundaryOutcome:
+    """The stored answers that still hold for ``variants`` (empty when the conditions changed)."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    docs: dict[str, dict[str, Any]] = {}
+    failures: dict[str, tuple[str, str]] = {}
+    if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+        return BoundaryOutcome(sizes, docs, failures, key)
+    if not same_conditions(state.get("key") or {}, key):
+        return BoundaryOutcome(sizes, docs, failures, key)
+    stored = state.get("variants") or {}
+    for variant in variants:
+        entry = stored.get(variant)
+        if not isinstance(entry, Mapping):
+            continue
+        if "failure" in entry:
+            status, reason = entry["failure"]
+            failures[variant] = (str(status), str(reason))
+        else:
+            sizes[variant] = tuple(int(b) for b in entry["batch_sizes"])
+            docs[variant] = {**entry["document"], "reused_from_study": True}
+    return BoundaryOutcome(sizes, docs, failures, key)
+
+
+def boundary_for(runner: Runner, recipe: Recipe, variant: str, *, limit: int | None, granularity: int,
+                 accelerator: bool) -> BatchBoundary:
+    """Search in the (reused) worker, then confirm the answer with fresh-process probes.
+
+    The reused worker carries state from earlier probes (baseline drift, allocator caches, the
+    master model it builds variants from), a deployment starts fresh: the probes at b and
+    b + granularity, each in a fresh process that builds the variant and drops the master, are
+    the ground truth, and the cheap search only has to land near it. On an accelerator the limit
+    is a real allocator cap, so "does not fit" is the allocator's own out-of-memory error.
+    """
+    probe = probe_function(runner, recipe, variant, budget=limit)
+    boundary = find_max_batch_size(
+        probe, granularity=granularity, max_batch_size=recipe.batch.max_batch_size,
+        memory_limit_bytes=limit, noise_bytes=0 if accelerator else None,
+    )
+    with Runner(reuse=False) as fresh:
+        return refine_max_batch_size(probe_function(fresh, recipe, variant, budget=limit, fresh=True), boundary)
+
+
+def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
+    """Accelerator memory free to a fresh process now (our idle measure worker closed first)."""
+    runner.recycle("measure")  # its context and validated model are not a deployment's to share
+    res = WorkerClient(runner).device_memory(recipe, timeout=recipe.measure.timeout_s)
+    if "status" in res:  # a CallFailure: the free memory is not known
+        return None
+    free = res["free_bytes"]
+    return int(free) if free is not None else None
+
+
+def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload, *,
+                    on_variant: Callable[[str], None] | None = None,
+                    stored_state: Any = None) -> BoundaryOutcome:
+    """Per variant: the largest batch that fits, and the batch sizes the search may use.
+
+    ``stored_state`` is a study's :data:`STATE_ATTR`: variants it answers under the same
+    conditions are taken from it (their documents say ``reused_from_study``), the rest probed.
+    """
+    accelerator = is_accelerator(workload.device)
+    device_free = device_free_bytes(runner, recipe) if accelerator else None
+    key = boundary_key(recipe, workload, device_free=device_free)
+    known = reusable_outcome(stored_state, key, workload.variants)
+    limit = key["memory_limit_bytes"]
+    sizes, docs, failures = dict(known.batch_sizes), dict(known.documents), dict(known.failures)
+    for variant in workload.variants:
+        if variant in sizes or variant in failures:
+            continue
+        if on_variant is not None:
+            on_variant(variant)
+        granularity, granularity_source = granularity_for(recipe, workload, variant)
+        try:
+            boundary = boundary_for(runner, recipe, variant, limit=limit, granularity=granularity,
+                                    accelerator=accelerator)
+        except BatchSearchError as exc:  # batch 1 does not fit
+            failures[variant] = ("oom", str(exc))
+            continue
+        except VariantError as exc:  # the variant cannot even be built or run
+            failures[variant] = ("failed", str(exc))
+            continue
+        usable = boundary.usable_max_batch_size(recipe.batch.headroom)
+        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
+        doc = boundary.to_dict(headroom=recipe.batch.headroom)
+        doc["memory_measured_by"] = workload.memory_method
+        doc["granularity_source"] = granularity_source
+        doc["limit_source"] = key["limit_source"]
+        doc["footprint"] = FOOTPRINT_ACCELERATOR if accelerator else FOOTPRINT_HOST
+        doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
+        docs[variant] = doc
+    order = {v: i for i, v in enumerate(workload.variants)}
+    return BoundaryOutcome(
+        dict(sorted(sizes.items(), key=lambda kv: order[kv[0]])),
+        dict(sorted(docs.items(), key=lambda kv: order[kv[0]])),
+        dict(sorted(failures.items(), key=lambda kv: order[kv[0]])),
+        key,
+    )

@@ -1,0 +1,133 @@
+"""Build the model and its inputs from a recipe (runs inside the worker process).
+
+The factory reference is resolved by :mod:`autotune.worker.factory`; calling it, and the first forward on the
+traffic (:mod:`autotune.worker.traffic`), happen here, so every way it can go wrong (factory raising, forward
+rejecting the inputs) becomes one :class:`WorkloadError` that names the recipe field and what was found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from autotune.core.recipe import InputSpec, Recipe
+from autotune.errors import WorkloadError
+from autotune.worker.factory import one_line, resolve_factory
+
+
+def build_model(recipe: Recipe, *, device: torch.device) -> torch.nn.Module:
+    """Call the factory with the recipe's kwargs; the model is in eval mode on ``device``."""
+    factory = resolve_factory(recipe.model, recipe_path=recipe.path)
+    # Seeded so every worker (reused, fresh, on another machine) builds the same random weights:
+    # the gate, the memory probes and the measurements then all see one and the same model.
+    torch.manual_seed(recipe.search.seed)
+    try:
+        model = factory(**dict(recipe.model.kwargs))
+    except Exception as exc:
+        raise WorkloadError(
+            f"{recipe.path}: field 'model.factory': '{recipe.model.factory}' raised "
+            f"with kwargs {dict(recipe.model.kwargs)}: {one_line(exc)}"
+        ) from None
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(
+            f"{recipe.path}: field 'model.factory': '{recipe.model.factory}' returned "
+            f"{type(model).__name__}, expected a torch.nn.Module"
+        )
+    return model.eval().to(device)
+
+
+def make_inputs(
+    specs: tuple[InputSpec, ...], *, batch_size: int, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    """Fresh random inputs on the device: normal floats, integers in ``range`` or [0, vocab_size)."""
+    from autotune.worker.traffic import random_batch
+
+    return tuple(t.to(device) for t in random_batch(specs, batch_size=batch_size, seed=seed))
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the worker learnt about the workload when it validated it."""
+
+    parameters: int
+    parameter_bytes: int
+    input_ndims: tuple[int, ...]
+    input_is_float: tuple[bool, ...]
+    output_summary: str
+    #: What the traffic is (:meth:`autotune.worker.traffic.Traffic.describe` at batch 2): the report's ``data``.
+    data: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parameters": self.parameters,
+            "parameter_bytes": self.parameter_bytes,
+            "input_ndims": list(self.input_ndims),
+            "input_is_float": list(self.input_is_float),
+            "output_summary": self.output_summary,
+            **({"data": self.data} if self.data is not None else {}),
+        }
+
+
+def describe_output(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"Tensor{tuple(out.shape)} {str(out.dtype).replace('torch.', '')}"
+    if isinstance(out, dict):
+        return "{" + ", ".join(f"{k}: {describe_output(v)}" for k, v in out.items()) + "}"
+    if isinstance(out, (tuple, list)):
+        return type(out).__name__ + "(" + ", ".join(describe_output(v) for v in out) + ")"
+    return type(out).__name__
+
+
+def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.device) -> WorkloadInfo:
+    """Run one eager forward at batch 2; a model that rejects the inputs is a recipe error.
+
+    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch. With a data
+    factory, its batches for batch_size=2 are loaded and checked (:mod:`autotune.worker.traffic`) and the model runs
+    on every distinct shape among them.
+    """
+    from autotune.worker.traffic import load_traffic, shape_text
+
+    traffic = load_traffic(recipe, batch_size=2, device=device)
+    inputs = traffic.example
+    seen: set[str] = set()
+    out: Any = None
+    for batch in traffic.gate_batches(1):
+        key = shape_text(traffic.layout, batch)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            with torch.inference_mode():
+                out = traffic.layout.call(model, batch)
+        except Exception as exc:
+            shapes = ", ".join(
+                f"'{n}' {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                for n, t in zip(traffic.layout.names, batch, strict=True)
+            )
+            if recipe.data is not None:
+                raise WorkloadError(
+                    f"{recipe.path}: field 'data.factory': the model rejected a batch of '{recipe.data.factory}' "
+                    f"({shapes}; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
+                ) from None
+            raise WorkloadError(
+                f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch 2 in front of "
+                f"each per-sample shape; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
+            ) from None
+    params = list(model.parameters())
+    return WorkloadInfo(
+        parameters=sum(p.numel() for p in params),
+        parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+        input_ndims=tuple(t.dim() for t in inputs),
+        input_is_float=tuple(t.is_floating_point() for t in inputs),
+        output_summary=describe_output(out),
+        data=({"factory": recipe.data.factory, "kwargs": dict(recipe.data.kwargs), **traffic.describe()}
+              if recipe.data is not None else None),
+    )
+
+
+def _call_form(layout: Any) -> str:
+    n = layout.n_positional
+    parts = [*layout.names[:n], *(f"{k}=..." for k in layout.names[n:])]
+    return f"model({', '.join(parts)})"
