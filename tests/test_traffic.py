@@ -290,3 +290,23 @@ def test_the_reproduction_of_a_data_recipe_serves_its_batches_through_the_artifa
     assert "runpy.run_path('artifact/load.py')" in script
     assert "batches_of(batch_size=BATCH_SIZE, n=4)" in script and "torch.manual_seed(3)" in script
     assert "MAX_BATCHES = 4" in script and "import autotune" not in script
+
+
+def test_the_data_factory_is_part_of_the_studys_model_identity(tmp_path: Path) -> None:
+    import shutil
+
+    from autotune.study.model_identity import model_identity
+
+    data = tmp_path / "data.py"
+    shutil.copy(KEYWORD, data)
+    path = tmp_path / "r.toml"
+    path.write_text(f'[model]\nfactory = "{KEYWORD}:classifier"\n[data]\nfactory = "data.py:batches"\n')
+    before = model_identity(load_recipe(path))["data"]
+    assert json.loads(before)["file_sha256"] is not None
+    data.write_text(data.read_text() + "\n# edited\n")
+    assert model_identity(load_recipe(path))["data"] != before  # an edited data factory is another study
+    data.unlink()
+    with pytest.raises(RecipeError, match=r"field 'data\.factory': cannot read"):
+        model_identity(load_recipe(path))
+    quick = load_recipe(Path("recipes/quickstart.toml"))
+    assert "data" not in model_identity(quick) and "inputs.keyword_range" not in model_identity(quick)

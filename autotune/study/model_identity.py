@@ -40,6 +40,17 @@ def _package_version(module: str) -> str | None:
     return None
 
 
+def _file_digest(file: Path | None, *, recipe_path: str, field: str) -> str | None:
+    """The first 16 hex digits of a factory file's SHA-256 (None for a module factory); an unreadable file is a
+    :class:`RecipeError` naming the field."""
+    if file is None:
+        return None
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise RecipeError(f"{recipe_path}: field '{field}': cannot read '{file}': {exc.strerror or exc}") from None
+
+
 def model_identity(recipe: Recipe) -> dict[str, Any]:
     """What the recipe contributes to a study's fingerprint: the model and its inputs.
 
@@ -49,13 +60,7 @@ def model_identity(recipe: Recipe) -> dict[str, Any]:
     Raises :class:`RecipeError` when the factory file cannot be read.
     """
     file = factory_file(recipe.model)
-    digest = None
-    if file is not None:
-        try:
-            digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
-        except OSError as exc:
-            raise RecipeError(f"{recipe.path}: field 'model.factory': cannot read '{file}': "
-                              f"{exc.strerror or exc}") from None
+    digest = _file_digest(file, recipe_path=recipe.path, field="model.factory")
     module = recipe.model.factory.rpartition(":")[0]
     parts = {
         "model.factory": recipe.model.factory,
@@ -71,14 +76,7 @@ def model_identity(recipe: Recipe) -> dict[str, Any]:
     if extra:
         parts["inputs.keyword_range"] = json.dumps(extra, sort_keys=True)
     if recipe.data is not None:
-        data_file = factory_file(recipe.data)
-        data_digest = None
-        if data_file is not None:
-            try:
-                data_digest = hashlib.sha256(data_file.read_bytes()).hexdigest()[:16]
-            except OSError as exc:
-                raise RecipeError(f"{recipe.path}: field 'data.factory': cannot read '{data_file}': "
-                                  f"{exc.strerror or exc}") from None
+        data_digest = _file_digest(factory_file(recipe.data), recipe_path=recipe.path, field="data.factory")
         parts["data"] = json.dumps({"factory": recipe.data.factory, "file_sha256": data_digest,
                                     "kwargs": dict(recipe.data.kwargs), "max_batches": recipe.data.max_batches,
                                     "buckets": list(recipe.data.buckets or []),
