@@ -310,3 +310,27 @@ def test_the_data_factory_is_part_of_the_studys_model_identity(tmp_path: Path) -
         model_identity(load_recipe(path))
     quick = load_recipe(Path("recipes/quickstart.toml"))
     assert "data" not in model_identity(quick) and "inputs.keyword_range" not in model_identity(quick)
+
+
+@pytest.mark.worker
+def test_a_keyword_traffic_recipe_runs_end_to_end(tmp_path: Path) -> None:
+    """The whole run on variable-length keyword batches: the report's data section, every candidate's traffic by
+    shape, a showdown headline, and an artifact whose load.py serves the data's batches of every size."""
+    path = data_recipe(tmp_path, kwargs="buckets = [8, 16]", variants='["eager", "trace"]',
+                       extra='shapes = ["dynamic", "buckets"]\ntime_budget_s = 120')
+    path.write_text(path.read_text().replace("rounds = 0", "rounds = 2\nround_seconds = 0.1\nprocesses = 1"))
+    out = tmp_path / "out"
+    code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["data"]["source"] == "factory" and doc["data"]["keyword_inputs"] == ["input_ids", "attention_mask"]
+    assert doc["data"]["dynamic_dims"] == ["input_ids[1]", "attention_mask[1]"]
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert {c["variant"] for c in ok} == {"eager", "eager+buckets", "trace", "trace+buckets"}
+    for c in ok:
+        assert c["traffic"]["batches"] == 5 and c["traffic"]["buckets"], c["variant"]
+    rec = doc["recommendation"]
+    assert rec["decided_by"] == "showdown" and rec["throughput_source"] == "showdown"
+    assert doc["artifact"]["status"] == "ok"
+    md = (out / "report.md").read_text()
+    assert "input_ids 4x16, attention_mask 4x16" in md and "input_ids[1]" in md  # per-shape rows, dynamic dims
