@@ -283,7 +283,8 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
                     raise
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
             build_peak = backend.peak_memory_bytes()  # the build and the first call
-            gate = check_variant(cand.model, built, _gate_inputs(lw, traffic, batch), batches=_gate_count(traffic))
+            gate_inputs, gate_count = _gate_inputs(lw, traffic, batch)
+            gate = check_variant(cand.model, built, gate_inputs, batches=gate_count)
             if not gate.passed:
                 return MeasureOutcome(status="rejected", reason=gate.reason or "outputs differ from eager fp32",
                                       correctness=gate.to_dict(), build_seconds=built.build_seconds,
@@ -490,16 +491,15 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
     return out
 
 
-def _gate_inputs(lw: LoadedWorkload, traffic: Traffic, batch: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
-    """The gate's batches: the user's own (every shape, the build example last), else fresh random ones."""
+def _gate_inputs(lw: LoadedWorkload, traffic: Traffic, batch: int
+                 ) -> tuple[Callable[[int], tuple[torch.Tensor, ...]], int]:
+    """The gate's batches and how many: the user's own (one of every shape, then the rest), else
+    ``GATE_BATCHES`` fresh random ones."""
     if traffic.source == "factory":
         chosen = traffic.gate_batches(GATE_BATCHES)
-        return lambda s: chosen[s]
-    return lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=lw.device, seed=GATE_SEED + s)
-
-
-def _gate_count(traffic: Traffic) -> int:
-    return len(traffic.gate_batches(GATE_BATCHES)) if traffic.source == "factory" else GATE_BATCHES
+        return (lambda s: chosen[s]), len(chosen)
+    return (lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=lw.device, seed=GATE_SEED + s)), \
+        GATE_BATCHES
 
 
 def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVariantResult:

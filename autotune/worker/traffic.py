@@ -43,6 +43,7 @@ import torch
 
 from autotune.core.recipe import InputSpec, Recipe
 from autotune.errors import WorkloadError
+from autotune.worker.factory import one_line, resolve_factory
 
 _DTYPES = {
     "float32": torch.float32,
@@ -76,9 +77,6 @@ class InputLayout:
         if not self.has_keywords:
             return model(*flat)
         return model(*flat[:n], **dict(zip(self.names[n:], flat[n:], strict=True)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"names": list(self.names), "keyword": list(self.keyword), "form": self.form}
 
 
 class KeywordAdapter(torch.nn.Module):
@@ -246,8 +244,6 @@ def output_paths(out: Any) -> list[tuple[str, str]]:
 
 
 def _resolve_data_factory(recipe: Recipe) -> Callable[..., Any]:
-    from autotune.worker.factory import resolve_factory
-
     assert recipe.data is not None
     return resolve_factory(recipe.data, recipe_path=recipe.path, field="data.factory")
 
@@ -320,10 +316,10 @@ def load_factory_batches(recipe: Recipe, *, batch_size: int, seed: int = 0
             raise WorkloadError(f"{where} returned {type(produced).__name__}, expected an iterable of batches "
                                 "(a list, a generator or a DataLoader)") from None
         raise WorkloadError(f"{where} raised with batch_size={batch_size} and kwargs {dict(data.kwargs)}: "
-                            f"{_one_line(exc)}") from None
+                            f"{one_line(exc)}") from None
     except Exception as exc:
         raise WorkloadError(f"{where} raised with batch_size={batch_size} and kwargs {dict(data.kwargs)}: "
-                            f"{_one_line(exc)}") from None
+                            f"{one_line(exc)}") from None
     layout: InputLayout | None = None
     first: tuple[torch.Tensor, ...] = ()
     batches: list[tuple[torch.Tensor, ...]] = []
@@ -333,7 +329,7 @@ def load_factory_batches(recipe: Recipe, *, batch_size: int, seed: int = 0
         except StopIteration:
             break
         except Exception as exc:
-            raise WorkloadError(f"{where} raised while yielding batch {len(batches)}: {_one_line(exc)}") from None
+            raise WorkloadError(f"{where} raised while yielding batch {len(batches)}: {one_line(exc)}") from None
         i = len(batches)
         form, names, flat = _flatten_batch(recipe, i, batch)
         _check_rows(recipe, i, names, flat, batch_size)
@@ -355,11 +351,6 @@ def load_factory_batches(recipe: Recipe, *, batch_size: int, seed: int = 0
     if layout is None:
         raise WorkloadError(f"{where} yielded no batches for batch_size={batch_size}")
     return layout, batches
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def random_batch(specs: Sequence[InputSpec], *, batch_size: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -508,10 +499,6 @@ def bucket_plan(model: Callable[..., Any], traffic: Traffic) -> BucketPlan:
     return BucketPlan(traffic.layout, traffic.dynamic_dims, traffic.buckets, pads, tuple(dims))
 
 
-def cycle_call(fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> TrafficCall:
-    return TrafficCall(fn, [tuple(b) for b in batches])
-
-
 class TrafficCall:
     """A zero-argument call that serves the traffic's batches in turn: the timed unit of a candidate.
 
@@ -554,7 +541,6 @@ __all__ = [
     "TrafficCall",
     "adapt",
     "bucket_plan",
-    "cycle_call",
     "default_buckets",
     "dynamic_dims_of",
     "dynamic_shapes_for",
