@@ -84,9 +84,8 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     name = doc["search"]["study_name"]
     url = report_storage(out_dir, doc["search"].get("storage"), storage)
     if url is None:  # the run directory's study.db is gone: re-render what report.json has
-        doc.setdefault("notes", []).append(f"study {name} not found ({out_dir / 'study.db'} is missing); "
-                                           "re-rendered report.json as stored (`autotune report DIR --storage "
-                                           "URL` reads a moved study)")
+        _note(doc, f"study {name} not found ({out_dir / 'study.db'} is missing); re-rendered report.json as "
+                   "stored (`autotune report DIR --storage URL` reads a moved study)")
         write_reports(doc, out_dir)
         return doc
     try:
@@ -94,8 +93,8 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     except InputError as exc:
         if storage:  # the storage the person named: say what is wrong with it
             raise
-        doc.setdefault("notes", []).append(f"study {name} not readable ({exc}); re-rendered report.json as "
-                                           "stored (`autotune report DIR --storage URL` reaches a moved study)")
+        _note(doc, f"study {name} not readable ({exc}); re-rendered report.json as stored "
+                   "(`autotune report DIR --storage URL` reaches a moved study)")
         write_reports(doc, out_dir)
         return doc
     recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
@@ -114,6 +113,13 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     doc["search"]["measurements_stopped_by"] = stop_counts(rows)
     write_reports(doc, out_dir)
     return doc
+
+
+def _note(doc: ReportDocument, note: str) -> None:
+    """Add ``note`` once: rendering the same directory again must not repeat it."""
+    notes = doc.setdefault("notes", [])
+    if note not in notes:
+        notes.append(note)
 
 
 def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[str, Any]], outcome: SearchOutcome,
