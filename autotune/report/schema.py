@@ -368,6 +368,42 @@ DATA_FIELDS: dict[str, tuple[Checker, bool]] = {
     "inputs": (_nullable(_list_of(_STR)), False),
     "dtypes": (_nullable(_list_of(_STR)), False),
 }
+_STANDING = _record({
+    "key": (_STR, True),
+    "ratio": (_NUMBER, True),
+    "ratio_ci": (_list_of(_NUMBER, length=2), True),
+    "tied": (_BOOL, True),
+    "round_spread": (_NUMBER, True),
+    "round_perf": (_nullable(_list_of(_NUMBER)), False),
+})
+_VERDICT_FIELDS = _record({
+    "leader": (_STR, True),
+    "pick": (_STR, True),
+    "tie": (_BOOL, True),
+    "margin": (_NUMBER, True),
+    "rounds": (_INT, True),
+    "tie_break": (_nullable(_STR), False),
+    "standings": (_list_of(_STANDING), True),
+})
+
+
+def _verdict(value: Any, path: str) -> None:
+    """The showdown's verdict (``autotune.showdown.paired.Verdict.to_dict``): its pick is one of its standings."""
+    _VERDICT_FIELDS(value, path)
+    if value["pick"] not in {s["key"] for s in value["standings"]}:
+        raise InputError(f"{path}.pick: {show(value['pick'])} is not the key of one of the standings")
+
+
+#: What the report reads of the showdown (``autotune.showdown.rounds``'s document); the rest is kept as it is.
+_SHOWDOWN = _record({
+    "verdict": (_nullable(_verdict), False),
+    "round_seconds": (_NN_NUMBER, False),
+    "rounds_run": (_NN_INT, False),
+    "disturbed_rounds": (_nullable(_list_of(_INT)), False),
+    "rounds_compared": (_nullable(_list_of(_INT)), False),
+    "dropped": (_nullable(_dict_of(_STR)), False),
+    "objective": (_nullable(_STR), False),
+})
 _SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "schema": (_SCHEMA, True),
@@ -379,7 +415,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
     "candidates": (_list_of(_candidate), True),
     "recommendation": (_nullable(_candidate), True),
-    "showdown": (_nullable(_ANY_MAPPING), False),
+    "showdown": (_nullable(_SHOWDOWN), False),
     # optional additions within schema 1 (readers of schema 1 ignore unknown fields; older reports lack them)
     "artifact": (_nullable(_ARTIFACT), False),
     "profile": (_nullable(_PROFILE), False),
