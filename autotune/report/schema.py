@@ -119,6 +119,7 @@ _CORRECTNESS = _record(
     }
 )
 _NN_INT = _nullable(_INT)
+_NN_NUMBER = _nullable(_NUMBER)
 #: A candidate measured on ``[data]`` traffic (optional within schema 1): per input shape after its shape policy.
 TRAFFIC_BUCKET_FIELDS: dict[str, tuple[Checker, bool]] = {
     "shape": (_STR, True),
@@ -172,8 +173,21 @@ MEASUREMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "latency_samples": (_encoded_seconds, True),
     "extra": (_ANY_MAPPING, False),
 }
+#: The recommendation's standing in the showdown (``autotune.showdown.paired.recommendation``).
+_STANDING_OF_PICK = _record({
+    "ratio_to_leader": (_NUMBER, True),
+    "ratio_ci": (_list_of(_NUMBER, length=2), True),
+    "rounds": (_INT, True),
+    "margin": (_NUMBER, True),
+    "tie": (_nullable(_BOOL), False),
+    "tied_with": (_nullable(_list_of(_STR)), False),
+    "leader": (_nullable(_STR), False),
+    "round_spread": (_NN_NUMBER, False),
+    "screen_throughput": (_NN_NUMBER, False),
+})
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),
+    "showdown": (_nullable(_STANDING_OF_PICK), False),
     "variant": (_kind(lambda v: isinstance(v, str) and v != "", "a non-empty string"), True),
     "compiler": (_nullable(_STR), False),
     "compile_mode": (_nullable(_STR), False),
@@ -303,7 +317,6 @@ _SEARCH = _record(SEARCH_FIELDS)
 #: The deployable artifact's kinds (``autotune.worker.artifact.KINDS``' values) and the sections' statuses.
 ARTIFACT_KINDS = ("torchscript", "aoti", "onnx", "openvino", "code")
 SECTION_STATUSES = ("ok", "failed")
-_NN_NUMBER = _nullable(_NUMBER)
 ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "status": (_one_of(SECTION_STATUSES), True),
     "reason": (_nullable(_STR), False),
