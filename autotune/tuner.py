@@ -12,6 +12,7 @@ torch happens in the worker.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
-from autotune.core.recipe import Recipe
+from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
 from autotune.errors import AutotuneError, InputError
 from autotune.outdir import hold_out_dir
 from autotune.report.assemble import SHOWDOWN_ATTR, build_document
@@ -323,8 +324,12 @@ def with_cli_overrides(recipe: Recipe, *, device: str | None, time_budget: float
         changes["device"] = device
     search = recipe.search
     if time_budget is not None:
-        search = replace(search, time_budget_s=time_budget)
+        if not (isinstance(time_budget, int | float) and math.isfinite(time_budget) and time_budget > 0):
+            raise InputError(f"time_budget: expected a positive finite number of seconds, got {time_budget!r}")
+        search = replace(search, time_budget_s=float(time_budget))
     if seed is not None:
+        if not valid_seed(seed):
+            raise InputError(f"seed: expected an integer {SEED_RANGE_TEXT}, got {seed!r}")
         search = replace(search, seed=seed)
     changes["search"] = search
     return replace(recipe, **changes)

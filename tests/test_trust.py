@@ -16,6 +16,7 @@ import contextlib
 import copy
 import io
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -392,3 +393,13 @@ def test_the_limits_name_the_file(tmp_path: Path) -> None:
     big.write_text("# " + "x" * limits.MAX_RECIPE_BYTES)
     with pytest.raises(InputError, match=r"big\.toml: larger than"):
         load_recipe(big)
+
+
+@pytest.mark.parametrize(("budget", "seed"), [(math.nan, None), (math.inf, None), (0.0, None), (None, -1),
+                                              (None, 2**32)])
+def test_the_api_refuses_what_the_flags_refuse(recipe: Path, budget: float | None, seed: int | None) -> None:
+    """``autotune.tune`` takes the same overrides as the flags: refused before anything runs."""
+    from autotune.tuner import with_cli_overrides
+
+    with pytest.raises(InputError, match=r"^(time_budget|seed):"):
+        with_cli_overrides(load_recipe(recipe), device=None, time_budget=budget, seed=seed)
