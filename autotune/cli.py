@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for arg in argv or ():
+        if "\x00" in arg:  # a process's arguments cannot hold one; a caller in Python can pass it
+            print(f"autotune: error: argument {arg!r} contains a NUL character", file=sys.stderr)
+            return EXIT_INPUT
     args = build_parser().parse_args(argv)
     handler = {
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,

@@ -73,6 +73,8 @@ def load_trace(path: str | Path) -> np.ndarray:
         raise InputError(f"{p}: is a directory, expected a trace file") from exc
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    except ValueError as exc:  # a NUL character in the path
+        raise InputError(f"{str(p)!r}: cannot read ({exc})") from None
     values: list[float] = []
     seen_content = False
     for lineno, raw in enumerate(text.splitlines(), start=1):

@@ -248,6 +248,8 @@ def load_report(path: Path | str) -> ReportDocument:
         raise InputError(f"{file}: no such report file") from None
     except OSError as error:
         raise InputError(f"{file}: cannot read ({error.strerror or error})") from None
+    except ValueError as error:  # a NUL character in the path
+        raise InputError(f"{str(file)!r}: cannot read ({error})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as error:

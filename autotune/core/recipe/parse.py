@@ -55,6 +55,8 @@ def load_recipe(path: str | Path) -> Recipe:
         raise RecipeError(f"{p}: recipe file not found") from None
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL character in the path
+        raise RecipeError(f"{str(p)!r}: cannot read recipe: {exc}") from None
     except RecipeError:
         raise
     except InputError as exc:
