@@ -403,3 +403,19 @@ def test_the_api_refuses_what_the_flags_refuse(recipe: Path, budget: float | Non
 
     with pytest.raises(InputError, match=r"^(time_budget|seed):"):
         with_cli_overrides(load_recipe(recipe), device=None, time_budget=budget, seed=seed)
+
+
+@pytest.mark.parametrize("argv", [["run", "r\x00.toml"], ["report", "d\x00"], ["compare", "a\x00", "b"],
+                                  ["warmup", "t\x00.txt"], ["run", "r.toml", "--out", "o\x00"]])
+def test_a_nul_character_in_an_argument_is_an_input_error(argv: list[str]) -> None:
+    """A process's arguments cannot hold one, but ``main`` called from Python can be given one."""
+    assert_exit_2(cli(*argv), "NUL character")
+
+
+def test_the_loaders_refuse_a_nul_character_in_a_path() -> None:
+    from autotune.report import load_report
+    from autotune.traces import load_trace
+
+    for load in (load_recipe, load_report, load_trace):
+        with pytest.raises(InputError, match="null byte"):
+            load("a\x00b")
