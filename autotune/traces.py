@@ -146,8 +146,10 @@ def sketch(
         hi = lo + (abs(lo) * 1e-3 or 1e-12)
 
     def row(v: float) -> int:
-        r = round((v - lo) / (hi - lo) * (height - 1))
-        return min(max(r, 0), height - 1)
+        t = (v - lo) / (hi - lo)  # a span of subnormals (5e-324 to 1.5e-323) makes this overflow to inf
+        if not math.isfinite(t):
+            t = 1.0 if v > lo else 0.0
+        return round(min(max(t, 0.0), 1.0) * (height - 1))
 
     grid = [[" "] * cols for _ in range(height)]
     if analysis.steady_mean is not None:
