@@ -18,9 +18,10 @@ Algorithm::
                 (upper bound >= leader's lower bound), every row whose screening window
                 other processes disturbed (> 0.1 core: its number says little),
                 at least `min_finalists`, at most `max_finalists`
-    stage:   `processes` (measure.processes, default MIN_PROCESSES = 3) fresh measure workers per finalist: build the variant,
-             first call, warm up; each round uses the process with the fewest rounds so far (the same
-             process index for every finalist in a round, so a round's pairs share it)
+    stage:   `processes` (measure.processes, default MIN_PROCESSES = 3) fresh measure workers per
+             finalist: build the variant, first call, warm up; each round uses the process with the
+             fewest rounds so far (the same process index for every finalist in a round, so a round's
+             pairs share it)
     rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI
              straddles 1 - margin: see :func:`undecided`); at most 3R rounds (+2 per added process),
              or the deadline:
@@ -81,10 +82,10 @@ from autotune.showdown.paired import (
     Verdict,
     candidate_key,
     contender_from,
+    hierarchical_median_ci,
     paired_verdict,
     recommendation,
     select_finalists,
-    hierarchical_median_ci,
     simplicity,
     spreads,
     undecided,

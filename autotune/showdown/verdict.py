@@ -51,12 +51,15 @@ def busy_text(showdown: Mapping[str, Any]) -> str | None:
             "so this verdict compares finalists on a busy machine; run again on a quiet one before relying on it.")
 
 
-def verdict_text(showdown: Mapping[str, Any]) -> str | None:
-    """The verdict in one or two sentences (None when the showdown has no verdict)."""
+def verdict_text(showdown: Mapping[str, Any], *, busy: bool = True) -> str | None:
+    """The verdict in one or two sentences (None when the showdown has no verdict).
+
+    ``busy=False`` leaves out the busy-machine warning, for a caller that has already put it first.
+    """
     verdict = showdown.get("verdict")
     if not isinstance(verdict, Mapping):
         return None
-    parts = [t for t in (busy_text(showdown),) if t]
+    parts = [t for t in (busy_text(showdown) if busy else None,) if t]
     standings: Sequence[Mapping[str, Any]] = verdict.get("standings") or []
     by_key = {str(s["key"]): s for s in standings}
     margin = float(verdict.get("margin") or 0.0)
