@@ -19,6 +19,7 @@ from autotune.core.contention import DISTURBED_CORES
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
 from autotune.report.format import (
     DASH,
+    bimodal_note,
     ci_text,
     fmt_bytes,
     fmt_ms,
@@ -117,6 +118,8 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
             notes.append(f"{c['recompiles']} recompile(s)")
         if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
             notes.append(f"other processes used {c['foreign_cores']:.1f} core(s) while it was measured")
+        if bimodal_note(c):
+            notes.append(str(bimodal_note(c)))
         correctness = c.get("correctness")
         if isinstance(correctness, Mapping):
             correct = "pass" if correctness.get("passed") else "FAIL"
