@@ -13,10 +13,14 @@ warmup before it would otherwise be a third level), and all of these must hold::
 
     two-means split of log x (exact 1-D: the split of the sorted values with the least within sum of squares)
     minority share p >= SPIKE_MAX_SHARE (10%: fewer slow calls are spikes, :mod:`.spikes`)
-    separated: |mean_hi - mean_lo| >= SEPARATION (4) x the larger of the two clusters' robust sd
+    separated: |median_hi - median_lo| >= SEPARATION (4) x the larger of the two clusters' robust sd
                (bimodal beyond noise: Ashman's D >= 2 sqrt 2)
-    alternating: runs of one cluster number >= MIN_RUNS (20) and their mean length <= n / RUN_FRACTION (40)
-               (a regime change, or a step from warmup to steady, makes a few long runs, not many short ones)
+    a gap:     at most GAP_SHARE (5%) of the values lie between the clusters (farther than 2 robust sds from
+               both medians): two levels, not several levels or a wander that a threshold cuts in two
+    alternating: the runs of one level (with hysteresis: a value in the gap keeps the level before it)
+               number >= MIN_RUNS (20), and their mean length is <= MAX_MEAN_RUN (8) and <= n / RUN_FRACTION
+               (40): calls switch every few calls (a regime change, or a step from warmup to steady,
+               makes a few long runs, not many short ones)
 
 Analysis when found (in :func:`autotune.core.warmup.offline.analyze`)::
 
@@ -39,10 +43,13 @@ import numpy as np
 
 from autotune.core.warmup.spikes import SPIKE_MAX_SHARE
 
-__all__ = ["BLOCK_RUNS", "MIN_BLOCK", "MIN_RUNS", "RUN_FRACTION", "SEPARATION", "Mixture", "find_mixture"]
+__all__ = ["BLOCK_RUNS", "GAP_SHARE", "MAX_MEAN_RUN", "MIN_BLOCK", "MIN_RUNS", "RUN_FRACTION", "SEPARATION", "Mixture",
+           "find_mixture"]
 
 SEPARATION = 4.0  # distance of the two levels in robust sds of the wider cluster
+GAP_SHARE = 0.05  # values allowed between the two clusters
 MIN_RUNS = 20  # runs of one level: fewer are level changes (regimes, warmup), not a mixture
+MAX_MEAN_RUN = 8.0  # calls per run of one level, on average, at most
 RUN_FRACTION = 40  # mean run length at most n / RUN_FRACTION
 BLOCK_RUNS = 4.0  # runs per block of the block means
 MIN_BLOCK = 8
@@ -88,11 +95,23 @@ def find_mixture(values: np.ndarray) -> Mixture | None:
         return None
     lo, hi = z[~high], z[high]
     spread = max(_robust_sd(lo), _robust_sd(hi), 1e-12)
-    if float(np.median(hi) - np.median(lo)) < SEPARATION * spread:
+    m_lo, m_hi = float(np.median(lo)), float(np.median(hi))
+    if m_hi - m_lo < SEPARATION * spread:
         return None
-    runs = 1 + int(np.count_nonzero(high[1:] != high[:-1]))
+    low_band, high_band = z <= m_lo + 2.0 * spread, z >= m_hi - 2.0 * spread
+    if float(np.mean(~low_band & ~high_band)) > GAP_SHARE:
+        return None
+    state = np.empty(n, dtype=bool)  # True: the slow level; a value in the gap keeps the state before it
+    current = bool(high_band[0])
+    for i in range(n):
+        if high_band[i]:
+            current = True
+        elif low_band[i]:
+            current = False
+        state[i] = current
+    runs = 1 + int(np.count_nonzero(state[1:] != state[:-1]))
     mean_run = n / runs
-    if runs < MIN_RUNS or mean_run > n / RUN_FRACTION:
+    if runs < MIN_RUNS or mean_run > min(MAX_MEAN_RUN, n / RUN_FRACTION):
         return None
     return Mixture(low=float(np.exp(lo).mean()), high=float(np.exp(hi).mean()), share_high=share,
                    mean_run=mean_run)
