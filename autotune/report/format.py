@@ -112,7 +112,9 @@ def bimodal_note(c: Mapping[str, Any]) -> str | None:
     """"bimodal: ..." when the row's warmup analysis found two alternating speeds (its mean is the mixture's)."""
     measurement = c.get("measurement")
     analysis = measurement.get("analysis") if isinstance(measurement, Mapping) else None
-    levels = analysis.get("levels") if isinstance(analysis, Mapping) else None
+    if not isinstance(analysis, Mapping):
+        return None
+    levels = analysis.get("levels")
     if not isinstance(levels, list) or len(levels) != 2:
         return None
     share = analysis.get("share_high")
