@@ -101,14 +101,9 @@ def find_mixture(values: np.ndarray) -> Mixture | None:
     low_band, high_band = z <= m_lo + 2.0 * spread, z >= m_hi - 2.0 * spread
     if float(np.mean(~low_band & ~high_band)) > GAP_SHARE:
         return None
-    state = np.empty(n, dtype=bool)  # True: the slow level; a value in the gap keeps the state before it
-    current = bool(high_band[0])
-    for i in range(n):
-        if high_band[i]:
-            current = True
-        elif low_band[i]:
-            current = False
-        state[i] = current
+    # True: the slow level; a value in the gap keeps the state before it (forward fill of the last banded value)
+    last = np.maximum.accumulate(np.where(high_band | low_band, np.arange(n), -1))
+    state = np.where(last >= 0, high_band[np.maximum(last, 0)], bool(high_band[0]))
     runs = 1 + int(np.count_nonzero(state[1:] != state[:-1]))
     mean_run = n / runs
     if runs < MIN_RUNS or mean_run > min(MAX_MEAN_RUN, n / RUN_FRACTION):
