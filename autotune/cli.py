@@ -455,15 +455,17 @@ def _compare_text(result: Any) -> str:
                 r.label, rate(r.a.throughput), rate(r.b.throughput), f"{r.throughput.value:.3g}",
                 f"{ci[0]:.3g} – {ci[1]:.3g}" if ci else "-",
                 (f"{lat.value:.3g}" + (f" ({lat.ci[0]:.3g} – {lat.ci[1]:.3g})" if lat.ci else "")) if lat else "-",
-                {"bootstrap": "samples", "mover": "MOVER"}.get(r.throughput.method or "", "-"),
+                {"bootstrap": "samples", "mover": "MOVER", "processes": "processes"}.get(
+                    r.throughput.method or "", "-"),
                 ("REGRESSION" if r.verdict == "regression" else r.verdict),
             ])
         lines.append(tabulate(table, headers=["configuration", "A samples/s", "B samples/s", "B/A",
                                               "95% CI", f"{pct} B/A (95% CI)", "CI from", "verdict"],
                               tablefmt="simple"))
         lines.append(f"(B/A < 1: B has less throughput; {pct} B/A > 1: B's latency is longer, shown, never the "
-                     "verdict. CI from the raw samples of both reports, or by MOVER from the stored CIs where a "
-                     "report has none: schema 1)")
+                     "verdict. CI from the showdowns' fresh processes where both timed the configuration, else from "
+                     "the raw samples of both reports, or by MOVER from the stored CIs where a report has none: "
+                     "schema 1)")
     else:
         lines.append("No configuration was measured in both reports.")
     for title, items in (("Measured in A only", result.only_a), ("Measured in B only", result.only_b)):

@@ -30,6 +30,15 @@ analysed again. Both assume the two measurements are independent, which two sepa
 describe the noise within each run only: the difference between two runs of the same thing on the same
 machine (other load, frequency, memory placement) is not in it. That is what the threshold is for.
 
+**Fresh processes first.** A screen is timed in a reused worker whose history moves it by several percent from
+one run to the next, which neither CI above sees (two runs of the same code, compared on their screens, showed
+five "regressions"). Where both reports' showdowns timed a configuration, the comparison is made on those
+rounds instead, with the fresh *process* as the unit and a t interval over the processes
+(:mod:`autotune.compare_rounds` has the pseudo-code); each row says its ``source`` (``showdown`` or
+``screen``). A screen-only row keeps the intervals above, widened to at least the run-to-run spread of a
+screen that the reports show (their finalists' screen against their fresh processes), so a screen's history
+is not called a regression.
+
 **A regression** is a configuration whose throughput ratio interval lies entirely below
 ``1 - threshold`` (B is slower than A by more than the threshold, beyond the measurement noise),
 or one that ran in A and no longer runs in B (``oom``, ``failed`` or ``rejected`` by the
@@ -60,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.compare_rounds import fresh_ratio, fresh_rounds, screen_floor, widen
 from autotune.core.measurement import Measurement
 from autotune.core.stats import replicate_interval
 from autotune.errors import InputError
@@ -97,7 +107,7 @@ _SEED_A, _SEED_B = 1, 2
 #: The largest x whose exp(x) is a float.
 _LOG_MAX = math.log(sys.float_info.max)
 #: How a ratio's interval was made (``Ratio.method``).
-METHODS = ("bootstrap", "mover")
+METHODS = ("bootstrap", "mover", "processes")
 
 
 def parse_threshold(text: str, *, field: str = "--threshold") -> float:
@@ -206,6 +216,8 @@ class Row:
     throughput: Ratio
     latency: Ratio | None
     verdict: str
+    #: where the throughputs came from: "showdown" (fresh processes, both reports) or "screen"
+    source: str = "screen"
 
     @property
     def label(self) -> str:
@@ -252,6 +264,23 @@ class Comparison:
     differences: tuple[Difference, ...]
     recommendation_a: str | None
     recommendation_b: str | None
+    #: log-scale half-width floor applied to screen-only rows (None: no report showed a screen's spread)
+    screen_floor: float | None = None
+
+    @property
+    def sources(self) -> str:
+        """What the comparison used, in words."""
+        fresh = sum(r.source == "showdown" for r in self.rows)
+        text = (f"{fresh} of {len(self.rows)} configuration(s) compared on the showdowns' fresh processes "
+                "(process as the unit, t interval)")
+        if fresh < len(self.rows):
+            text += "; the rest on the search's screens"
+            if self.screen_floor is not None:
+                text += (f", their CI widened to at least +-{100 * math.expm1(self.screen_floor):.1f}% "
+                         "(the run-to-run spread of a screen against fresh processes)")
+            else:
+                text += " (no showdown to show a screen's run-to-run spread: their CI is within-run noise only)"
+        return text + "."
 
     @property
     def regressions(self) -> tuple[str, ...]:
@@ -283,6 +312,8 @@ class Comparison:
             lines.append("Same machine, software and workload in both reports.")
         if self.recommendation_a != self.recommendation_b:
             lines.append(f"Recommendation: A {self.recommendation_a or 'none'}, B {self.recommendation_b or 'none'}.")
+        if self.rows:
+            lines.append(self.sources[0].upper() + self.sources[1:])
         pct = f"{100 * self.threshold:g}%"
         if self.regressions:
             lines.append(f"{len(self.regressions)} regression(s) beyond {pct}: {', '.join(self.regressions)}.")
@@ -307,11 +338,13 @@ class Comparison:
             "threshold": self.threshold,
             "latency_percentile": self.latency_percentile,
             "ratio_ci_method": _METHOD_TEXT,
+            "sources": self.sources,
+            "screen_floor": self.screen_floor,
             "rows": [
                 {"variant": r.variant, "batch_size": r.batch_size, "label": r.label, "verdict": r.verdict,
                  "throughput_ratio": r.throughput.value,
                  "throughput_ratio_ci": list(r.throughput.ci) if r.throughput.ci else None,
-                 "ratio_ci_method": r.throughput.method,
+                 "ratio_ci_method": r.throughput.method, "source": r.source,
                  "latency_ratio": r.latency.value if r.latency else None,
                  "latency_ratio_ci": list(r.latency.ci) if r.latency and r.latency.ci else None,
                  "a": measured(r.a), "b": measured(r.b)}
@@ -327,8 +360,10 @@ class Comparison:
         }
 
 
-_METHOD_TEXT = ("bootstrap of the two runs' steady samples (circular blocks, independent runs) where both rows keep "
-                "them (report schema 2); else MOVER on log throughput from the two stored 95% CIs")
+_METHOD_TEXT = ("showdown rows: Welch t interval over the two runs' fresh processes (log throughput); "
+                "screen rows: bootstrap of the two runs' steady samples (circular blocks, independent runs) where "
+                "both rows keep them (report schema 2), else MOVER on log throughput from the two stored 95% CIs, "
+                "widened to the run-to-run spread of a screen")
 
 
 # ----------------------------------------------------------------------------- environments
@@ -478,6 +513,7 @@ def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, threshold: fl
     if percentile not in PERCENTILES:
         percentile = "p99"
     rows_a, rows_b = _configurations(a), _configurations(b)
+    floor = screen_floor(a, b)
     rows: list[Row] = []
     only_a: list[Unmatched] = []
     only_b: list[Unmatched] = []
@@ -488,7 +524,16 @@ def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, threshold: fl
             assert ra is not None and rb is not None
             ma, mb = _measured(ra, percentile, a_path), _measured(rb, percentile, b_path)
             tput, lat = _ratios(ma, mb, percentile)
-            rows.append(Row(variant, batch, ma, mb, tput, lat, _verdict(tput, threshold)))
+            fa, fb = fresh_rounds(a, variant, batch), fresh_rounds(b, variant, batch)
+            source = "screen"
+            if fa is not None and fb is not None:
+                value, ci = fresh_ratio(fa, fb)
+                tput, source = Ratio(value, ci, "processes"), "showdown"
+                ma = Measured(fa.throughput, fa.ci(), ma.latency_ms, ma.trial, ma.measurement)
+                mb = Measured(fb.throughput, fb.ci(), mb.latency_ms, mb.trial, mb.measurement)
+            elif floor is not None:
+                tput = Ratio(tput.value, widen(tput.value, tput.ci, floor), tput.method)
+            rows.append(Row(variant, batch, ma, mb, tput, lat, _verdict(tput, threshold), source))
         elif _usable(ra):
             only_a.append(Unmatched(variant, batch, "A", _other(rb)))
         elif _usable(rb):
@@ -498,6 +543,7 @@ def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, threshold: fl
         rows=tuple(rows), only_a=tuple(only_a), only_b=tuple(only_b),
         differences=environment_differences(a, b),
         recommendation_a=_label(a.get("recommendation")), recommendation_b=_label(b.get("recommendation")),
+        screen_floor=floor,
     )
 
 

@@ -57,6 +57,10 @@ def rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     objective = study_objective(doc)
     latency_key = constrained_percentile(doc)
     front = set(doc.get("pareto") or [])
+    verdict = (doc.get("showdown") or {}).get("verdict") or {}
+    # the showdown's standing first: the pick, then the other finalists by their paired ratio to the leader
+    standing = {str(s["key"]): (0 if s["key"] == verdict.get("pick") else 1, -float(s["ratio"]))
+                for s in verdict.get("standings") or []}
 
     def key(c: Mapping[str, Any]) -> tuple[Any, ...]:
         trial = c.get("trial") if is_int(c.get("trial")) else 1 << 30
@@ -64,6 +68,9 @@ def rank(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         if c.get("status") != "ok":
             return (2, _UNMEASURED_ORDER.get(str(c.get("status")), 9), 0, 0.0, *tie)
         group = 0 if is_feasible(c) else 1
+        place = standing.get(f"{c.get('variant')}@{c.get('batch_size')}")
+        if group == 0 and place is not None and c.get("repeat_of_trial") is None:
+            return (-1, *place, 0.0, *tie)
         # The same rule as the recommendation (autotune.candidate.best_row): the pessimistic end
         # of the CI, so a noisy number cannot outrank a precise one by luck.
         if objective == "pareto":
@@ -184,6 +191,23 @@ def _runner_up(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
             f"Runner-up: {candidate_label(other)} at {key} {fmt_ms(b)} ms ({(b / a - 1) * 100:+.1f}% vs "
             f"{fmt_ms(a)} ms)."
         )
+    verdict = (doc.get("showdown") or {}).get("verdict") or {}
+    standings = {str(s["key"]): s for s in verdict.get("standings") or []}
+    theirs = standings.get(f"{other.get('variant')}@{other.get('batch_size')}")
+    ours = standings.get(f"{rec.get('variant')}@{rec.get('batch_size')}")
+    if rec.get("decided_by") == "showdown" and theirs is not None and ours is not None:
+        # both in the showdown: its paired ratios, not the screens, say how they compare
+        lo, hi = theirs["ratio_ci"]
+        floor = 1.0 - float(verdict.get("margin") or 0.0)
+        text = (f"Runner-up in the showdown: {candidate_label(other)} at {theirs['ratio']:.3f}x the leader "
+                f"(paired 95% CI {lo:.3f}-{hi:.3f}; the recommendation {ours['ratio']:.3f}x).")
+        if lo < floor <= hi:
+            text += " Its CI straddles the margin: the rounds could not separate the two."
+        elif theirs.get("tied"):
+            text += " Within the margin: a tie, broken by the tie-break."
+        else:
+            text += " Its CI lies below the margin: slower."
+        return text
     rate, other_rate = rec.get("throughput"), other.get("throughput")
     if not (is_number(rate) and is_number(other_rate)) or not rate:
         return None
@@ -394,7 +418,8 @@ def all_notes(doc: Mapping[str, Any]) -> list[str]:
 def rank_candidates(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Candidates best first under the study's objective.
 
-    Order: measured and feasible (by the objective), measured but violating a constraint
+    Order: the showdown's finalists (the pick, then by paired ratio to the leader), measured and feasible
+    (by the objective), measured but violating a constraint
     (same order), then unmeasured by status (rejected, oom, pruned, failed), each by trial.
     Within the measured groups the order is ``candidate.pessimistic_score`` (the recommendation
     is chosen the same way). Objectives: ``throughput`` - lower 95% CI bound of samples/s

@@ -36,8 +36,9 @@ from autotune.report.format import (
     short_list,
 )
 from autotune.report.schema import is_int, is_number
-from autotune.report.sections import showdown_summary, stop_summary
+from autotune.report.sections import showdown_cell, showdown_standings, showdown_summary, stop_summary
 from autotune.report.traffic import data_line, traffic_line, traffic_of
+from autotune.showdown.verdict import busy_text, undecided_keys
 
 _CONSOLE_WIDTH = 100
 
@@ -72,6 +73,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
     ranked = rank(doc)
     rec = doc.get("recommendation")
     shown = list(enumerate(ranked if top is None else ranked[: max(top, 0)], start=1))
+    standings = showdown_standings(doc)
     measured_rows, other_rows = [], []
     for index, c in shown:
         mark = f"{index}{'*' if same_candidate(c, rec) else ''}"
@@ -107,6 +109,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
                 mark,
                 variant,
                 str(c.get("batch_size")),
+                *([showdown_cell(c, standings) or "-"] if standings else []),
                 _ascii(rate),
                 _ascii(f"{fmt_ms(latency_ms(c, 'p50'))}/{fmt_ms(latency_ms(c, 'p99'))}"),
                 _ascii(fmt_bytes(c.get("peak_memory_bytes"))),
@@ -114,15 +117,25 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
             ]
         )
     lines = []
+    busy = busy_text(doc.get("showdown") or {})
+    if busy:  # a verdict of a busy machine is said before anything else
+        lines.extend(_wrap(busy))
+        lines.append("")
     if measured_rows:
+        showdown_col = ["showdown x leader"] if standings else []
         lines.append(
             _fit_table(
                 measured_rows,
-                ["#", "variant", "batch", "samples/s", "p50/p99 ms", "memory", "note"],
-                ("right", "left", "right", "right", "right", "right", "left"),
+                ["#", "variant", "batch", *showdown_col, "samples/s" + (" screen" if standings else ""),
+                 "p50/p99 ms", "memory", "note"],
+                ("right", "left", "right", *(["right"] if standings else []), "right", "right", "right", "left"),
                 tablefmt="simple",
             )
         )
+        if standings:
+            lines.append("Showdown finalists first, ranked by their paired ratio to the leader (95% CI; ? = "
+                         "undecided), which decided among them; samples/s is the search's screen, which chose "
+                         "the finalists.")
     if other_rows:
         if measured_rows:
             lines.append("")
@@ -136,7 +149,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
         lines.append(f"... {len(ranked) - len(shown)} more candidate(s) in report.md")
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
-    for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc),
+    for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc, busy=not busy),
                   stop_summary(doc)):
         if extra:
             lines.extend(_wrap(extra))
@@ -179,6 +192,10 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
     if is_number(rec.get("peak_memory_bytes")):
         parts.append(f"peak {fmt_bytes(rec['peak_memory_bytes'])}")
     text = f"Recommended: {rec.get('variant')} at batch {rec.get('batch_size')}: {', '.join(parts)}."
+    open_keys = undecided_keys((doc.get("showdown") or {}).get("verdict") or {})
+    if rec.get("decided_by") == "showdown" and open_keys:
+        text += (f" Undecided against {', '.join(open_keys)} (CI straddles the margin when the rounds ran out): "
+                 "see the showdown line.")
     comparison = eager_comparison(doc, rec)
     if comparison:
         text += " " + comparison

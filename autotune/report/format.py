@@ -108,6 +108,21 @@ def no_steady_state(c: Mapping[str, Any]) -> bool:
     return c.get("classification") == "no_steady_state"
 
 
+def bimodal_note(c: Mapping[str, Any]) -> str | None:
+    """"bimodal: ..." when the row's warmup analysis found two alternating speeds (its mean is the mixture's)."""
+    measurement = c.get("measurement")
+    analysis = measurement.get("analysis") if isinstance(measurement, Mapping) else None
+    if not isinstance(analysis, Mapping):
+        return None
+    levels = analysis.get("levels")
+    if not isinstance(levels, list) or len(levels) != 2:
+        return None
+    share = analysis.get("share_high")
+    slow = f", {100 * share:.0f}% at the slow one" if isinstance(share, int | float) else ""
+    return (f"bimodal: calls alternate between {fmt_ms(1e3 * levels[0])} and {fmt_ms(1e3 * levels[1])} ms{slow}; "
+            "the throughput is the mixture's")
+
+
 def candidate_label(c: Mapping[str, Any]) -> str:
     return f"{c.get('variant')} @ {c.get('batch_size')}"
 

@@ -33,6 +33,7 @@ from autotune.report.sections import (
     boundary_summary,
     byline,
     candidate_rows,
+    candidates_caption,
     environment_rows,
     headline,
     probe_rows,
@@ -260,9 +261,7 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         f"s-{status}" + (" rec" if "★" in row[0] else "") for row, status in zip(rows, statuses, strict=True)
     ]
     parts.append(
-        f"<h2>Candidates</h2><p class='muted small'>Best first by the objective "
-        f"({_h(study_objective(doc))}); ★ marks the recommendation, ~ a throughput without a steady "
-        "state.</p>"
+        f"<h2>Candidates</h2><p class='muted small'>{_h(candidates_caption(doc, study_objective(doc)))}</p>"
     )
     parts.append(
         f'<div class="scroll">{_html_table(headers, rows, classes)}</div>'

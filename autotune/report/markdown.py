@@ -19,6 +19,7 @@ from autotune.report.sections import (
     boundary_summary,
     byline,
     candidate_rows,
+    candidates_caption,
     environment_rows,
     headline,
     probe_rows,
@@ -158,8 +159,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     out += [
         "## Candidates",
         "",
-        f"Best first by the objective ({study_objective(doc)}); ★ marks the recommendation, "
-        "~ a throughput without a steady state.",
+        candidates_caption(doc, study_objective(doc)),
         "",
     ]
     out += [_md_table(headers, rows) if rows else "No candidates were evaluated.", ""]

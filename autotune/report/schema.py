@@ -159,6 +159,8 @@ _ANALYSIS = _record(
         "outliers": (_list_of(_INT), False),
         "one_off": (_list_of(_INT), False),
         "n": (_INT, True),
+        "levels": (_list_of(_NUMBER), False),
+        "share_high": (_nullable(_NUMBER), False),
     }
 )
 #: A candidate's measurement record (schema 2): ``autotune.core.measurement.MeasurementRecord``.

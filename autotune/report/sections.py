@@ -19,6 +19,7 @@ from autotune.core.contention import DISTURBED_CORES
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
 from autotune.report.format import (
     DASH,
+    bimodal_note,
     ci_text,
     fmt_bytes,
     fmt_ms,
@@ -31,6 +32,7 @@ from autotune.report.format import (
 from autotune.report.reproduce import py_call
 from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
 from autotune.report.traffic import shapes_cell, traffic_of, traffic_summary
+from autotune.showdown.verdict import busy_text, undecided_keys, verdict_text
 
 
 def _decided_by(rec: Mapping[str, Any]) -> str:
@@ -40,12 +42,38 @@ def _decided_by(rec: Mapping[str, Any]) -> str:
     lo, hi = sd["ratio_ci"]
     text = (f"showdown over {sd['rounds']} interleaved rounds: {sd['ratio_to_leader']:.3f}x the leader "
             f"(95% CI {lo:.3f}-{hi:.3f})")
-    if sd.get("tied_with"):
+    if sd.get("undecided"):
+        text = (f"undecided: {', '.join(sd['undecided'])} could not be separated from the leader "
+                f"{sd.get('leader')} at {sd['margin']:.0%} when the rounds ran out; picked by "
+                f"{sd.get('how_picked') or 'the tie-break'} ({text})")
+    elif sd.get("tied_with"):
         text += f"; tie within {sd['margin']:.0%} with {', '.join(sd['tied_with'])}, broken by the tie-break"
     if rec.get("throughput_source") == "showdown" and is_number(sd.get("screen_throughput")):
         text += (f"; throughput is the median of its rounds in fresh processes (the search's screen in a "
                  f"reused worker: {fmt_rate(sd['screen_throughput'])})")
     return text
+
+
+def showdown_standings(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The showdown's standing of each finalist by ``variant@batch`` (empty without a verdict)."""
+    verdict = (doc.get("showdown") or {}).get("verdict") or {}
+    return {str(s["key"]): s for s in verdict.get("standings") or []}
+
+
+def showdown_cell(c: Mapping[str, Any], standings: Mapping[str, Mapping[str, Any]]) -> str:
+    """A candidate's showdown ratio to the leader with its paired CI ("" for a row not in the showdown)."""
+    s = standings.get(f"{c.get('variant')}@{c.get('batch_size')}")
+    if s is None or c.get("status") != "ok":
+        return ""
+    lo, hi = s["ratio_ci"]
+    return f"{s['ratio']:.3f} ({lo:.3f}-{hi:.3f})" + (" ?" if s.get("undecided") else "")
+
+
+def decided_cell(c: Mapping[str, Any], standings: Mapping[str, Mapping[str, Any]]) -> str:
+    """Which number placed the row: the showdown's ratio (finalists) or the screen (everyone else)."""
+    if c.get("status") != "ok":
+        return DASH
+    return "showdown" if f"{c.get('variant')}@{c.get('batch_size')}" in standings else "screen"
 
 
 def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
@@ -57,13 +85,15 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
     rec = doc.get("recommendation")
     ranked = rank(doc)
     traffic = any(traffic_of(c) is not None for c in ranked)
+    standings = showdown_standings(doc)
     headers = [
         "#",
         "trial",
         "variant",
         "batch",
         "status",
-        "samples/s",
+        *(["showdown vs leader (95% CI)", "decided by"] if standings else []),
+        "samples/s" + (" (screen)" if standings else ""),
         "95% CI",
         "p50 ms",
         "p90 ms",
@@ -88,6 +118,8 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
             notes.append(f"{c['recompiles']} recompile(s)")
         if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
             notes.append(f"other processes used {c['foreign_cores']:.1f} core(s) while it was measured")
+        if bimodal_note(c):
+            notes.append(str(bimodal_note(c)))
         correctness = c.get("correctness")
         if isinstance(correctness, Mapping):
             correct = "pass" if correctness.get("passed") else "FAIL"
@@ -104,6 +136,7 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
                 str(c.get("batch_size")),
                 *([shapes_cell(c)] if traffic else []),
                 str(c.get("status")) + ("" if not measured or is_feasible(c) else " (infeasible)"),
+                *([showdown_cell(c, standings) or DASH, decided_cell(c, standings)] if standings else []),
                 (("~" if no_steady_state(c) else "") + fmt_rate(c.get("throughput")))
                 if measured
                 else DASH,
@@ -308,62 +341,88 @@ def byline(doc: Mapping[str, Any]) -> str:
 
 
 
-SHOWDOWN_HEADERS = ["finalist", "vs leader", "95% CI (paired)", "tie", "between rounds", "within window"]
+SHOWDOWN_HEADERS = ["finalist", "vs leader", "95% CI (paired)", "tie", "between rounds", "between processes",
+                    "within window"]
 
 
 def showdown_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     """One row per finalist of the showdown: its paired ratio to the leader, the tie, the spreads.
 
-    "between rounds" is the coefficient of variation of the finalist's per-round result;
-    "within window" the relative 95% CI half-width of its single search measurement. The first
-    is what a busy machine does to a number, the second what one window can see of it.
+    "between rounds" is the coefficient of variation of the finalist's per-round result within a process;
+    "between processes" that of its processes' means (what one fresh process's luck does to all its rounds);
+    "within window" the relative 95% CI half-width of its single search measurement. The first two are what
+    the paired CI is made of, the last what one window can see. "tie" says "undecided" for a finalist whose
+    CI still straddled 1 - margin when the rounds ran out.
     """
     showdown = doc.get("showdown") or {}
     verdict = showdown.get("verdict") or {}
     by_key = {f"{c.get('variant')}@{c.get('batch_size')}": c for c in doc.get("candidates") or []
               if c.get("status") == "ok"}
+    open_keys = set(undecided_keys(verdict)) if verdict else set()
     rows = []
     for s in verdict.get("standings") or []:
         c = by_key.get(s["key"], {})
         half = relative_half_width(c) if c else None
         mark = " ★" if s["key"] == verdict.get("pick") else ""
         lo, hi = s["ratio_ci"]
+        between = s.get("process_spread")
         rows.append([
             s["key"] + mark,
             f"{s['ratio']:.3f}",
             f"{lo:.3f}-{hi:.3f}",
-            "yes" if s["tied"] else "no",
+            "undecided" if s["key"] in open_keys else ("yes" if s["tied"] else "no"),
             f"±{100 * s['round_spread']:.1f}%",
+            f"±{100 * between:.1f}%" if is_number(between) else DASH,
             f"±{100 * half:.1f}%" if half is not None else DASH,
         ])
     for key, reason in (showdown.get("dropped") or {}).items():
-        rows.append([key, DASH, DASH, DASH, DASH, f"dropped: {reason}"])
+        rows.append([key, DASH, DASH, DASH, DASH, DASH, f"dropped: {reason}"])
     return rows
 
 
-def showdown_summary(doc: Mapping[str, Any]) -> str | None:
-    """One sentence: how the recommendation was decided (None when there was no showdown)."""
+def candidates_caption(doc: Mapping[str, Any], objective: str) -> str:
+    """The sentence above the candidates table: its order, and which numbers decided."""
+    if showdown_standings(doc):
+        return ("The showdown's finalists first, the pick then the others by their paired ratio to the leader "
+                "(fresh processes, interleaved rounds: these numbers decided among them; ? = undecided), then the "
+                f"rest by the objective ({objective}) on the search's screen (one window in a reused worker: "
+                "these numbers chose the finalists). ★ marks the recommendation, ~ a throughput without a "
+                "steady state.")
+    return (f"Best first by the objective ({objective}); ★ marks the recommendation, ~ a throughput without a "
+            "steady state.")
+
+
+def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None:
+    """How the recommendation was decided (None when there was no showdown): a busy machine first, then how the
+    finalists were compared, then the verdict (:func:`autotune.showdown.verdict_text`, the text stored in
+    report.json). ``busy=False``: without the busy-machine warning (the console has said it first already)."""
     showdown = doc.get("showdown") or {}
     verdict = showdown.get("verdict")
     if not verdict:
         return None
     n = len(verdict.get("standings") or [])
-    text = (f"Showdown: {n} finalists compared over {verdict['rounds']} randomized interleaved rounds of "
-            f"{showdown.get('round_seconds') or 0:g} s; winner by a paired ratio over rounds.")
+    processes = int(showdown.get("processes_used") or showdown.get("processes") or 1)
+    parts = [t for t in (busy_text(showdown) if busy else None,) if t]
+    text = (f"Showdown: {n} finalist{'s' if n != 1 else ''} compared over {verdict['rounds']} randomized interleaved "
+            f"rounds of {showdown.get('round_seconds') or 0:g} s in {processes} fresh process"
+            f"{'es' if processes != 1 else ''} each; winner by a paired ratio over rounds, its CI resampling "
+            "processes, then rounds.")
+    if processes < 3:
+        text += (f" The spread between processes was not measured ({processes} per finalist, measure.processes; "
+                 "3 or more see it).")
+    elif processes > int(showdown.get("processes") or processes):
+        text += f" Processes were added (from {showdown['processes']}) while their spread was comparable to the margin."
     bad = showdown.get("disturbed_rounds") or []
     if bad:
         run = int(showdown.get("rounds_run") or 0)
         left_out = len(showdown.get("rounds_compared") or []) == run - len(bad)
         text += (f" {len(bad)} of {run} rounds ran while other processes used more than 0.1 core; "
                  + ("they were left out." if left_out else "too few quiet rounds, so all were compared."))
-    tied = [s["key"] for s in verdict["standings"] if s["tied"]]
-    if verdict.get("tie"):
-        text += (f" Tie within {verdict['margin']:.0%}: {', '.join(tied)}; picked {verdict['pick']} "
-                 f"({verdict.get('tie_break') or 'tie-break'}).")
-    else:
-        text += (f" {verdict['pick']} wins: every other finalist's CI shows it more than {verdict['margin']:.0%} "
-                 "slower.")
-    return text
+    parts.append(text)
+    body = verdict_text(showdown, busy=False)
+    if body:
+        parts.append(body)
+    return " ".join(parts)
 
 
 def stop_summary(doc: Mapping[str, Any]) -> str | None:

@@ -112,6 +112,11 @@ class ShowdownStanding(TypedDict):
     round_spread: float
     margin: float
     rounds: int
+    #: the spread of the pick's processes' means (None: fewer than two processes; absent in older reports)
+    process_spread: NotRequired[float | None]
+    #: finalists the rounds could not separate from the leader, and how the pick was made (absent in older reports)
+    undecided: NotRequired[list[str]]
+    how_picked: NotRequired[str | None]
     #: the search's screening measurement, replaced as the headline by the showdown's fresh-process rounds
     screen_throughput: NotRequired[float | None]
     screen_throughput_ci: NotRequired[list[float] | None]

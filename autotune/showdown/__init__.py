@@ -18,30 +18,41 @@ Algorithm::
                 (upper bound >= leader's lower bound), every row whose screening window
                 other processes disturbed (> 0.1 core: its number says little),
                 at least `min_finalists`, at most `max_finalists`
-    stage:   `processes` (2) fresh measure workers per finalist: build the variant, first call,
-             warm up; round r uses worker r mod processes
+    stage:   `processes` (measure.processes, default MIN_PROCESSES = 3) fresh measure workers per
+             finalist: build the variant, first call, warm up; each round uses the process with the
+             fewest rounds so far (the same process index for every finalist in a round, so a round's
+             pairs share it)
     rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI
-             straddles 1 - margin: see :func:`undecided`); at most 3R rounds, or the deadline:
+             straddles 1 - margin: see :func:`undecided`); at most 3R rounds (+2 per added process),
+             or the deadline:
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
                  and the CPU others used meanwhile (autotune.core.contention)
                  a round in which any slice saw > 0.1 core of foreign CPU is "disturbed";
                  the first `processes` rounds are burn-in (every process's first slice:
                  a fresh process's allocator is still settling) and never compared
+             more processes: once the R rounds are done and still undecided, while the between-process
+                 spread of the leader or an undecided finalist is >= half the margin, every process has
+                 >= 2 compared rounds, fewer than MAX_PROCESSES (6) run and the deadline leaves room for
+                 the staging: one more process per finalist (its first slice timed and discarded: burn-in)
              paired_verdict on the undisturbed rounds (all rounds if fewer than 2 are)
     paired_verdict (pure, :func:`paired_verdict`):
         perf[c][r] = throughput (samples/s), or 1 / latency percentile for a latency objective
         leader     = argmax over c of median_r (log perf[c][r] - log perf[L0][r]), where L0 is
                      the best by median log perf (paired against a common reference)
         ratio[c]   = exp(median_r (log perf[c][r] - log perf[leader][r]))    # paired
-        ci[c]      = percentile bootstrap of that median over resampled rounds (paired: the
-                     same rounds for c and the leader)
+        ci[c]      = hierarchical bootstrap of that median: resample the processes, then the rounds
+                     within each (paired: the same rounds for c and the leader), so the CI holds the
+                     between-process spread as well as the between-round one
+                     (:func:`~autotune.showdown.paired.hierarchical_median_ci` has the pseudo-code)
         (medians, not means: a round a neighbour hit unevenly moves a mean, not a median)
         tie        = {c : ratio[c] >= 1 - margin}: the paired median within the margin (the
                      rounds go on while a CI straddles 1 - margin, so that median is as firm as
                      the budget allows). Not "upper end of ci[c] >= 1 - margin": with ~6% noise
                      per round that handed a 5.5%-slower batch of the leader the tie, and the
                      tie-break then picked it (live search check, BENCHMARKS.md)
+        undecided  = {c != leader : ci[c] straddles 1 - margin} when the rounds ran out: the report
+                     says "undecided", names them and how the pick was made (:mod:`.verdict`)
         pick       = min over tie of (simplicity, p99 latency, peak memory)
         simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
                     precision, then contiguous before channels_last
@@ -51,10 +62,12 @@ Where each part lives (this package re-exports the public names):
 * :mod:`~autotune.showdown.paired`: the pure half (no workers, no I/O): the finalists, the paired comparison
   (:func:`paired_verdict`, the bootstrap CI of each ratio), the tie rule, :func:`undecided` and the
   :func:`recommendation`; tested without a worker;
+* :mod:`~autotune.showdown.verdict`: the verdict in words (undecided, tie, win; a busy machine first), one
+  function for the stored text and every renderer;
 * :mod:`~autotune.showdown.rounds`: the orchestration: the staged workers, the interleaved rounds, the
   burn-in and disturbed rounds (:func:`run_showdown`).
 
-``rounds`` -> ``paired``, never back.
+``rounds`` -> ``paired`` and ``verdict``, never back.
 """
 
 from __future__ import annotations
@@ -69,24 +82,31 @@ from autotune.showdown.paired import (
     Verdict,
     candidate_key,
     contender_from,
+    hierarchical_median_ci,
     paired_verdict,
     recommendation,
     select_finalists,
     simplicity,
+    spreads,
     undecided,
 )
 from autotune.showdown.rounds import (
+    MAX_PROCESSES,
     MAX_ROUNDS_FACTOR,
+    MIN_PROCESSES,
     SLICE_GRACE_S,
     ShowdownSettings,
     estimated_seconds,
     run_showdown,
 )
+from autotune.showdown.verdict import contended, undecided_keys, verdict_text
 
 __all__ = [
     "MAX_FINALISTS",
+    "MAX_PROCESSES",
     "MAX_ROUNDS_FACTOR",
     "MIN_FINALISTS",
+    "MIN_PROCESSES",
     "N_BOOT",
     "SIMPLICITY",
     "SLICE_GRACE_S",
@@ -95,12 +115,17 @@ __all__ = [
     "Standing",
     "Verdict",
     "candidate_key",
+    "contended",
     "contender_from",
     "estimated_seconds",
+    "hierarchical_median_ci",
     "paired_verdict",
     "recommendation",
     "run_showdown",
     "select_finalists",
     "simplicity",
+    "spreads",
     "undecided",
+    "undecided_keys",
+    "verdict_text",
 ]

@@ -41,6 +41,9 @@ class Contender:
     p99_ms: float = math.inf
     peak_memory_bytes: float = math.inf
     latency_seconds: tuple[float, ...] = ()  # per round: the objective's latency percentile (latency objective)
+    #: per round: which of the finalist's worker processes timed it (index, the same for every finalist in a
+    #: round); empty: one process, the rounds alone are the unit of the bootstrap
+    processes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,18 @@ class Standing:
     ratio_ci: tuple[float, float]
     tied: bool
     round_perf: tuple[float, ...]  # throughput per round (samples/s), or 1/latency per round
-    round_spread: float  # coefficient of variation of round_perf: the between-rounds spread
+    #: the between-rounds spread: coefficient of variation of round_perf within a process (pooled over the
+    #: processes; all rounds when there is one)
+    round_spread: float
+    #: the between-process spread: coefficient of variation of the processes' mean perf (None: < 2 processes)
+    process_spread: float | None = None
+    #: the ratio's CI straddles 1 - margin: whether this finalist is within the margin is not decided
+    undecided: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "ratio": self.ratio, "ratio_ci": list(self.ratio_ci), "tied": self.tied,
-                "round_perf": list(self.round_perf), "round_spread": self.round_spread}
+                "round_perf": list(self.round_perf), "round_spread": self.round_spread,
+                "process_spread": self.process_spread, "undecided": self.undecided}
 
 
 @dataclass(frozen=True)
@@ -77,9 +87,22 @@ class Verdict:
     def standing(self, key: str) -> Standing:
         return next(s for s in self.standings if s.key == key)
 
+    @property
+    def undecided(self) -> tuple[str, ...]:
+        """Finalists whose ratio CI straddles ``1 - margin``: the rounds could not separate them from the leader."""
+        return tuple(s.key for s in self.standings if s.undecided)
+
+    @property
+    def how_picked(self) -> str:
+        """How the pick was made, in words (the report says it next to an undecided verdict)."""
+        if self.tie:
+            return f"tie-break among the finalists within {self.margin:.0%}: {self.tie_break}"
+        return "the highest paired median over the rounds (the leader)"
+
     def to_dict(self) -> dict[str, Any]:
         return {"leader": self.leader, "pick": self.pick, "tie": self.tie, "margin": self.margin,
                 "rounds": self.rounds, "tie_break": self.tie_break,
+                "undecided": list(self.undecided), "how_picked": self.how_picked,
                 "standings": [s.to_dict() for s in self.standings]}
 
 
@@ -117,15 +140,65 @@ def select_finalists(rows: Sequence[Mapping[str, Any]], *, objective: str, laten
     return out[:max_finalists]
 
 
-def _bootstrap_median_ci(d: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> tuple[float, float]:
+def hierarchical_median_ci(d: np.ndarray, groups: Sequence[int] = (), *, seed: int,
+                           n_boot: int = N_BOOT) -> tuple[float, float]:
+    """95% percentile CI of ``median(d)`` by a two-level bootstrap: processes, then rounds within them.
+
+    ``d[r]`` is round r's paired log ratio and ``groups[r]`` the process (index) that timed round r; rounds of
+    one process share that process's luck (its allocator state, its memory placement), so resampling rounds
+    alone would treat P processes x R rounds as P*R independent draws and give a CI too narrow by the
+    between-process spread. Pseudo-code (Davison & Hinkley 1997, sec. 3.8, "randomness at both stages")::
+
+        G = the distinct processes, rounds[g] = d of the rounds process g timed
+        repeat n_boot times:
+            pick len(G) processes with replacement from G
+            for each pick g: pick len(rounds[g]) rounds with replacement from rounds[g]
+            m_b = median of all picked rounds
+        CI = 2.5% and 97.5% quantiles of m_b
+
+    With one process (or no ``groups``) this is the plain bootstrap over rounds.
+    """
+    d = np.asarray(d, dtype=float)
     if d.size < 2 or float(d.max()) == float(d.min()):
         m = float(np.median(d))
         return (m, m)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, d.size, size=(n_boot, d.size))
-    medians = np.median(d[idx], axis=1)
+    labels = np.asarray(groups if len(groups) == d.size else [0] * d.size)
+    members = [d[labels == g] for g in np.unique(labels)]
+    if len(members) == 1:
+        idx = rng.integers(0, d.size, size=(n_boot, d.size))
+        medians = np.median(d[idx], axis=1)
+    else:
+        sizes = np.array([m.size for m in members])
+        padded = np.full((len(members), int(sizes.max())), np.nan)
+        for i, m in enumerate(members):
+            padded[i, : m.size] = m
+        picks = rng.integers(0, len(members), size=(n_boot, len(members)))  # processes
+        width = int(sizes.max())
+        offsets = np.floor(rng.random((n_boot, len(members), width)) * sizes[picks][..., None]).astype(int)
+        values = padded[picks[..., None], offsets]  # rounds within each picked process
+        values[np.arange(width)[None, None, :] >= sizes[picks][..., None]] = np.nan
+        medians = np.nanmedian(values.reshape(n_boot, -1), axis=1)
     lo, hi = np.quantile(medians, [0.025, 0.975])
     return (float(lo), float(hi))
+
+
+def spreads(perf: np.ndarray, groups: Sequence[int] = ()) -> tuple[float, float | None]:
+    """(between rounds, between processes): pooled within-process CV of the rounds, CV of the process means.
+
+    The first is what a busy machine does to one slice, the second what a process's luck does to all its
+    slices (None with fewer than two processes).
+    """
+    perf = np.asarray(perf, dtype=float)
+    labels = np.asarray(groups if len(groups) == perf.size else [0] * perf.size)
+    members = [perf[labels == g] for g in np.unique(labels)] if perf.size else []
+    mean = float(perf.mean()) if perf.size else 0.0
+    dev = [float(((m - m.mean()) ** 2).sum()) for m in members]
+    dof = sum(m.size - 1 for m in members)
+    within = math.sqrt(sum(dev) / dof) / mean if dof > 0 and mean > 0 else 0.0
+    if len(members) < 2 or mean <= 0:
+        return within, None
+    return within, float(np.std([m.mean() for m in members], ddof=1) / mean)
 
 
 def paired_verdict(contenders: Sequence[Contender], *, objective: str = "throughput", margin: float = DEFAULT_MARGIN,
@@ -153,15 +226,18 @@ def paired_verdict(contenders: Sequence[Contender], *, objective: str = "through
     reference = max(contenders, key=lambda c: float(np.median(logs[c.key]))).key
     leader = max(contenders, key=lambda c: float(np.median(logs[c.key] - logs[reference]))).key
     standings = []
+    floor = 1.0 - margin
     for i, c in enumerate(contenders):
         d = logs[c.key] - logs[leader]
-        lo, hi = _bootstrap_median_ci(d, seed=seed + i)
+        lo, hi = hierarchical_median_ci(d, c.processes, seed=seed + i)
         ratio = float(math.exp(np.median(d)))
         p = perf[c.key]
-        spread = float(p.std(ddof=1) / p.mean()) if p.size > 1 else 0.0
-        standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=(math.exp(lo), math.exp(hi)),
-                                  tied=ratio >= 1.0 - margin, round_perf=tuple(float(v) for v in p),
-                                  round_spread=spread))
+        within, between = spreads(p, c.processes)
+        ci = (math.exp(lo), math.exp(hi))
+        standings.append(Standing(key=c.key, ratio=ratio, ratio_ci=ci,
+                                  tied=ratio >= floor, round_perf=tuple(float(v) for v in p),
+                                  round_spread=within, process_spread=between,
+                                  undecided=c.key != leader and ci[0] < floor <= ci[1]))
     by_key = {c.key: c for c in contenders}
     ratio_of = {s.key: s.ratio for s in standings}
     tied = [s.key for s in standings if s.tied]
@@ -181,14 +257,15 @@ def candidate_key(row: Mapping[str, Any]) -> str:
 
 
 def contender_from(row: Mapping[str, Any], seconds_per_call: Sequence[float],
-                   latency_seconds: Sequence[float] = ()) -> Contender:
+                   latency_seconds: Sequence[float] = (), processes: Sequence[int] = ()) -> Contender:
     p99 = (row.get("latency_ms") or {}).get("p99")
     per_call = (row.get("traffic") or {}).get("samples_per_call") or row["batch_size"]
     return Contender(key=candidate_key(row), batch_size=float(per_call),
                      seconds_per_call=tuple(float(s) for s in seconds_per_call),
                      simplicity=simplicity(row), p99_ms=float(p99) if p99 is not None else math.inf,
                      peak_memory_bytes=float(row.get("peak_memory_bytes") or math.inf),
-                     latency_seconds=tuple(float(s) for s in latency_seconds))
+                     latency_seconds=tuple(float(s) for s in latency_seconds),
+                     processes=tuple(int(p) for p in processes))
 
 
 def undecided(verdict: Verdict) -> bool:
@@ -199,8 +276,7 @@ def undecided(verdict: Verdict) -> bool:
     (up to ``MAX_ROUNDS_FACTOR`` x the rounds asked, or its deadline) instead of letting noise
     decide whether a slower variant is picked for simplicity.
     """
-    floor = 1.0 - verdict.margin
-    return any(s.key != verdict.leader and s.ratio_ci[0] < floor <= s.ratio_ci[1] for s in verdict.standings)
+    return bool(verdict.undecided)
 
 
 def recommendation(rows: Sequence[Mapping[str, Any]], showdown: Mapping[str, Any] | None,
@@ -220,8 +296,9 @@ def recommendation(rows: Sequence[Mapping[str, Any]], showdown: Mapping[str, Any
             out = {**pick, "decided_by": "showdown", "showdown": {
                 "ratio_to_leader": standing["ratio"], "ratio_ci": standing["ratio_ci"], "leader": verdict["leader"],
                 "tie": verdict["tie"], "tied_with": [k for k in tied if k != verdict["pick"]],
-                "round_spread": standing["round_spread"], "margin": verdict["margin"],
-                "rounds": verdict["rounds"]}}
+                "round_spread": standing["round_spread"], "process_spread": standing.get("process_spread"),
+                "margin": verdict["margin"], "rounds": verdict["rounds"],
+                "undecided": list(verdict.get("undecided") or []), "how_picked": verdict.get("how_picked")}}
             perf = [float(v) for v in standing.get("round_perf") or []]
             # round_perf is 1/latency under the latency objective: only a throughput showdown gives a rate
             if perf and (showdown or {}).get("objective") in ("throughput", "pareto"):

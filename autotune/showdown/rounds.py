@@ -22,14 +22,23 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.client import WorkerClient
 from autotune.showdown.paired import Verdict, candidate_key, contender_from, paired_verdict, undecided
+from autotune.showdown.verdict import contended, verdict_text
 
 if TYPE_CHECKING:
     from autotune.runner import Runner
 
 #: Seconds a slice request may take beyond its nominal length before the worker counts as hung.
 SLICE_GRACE_S = 60.0
-#: Rounds tried at most, as a multiple of the undisturbed rounds wanted.
+#: Rounds tried at most, as a multiple of the undisturbed rounds wanted (plus 2 per process added).
 MAX_ROUNDS_FACTOR = 3
+#: Worker processes per finalist: MIN_PROCESSES by default (``measure.processes``; two cannot tell one process's
+#: luck from the spread between processes; a recipe may ask for fewer to save time, and the report then says the
+#: between-process spread was not measured), at most MAX_PROCESSES when more are added.
+MIN_PROCESSES = 3
+MAX_PROCESSES = 6
+#: One more process per finalist is staged while a watched finalist's between-process spread is at least this
+#: share of the margin (and its tie still undecided when the rounds run out).
+PROCESS_SPREAD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class ShowdownSettings:
     latency_percentile: str
     timeout_s: float
     seed: int = 0
-    processes: int = 2  # worker processes per finalist; rounds alternate between them
+    processes: int = MIN_PROCESSES  # worker processes per finalist at the start; rounds alternate between them
     deadline: float | None = None  # time.monotonic() after which no new round starts
 
 
@@ -61,11 +70,11 @@ def run_showdown(
     make_runner: Callable[[], Runner],
     on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Stage every finalist in its own worker, run the interleaved rounds, compare.
+    """Stage every finalist in its own workers, run the interleaved rounds, compare.
 
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
-    why it dropped out), and the :class:`Verdict` (absent when fewer than two of several finalists lasted; a
-    single finalist gets its rounds and a verdict of one).
+    why it dropped out), which process timed each round, and the :class:`Verdict` with its text (absent when
+    fewer than two of several finalists lasted; a single finalist gets its rounds and a verdict of one).
     """
     runners: dict[str, list[Runner]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
@@ -74,7 +83,25 @@ def run_showdown(
     latency: dict[str, list[float]] = {}
     foreign: dict[str, list[float | None]] = {}
     disturbed: list[bool] = []
+    round_process: list[int] = []  # which process (index into each finalist's runners) timed each round
+    stage_seconds: list[float] = []  # wall time of each process staged: what one more would cost
+    notes: list[str] = []
     per_call = settings.objective == "latency"
+
+    def stage(key: str, row: Mapping[str, Any]) -> Runner | str:
+        """One fresh worker with ``row``'s variant built and warm, or why it could not be."""
+        t0 = time.monotonic()
+        runner = make_runner()
+        res = WorkerClient(runner).stage(
+            recipe_data, row["variant"], row["batch_size"],
+            warmup_iterations=int(row.get("warmup_iterations") or 0),
+            warmup_seconds=2.0 * settings.round_seconds, timeout=settings.timeout_s)
+        stage_seconds.append(time.monotonic() - t0)
+        if res.get("status") != "ok":
+            runner.close()
+            return f"{res.get('status')}: {res.get('reason')}"
+        return runner
+
     try:
         for row in finalists:
             key = candidate_key(row)
@@ -82,15 +109,11 @@ def run_showdown(
                 on_progress(f"staging {key}")
             runners[key] = []
             for _ in range(settings.processes):
-                runner = make_runner()
-                runners[key].append(runner)
-                res = WorkerClient(runner).stage(
-                    recipe_data, row["variant"], row["batch_size"],
-                    warmup_iterations=int(row.get("warmup_iterations") or 0),
-                    warmup_seconds=2.0 * settings.round_seconds, timeout=settings.timeout_s)
-                if res.get("status") != "ok":
-                    dropped[key] = f"{res.get('status')}: {res.get('reason')}"
+                got = stage(key, row)
+                if isinstance(got, str):
+                    dropped[key] = got
                     break
+                runners[key].append(got)
             if key in dropped:
                 for runner in runners.pop(key):
                     runner.close()
@@ -102,28 +125,87 @@ def run_showdown(
         # at least two must last for a comparison
         need = min(2, len(finalists))
         r = 0
-        limit = MAX_ROUNDS_FACTOR * settings.rounds + settings.processes
+        added = 0
+
+        def current() -> Verdict | None:
+            return _verdict(staged, dropped, per_round, latency, _compared_rounds(disturbed, settings),
+                            round_process, settings, need=need)
 
         def settled() -> bool:  # enough undisturbed rounds, and no tie decision left to a coin flip
             if sum(not d for d in disturbed[settings.processes:]) < settings.rounds:
                 return False
-            verdict = _verdict(staged, dropped, per_round, latency, _compared_rounds(disturbed, settings), settings,
-                               need=need)
+            verdict = current()
             return verdict is None or not undecided(verdict)
 
-        while (not settled() and r < limit
-               and (settings.deadline is None or time.monotonic() < settings.deadline or r < 2)):
+        def add_process() -> bool:
+            """Stage one more process per finalist while the spread between processes is comparable to the margin.
+
+            Only when the rounds asked for are done and still undecided, every process has timed >= 2 compared
+            rounds (so its spread is seen), the processes are fewer than MAX_PROCESSES, and the deadline leaves
+            room for the staging (as long as the stagings so far took) plus a few rounds.
+            """
+            verdict = current()
+            alive = [k for k in staged if k not in dropped]
+            count = len(runners[alive[0]]) if alive else 0
+            if verdict is None or not undecided(verdict) or count >= MAX_PROCESSES:
+                return False
+            used = _compared_rounds(disturbed, settings)
+            if min(sum(round_process[i] == p for i in used) for p in range(count)) < 2:
+                return False
+            watched = [verdict.leader, *verdict.undecided]
+            spread = max((verdict.standing(k).process_spread or 0.0) for k in watched)
+            if spread < PROCESS_SPREAD_SHARE * settings.margin:
+                return False
+            cost = len(alive) * (max(stage_seconds) if stage_seconds else 0.0) \
+                + 3 * len(alive) * settings.round_seconds
+            if settings.deadline is not None and time.monotonic() + cost > settings.deadline:
+                return False
+            fresh: dict[str, Runner] = {}
+            for key in alive:
+                if on_progress:
+                    on_progress(f"staging process {count + 1} of {key} (between-process spread "
+                                f"{spread:.1%} against a {settings.margin:.0%} margin)")
+                got = stage(key, staged[key])
+                if isinstance(got, str):
+                    notes.append(f"process {count + 1} could not be staged for {key} ({got}); "
+                                 f"kept {count} processes")
+                    for runner in fresh.values():
+                        runner.close()
+                    return False
+                # its first slice is burn-in (a fresh process's allocator is still settling): timed, never kept
+                burn = WorkerClient(got).slice(settings.round_seconds, per_call=per_call,
+                                               percentile=settings.latency_percentile,
+                                               timeout=settings.round_seconds + SLICE_GRACE_S)
+                fresh[key] = got
+                if burn["status"] != "ok":
+                    notes.append(f"process {count + 1} of {key} failed its first slice; kept {count} processes")
+                    for runner in fresh.values():
+                        runner.close()
+                    return False
+            for key, runner in fresh.items():
+                runners[key].append(runner)
+            return True
+
+        while True:
+            if settled() or (settings.deadline is not None and time.monotonic() >= settings.deadline and r >= 2):
+                break
+            if sum(not d for d in disturbed[settings.processes:]) >= settings.rounds and add_process():
+                added += 1
+            if r >= MAX_ROUNDS_FACTOR * settings.rounds + settings.processes + 2 * added:
+                break
             r += 1
             order = [k for k in staged if k not in dropped]
             if len(order) < need:
                 break
             rng.shuffle(order)
+            count = len(runners[order[0]])
+            process = min(range(count), key=lambda p: (sum(q == p for q in round_process), p))
             if on_progress:
                 on_progress(f"round {r} ({sum(not d for d in disturbed[settings.processes:])}/{settings.rounds} "
                             "undisturbed so far)")
             hit = False
             for key in order:
-                worker = WorkerClient(runners[key][(r - 1) % len(runners[key])])
+                worker = WorkerClient(runners[key][process])
                 res = worker.slice(settings.round_seconds, per_call=per_call, percentile=settings.latency_percentile,
                                    timeout=settings.round_seconds + SLICE_GRACE_S)
                 if res["status"] != "ok":
@@ -136,6 +218,7 @@ def run_showdown(
                 if (latency_seconds := res.get("latency_seconds")) is not None:
                     latency[key].append(float(latency_seconds))
             disturbed.append(hit)
+            round_process.append(process)
     finally:
         for group in runners.values():
             for runner in group:
@@ -145,16 +228,21 @@ def run_showdown(
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
         "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
+        "processes_used": settings.processes + added, "round_process": round_process,
         "finalists": [candidate_key(r) for r in finalists],
         "seconds_per_call": {k: per_round[k] for k in staged},
         "foreign_cores": {k: foreign[k] for k in staged},
         "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
         "burn_in_rounds": burn_in,
         "rounds_compared": used,
-        "dropped": dropped, "verdict": None,
+        "dropped": dropped, "notes": notes, "verdict": None,
     }
-    verdict = _verdict(staged, dropped, per_round, latency, used, settings, need=min(2, len(finalists)))
-    doc["verdict"] = None if verdict is None else verdict.to_dict()
+    doc["contended"] = contended(doc)
+    verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
+                       need=min(2, len(finalists)))
+    if verdict is not None:
+        doc["verdict"] = verdict.to_dict()
+        doc["verdict"]["text"] = verdict_text(doc)
     return doc
 
 
@@ -172,10 +260,12 @@ def _compared_rounds(disturbed: Sequence[bool], settings: ShowdownSettings) -> l
 
 def _verdict(staged: Mapping[str, Mapping[str, Any]], dropped: Mapping[str, str],
              per_round: Mapping[str, Sequence[float]], latency: Mapping[str, Sequence[float]],
-             used: Sequence[int], settings: ShowdownSettings, *, need: int = 2) -> Verdict | None:
+             used: Sequence[int], round_process: Sequence[int], settings: ShowdownSettings, *,
+             need: int = 2) -> Verdict | None:
     alive = [k for k in staged if k not in dropped]
     if len(alive) < max(1, need) or not used:
         return None
     contenders = [contender_from(staged[k], [per_round[k][i] for i in used],
-                                 [latency[k][i] for i in used] if latency[k] else ()) for k in alive]
+                                 [latency[k][i] for i in used] if latency[k] else (),
+                                 [round_process[i] for i in used]) for k in alive]
     return paired_verdict(contenders, objective=settings.objective, margin=settings.margin, seed=settings.seed)

@@ -124,8 +124,8 @@ class MeasureSpec:
     #: Showdown: interleaved rounds over the finalists (0: no showdown) and seconds per slice.
     rounds: int = 6
     round_seconds: float = 0.5
-    #: Showdown: fresh worker processes per finalist (rounds alternate between them).
-    processes: int = 2
+    #: Showdown: fresh worker processes per finalist (rounds alternate between them; >= 3 to see their spread).
+    processes: int = 3
 
 
 @dataclass(frozen=True)

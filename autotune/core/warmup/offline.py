@@ -21,6 +21,7 @@ import numpy as np
 
 from autotune.core.stats import block_bootstrap_ci, choose_block_length
 from autotune.core.warmup.changepoints import check_finite, pelt, refine
+from autotune.core.warmup.mixture import Mixture, find_mixture
 from autotune.core.warmup.noise import Equivalence, estimate_phi, trend
 from autotune.core.warmup.spikes import (
     SPIKE_MAX_RUN,
@@ -64,6 +65,10 @@ class WarmupAnalysis:
     #: one-off extreme spikes (a compile, a recompile mid-run): listed in ``outliers`` too, and
     #: left out of the steady mean, median and CI (see :func:`analyze`)
     one_off: tuple[int, ...] = ()
+    #: a stationary mixture of two speeds (:mod:`.mixture`): the two levels' means (fast, slow) and the slow
+    #: level's share of the values; empty / None when the series is not one
+    levels: tuple[float, ...] = ()
+    share_high: float | None = None
 
     def __post_init__(self) -> None:
         if self.classification not in CLASSIFICATIONS:
@@ -72,6 +77,11 @@ class WarmupAnalysis:
     @property
     def steady(self) -> bool:
         return self.steady_start is not None
+
+    @property
+    def bimodal(self) -> bool:
+        """Per-call times alternate between two levels (the steady mean is the mixture's)."""
+        return len(self.levels) == 2
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict with the keys of the ``autotune warmup --json`` contract (+ outliers, n)."""
@@ -85,6 +95,7 @@ class WarmupAnalysis:
             "outliers": list(self.outliers),
             "one_off": list(self.one_off),
             "n": self.n,
+            **({"levels": list(self.levels), "share_high": self.share_high} if self.levels else {}),
         }
 
     @classmethod
@@ -105,6 +116,8 @@ class WarmupAnalysis:
                 outliers=tuple(int(c) for c in data.get("outliers", ())),
                 n=int(data["n"]),
                 one_off=tuple(int(c) for c in data.get("one_off", ())),
+                levels=tuple(float(v) for v in data.get("levels") or ()),
+                share_high=None if data.get("share_high") is None else float(data["share_high"]),
             )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise InputError(f"not a stored warmup analysis (missing or bad field: {exc})") from exc
@@ -394,6 +407,8 @@ def analyze(
             one-off spikes at the head of the tail -> start after them
         classify: start 0 -> flat; an earlier (merged) segment faster than the steady mean
             beyond tolerance -> slowdown; otherwise warmup
+        (first of all: a stationary mixture of two alternating levels, :mod:`.mixture`, is analysed
+            by its block means, and its steady mean and CI are the mixture's: :func:`_analyze_mixture`)
         steady mean / median / CI from the raw values from the start on, recurring spikes
             included (they are part of what an iteration costs), one-off spikes left out
             (CI: circular block bootstrap, block length from the autocorrelation of the
@@ -422,6 +437,13 @@ def analyze(
     min_steady = max(int(min_steady), 3)
     if n < min_steady:
         return _no_steady(n, (), ())
+    mixture = find_mixture(x)
+    if mixture is not None:
+        mixed = _analyze_mixture(x, mixture, rel_tolerance=rel_tolerance, min_steady=min_steady,
+                                 end_fraction=end_fraction, confidence=confidence, n_boot=n_boot,
+                                 with_ci=with_ci, seed=seed)
+        if mixed is not None:
+            return mixed
 
     med_local = rolling_median(x, SPIKE_WINDOW)
     spikes = spike_mask(x, med_local, SPIKE_THRESHOLD, SPIKE_MAX_RUN)
@@ -503,3 +525,35 @@ def analyze(
         n=n,
         one_off=tuple(int(o) for o in one_off_idx),
     )
+
+
+def _analyze_mixture(x: np.ndarray, mixture: Mixture, *, rel_tolerance: float, min_steady: int,
+                     end_fraction: float, confidence: float, n_boot: int, with_ci: bool, seed: int
+                     ) -> WarmupAnalysis | None:
+    """:func:`analyze` of a two-level mixture by its block means (pseudo-code in :mod:`.mixture`).
+
+    None when the series is too short for enough blocks: the ordinary analysis then decides.
+    """
+    b = mixture.block
+    m = x.size // b
+    steady_blocks = max(8, math.ceil(min_steady / b))
+    if m < max(steady_blocks, 16):
+        return None
+    blocks = x[: m * b].reshape(m, b).mean(axis=1)
+    a = analyze(blocks, rel_tolerance=rel_tolerance, min_steady=steady_blocks, end_fraction=end_fraction,
+                with_ci=False, seed=seed)
+    changepoints = tuple(int(c) * b for c in a.changepoints)
+    levels = (mixture.low, mixture.high)
+    if a.steady_start is None:
+        return WarmupAnalysis(classification="no_steady_state", steady_start=None, steady_mean=None,
+                              steady_median=None, ci=None, changepoints=changepoints, outliers=(), n=int(x.size),
+                              levels=levels, share_high=mixture.share_high)
+    start = int(a.steady_start) * b
+    steady = x[start:]
+    ci: tuple[float, float] | None = None
+    if with_ci:
+        block = min(max(b, choose_block_length(steady)), max(steady.size // 2, 1))
+        ci = block_bootstrap_ci(steady, confidence=confidence, n_boot=n_boot, block=block, seed=seed)
+    return WarmupAnalysis(classification=a.classification, steady_start=start, steady_mean=float(steady.mean()),
+                          steady_median=float(np.median(steady)), ci=ci, changepoints=changepoints, outliers=(),
+                          n=int(x.size), levels=levels, share_high=mixture.share_high)
