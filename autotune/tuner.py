@@ -94,7 +94,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     t0 = time.monotonic()
     out = options.out_dir
     study_name = options.study_name or recipe.name
-    with Runner() as runner:
+    with Runner(fresh_measure=True) as runner:  # each candidate timed in a fresh process (ARCHITECTURE.md)
         workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
         emit(options.on_event, "validated", f"{recipe.name} on {workload.device}: {len(workload.variants)} variants",
              device=workload.device, variants=workload.variants)
@@ -109,13 +109,13 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
-            boundary = find_boundaries(
-                runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR),
+            boundary = find_boundaries(  # per base variant: its process environments share the boundary
+                runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR),
                 on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
             runner.recycle("probe")  # its memory back before timing starts
-            batch_sizes = boundary.batch_sizes
+            batch_sizes = workload.spread(boundary.batch_sizes)
             if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
-                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, v))
+                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, workload.base_of.get(v, v)))
                                for v, b in batch_sizes.items()}
         else:
             fixed = tuple(recipe.search.batch_sizes)
@@ -274,7 +274,7 @@ def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: f
     study = load_existing_study(storage, study_name)
     shown = display_url(storage)
     budget = recipe.search.time_budget_s if time_budget is None else time_budget
-    with Runner() as runner:
+    with Runner(fresh_measure=True) as runner:
         workload = validate(runner, recipe)
         fingerprint = study_fingerprint(recipe, workload.device)
         verify_join(study, _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotune.core.device_names import ALLOWED_TEXT, is_device_name
+from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.reader import TableReader
 from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -29,7 +30,7 @@ from autotune.core.recipe.spec import (
     SearchSpec,
 )
 from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
-from autotune.errors import RecipeError
+from autotune.errors import InputError, RecipeError
 
 _TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "search", "constraints", "batch", "measure")
 #: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
@@ -209,6 +210,7 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
         shapes=_shapes(r),
         threads=_threads(path, r),
+        environments=_environments(r),
         batch_sizes=batch_sizes,
         objective=r.choice("objective", OBJECTIVES, "throughput"),
         time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
@@ -240,6 +242,27 @@ def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
             raise RecipeError(f"{path}: field 'search.threads[{i}]': thread counts must be positive integers, "
                               f"got {n!r}")
     return tuple(sorted(set(raw)))
+
+
+def _environments(r: TableReader) -> tuple[str, ...] | Literal["auto"]:
+    """``search.environments``: "auto" or a list of ``ALLOCATOR[+OMP]`` names, canonical and deduplicated."""
+    raw = r.get("environments", (list, str), [])
+    allowed = f"\"auto\" or a list of {', '.join(ALLOCATORS)} (each optionally +{' or +'.join(OMP_SETTINGS)})"
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("environments", f"'{raw}' is not allowed; allowed: {allowed}")
+        return "auto"
+    if not raw:
+        raise r.error("environments", f"must not be empty; leave it out for glibc's default only, or use {allowed}")
+    names: list[str] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, str):
+            raise r.error("environments", f"item {i} must be a string, got {item!r}; allowed: {allowed}")
+        try:
+            names.append(ProcessEnvironment.parse(item, field="environment").name)
+        except InputError as exc:
+            raise r.error(f"environments[{i}]", str(exc).removeprefix("environment: ")) from None
+    return tuple(dict.fromkeys(names))
 
 
 def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:
