@@ -34,9 +34,23 @@ from pathlib import Path
 from autotune.errors import InputError, WorkerError
 
 __all__ = [
-    "ALLOCATORS", "AUTO_ALLOCATORS", "DEFAULT", "ENVIRONMENT_OPS", "ENV_MARKER", "LIBRARY_DIRS", "OMP_SETTINGS",
-    "TUNED_TUNABLES", "ProcessEnvironment", "check_worker_environment", "environment_of_variant", "install_hint",
-    "resolve_environments", "shell_exports",
+    "ALLOCATORS",
+    "AUTO_ALLOCATORS",
+    "DEFAULT",
+    "ENVIRONMENT_OPS",
+    "ENV_MARKER",
+    "LIBRARY_DIRS",
+    "OMP_SETTINGS",
+    "TUNED_TUNABLES",
+    "ProcessEnvironment",
+    "check_worker_environment",
+    "describe",
+    "environment_of_variant",
+    "install_hint",
+    "python_prelude",
+    "resolve_environments",
+    "run_script",
+    "shell_exports",
 ]
 
 #: The allocator settings, the default first.
@@ -232,6 +246,77 @@ def environment_of_variant(variant: str) -> ProcessEnvironment:
     parts = [t.strip().lower() for t in variant.split("+")[1:]]
     return ProcessEnvironment.parse("+".join(t for t in parts if t in ALLOCATORS or t in OMP_SETTINGS) or DEFAULT,
                                     field="variant")
+
+
+def describe(env: ProcessEnvironment) -> str:
+    """One line for people: what the environment is and how it is set."""
+    parts = {"glibc": "glibc's default malloc", "glibc-tuned": f"glibc malloc with GLIBC_TUNABLES={TUNED_TUNABLES}",
+             "jemalloc": f"jemalloc (LD_PRELOAD of {PRELOADS['jemalloc'][0]})",
+             "tcmalloc": f"tcmalloc (LD_PRELOAD of {PRELOADS['tcmalloc'][0]})"}[env.allocator]
+    if env.omp is not None:
+        parts += f", OMP_WAIT_POLICY={OMP_SETTINGS[env.omp]}"
+    return parts
+
+
+def run_script(env: ProcessEnvironment, *, default_command: str) -> str:
+    """``run.sh``: set ``env`` up, then run the arguments (a service) or ``default_command`` in it."""
+    return "\n".join(line for line in [
+        "#!/bin/sh",
+        "# Starts a process in the environment autotune measured the recommendation in:",
+        f"#   {env.name}: {describe(env)}.",
+        "# Such settings are read when a process starts, so they cannot be set from Python.",
+        "# Usage: ./run.sh                      runs load.py (one batch) in that environment",
+        "#        ./run.sh python service.py    runs your own service in it",
+        "set -e",
+        *shell_exports(env),
+        f"export {ENV_MARKER}={env.name}",
+        'if [ "$#" -eq 0 ]; then',
+        f'  exec {default_command}',
+        "fi",
+        'exec "$@"',
+    ] if line) + "\n"
+
+
+def python_prelude(env: ProcessEnvironment) -> list[str]:
+    """Lines for the top of a script run as ``python script.py``: when the process was not started in ``env``,
+    start it again (``os.execve``, once) with ``env``'s variables. Nothing for the default environment."""
+    if env.is_default:
+        return []
+    lines = [
+        f"# autotune measured this in the process environment '{env.name}': {describe(env)}.",
+        "# It must be set before the process starts; run as a script, this block starts it again once with it.",
+        "import os",
+        "import sys",
+        "",
+        f"ENVIRONMENT = {env.name!r}",
+        "",
+        "",
+        "def _environment():",
+        f"    env = dict(os.environ, {ENV_MARKER}=ENVIRONMENT)",
+    ]
+    if env.allocator in PRELOADS:
+        lib, pkg = PRELOADS[env.allocator]
+        lines += [
+            f"    found = [os.path.join(d, {lib!r}) for d in {list(LIBRARY_DIRS)!r}",
+            f"             if os.path.exists(os.path.join(d, {lib!r}))]",
+            "    if not found:",
+            f"        raise SystemExit({lib + ' not found: apt-get install ' + pkg!r})",
+            '    env["LD_PRELOAD"] = found[0]',
+            '    env.pop("GLIBC_TUNABLES", None)',
+        ]
+    elif env.allocator == "glibc-tuned":
+        lines += ['    env.pop("LD_PRELOAD", None)', f'    env["GLIBC_TUNABLES"] = {TUNED_TUNABLES!r}']
+    if env.omp is not None:
+        lines.append(f'    env["OMP_WAIT_POLICY"] = {OMP_SETTINGS[env.omp]!r}')
+    lines += [
+        "    return env",
+        "",
+        "",
+        f'if __name__ == "__main__" and os.environ.get({ENV_MARKER!r}) != ENVIRONMENT:',
+        "    os.execve(sys.executable, [sys.executable, *sys.argv], _environment())",
+        "",
+    ]
+    return lines
 
 
 def check_worker_environment(wanted: str, *, environ: Mapping[str, str] | None = None) -> None:

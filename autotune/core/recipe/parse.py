@@ -246,7 +246,9 @@ def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
 
 def _environments(r: TableReader) -> tuple[str, ...] | Literal["auto"]:
     """``search.environments``: "auto" or a list of ``ALLOCATOR[+OMP]`` names, canonical and deduplicated."""
-    raw = r.get("environments", (list, str), [])
+    raw = r.get("environments", (list, str), None)
+    if raw is None:
+        return ()
     allowed = f"\"auto\" or a list of {', '.join(ALLOCATORS)} (each optionally +{' or +'.join(OMP_SETTINGS)})"
     if isinstance(raw, str):
         if raw != "auto":
