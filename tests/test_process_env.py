@@ -44,7 +44,7 @@ def test_names_parse_and_print_canonically() -> None:
     assert ProcessEnvironment.parse("glibc").is_default
     assert ProcessEnvironment.parse("OMP-PASSIVE+jemalloc").name == "jemalloc+omp-passive"
     assert ProcessEnvironment.parse("omp-active").name == "glibc+omp-active"
-    with pytest.raises(InputError, match="unknown environment 'jemallc'.*allowed: glibc, glibc-tuned"):
+    with pytest.raises(InputError, match=r"unknown environment 'jemallc'.*allowed: glibc, glibc-tuned"):
         ProcessEnvironment.parse("jemallc")
     with pytest.raises(InputError, match="two allocators"):
         ProcessEnvironment.parse("jemalloc+tcmalloc")
@@ -212,3 +212,41 @@ def test_candidates_run_in_their_environment_and_never_in_another(write_recipe) 
         assert not reply["ok"] and "started in 'glibc'" in reply["error"]["message"]
     finally:
         worker.close()
+
+
+@pytest.mark.worker
+def test_showdown_workers_and_the_artifact_run_in_the_finalists_environment(write_recipe, tmp_path: Path) -> None:
+    """stage (the showdown's fresh workers) and artifact go to a worker in the variant's environment; the
+    artifact's run.sh and load.py (run as a script) start their process in it."""
+    import os
+
+    from autotune.deployment import ARTIFACT_DIR, RUN_SCRIPT_NAME, write_deployment
+
+    recipe = load_recipe(write_recipe(tiny_recipe(variants='["frozen"]')))
+    with Runner() as runner:
+        staged = WorkerClient(runner).stage(recipe.to_dict(), "frozen+glibc-tuned", 2, warmup_iterations=0,
+                                            warmup_seconds=0.1, timeout=120)
+        assert staged.get("status") == "ok", staged
+        assert _environ(runner._workers["measure"].hello["pid"])[ENV_MARKER] == "glibc-tuned"
+    spec = VariantSpec.parse("frozen+glibc-tuned")
+    doc = {"recipe": dict(recipe.to_dict(), device_resolved="cpu"),
+           "recommendation": {"variant": spec.name, "batch_size": 2, **spec.to_dict()}}
+    write_deployment(recipe.to_dict(), doc, tmp_path, make_runner=Runner, timeout=300, profile=False)
+    section = doc["artifact"]
+    assert section["status"] == "ok", section
+    assert section["environment"]["name"] == "glibc-tuned"
+    assert section["environment"]["variables"] == {"GLIBC_TUNABLES": TUNED_TUNABLES}
+    art = tmp_path / ARTIFACT_DIR
+    assert os.access(art / RUN_SCRIPT_NAME, os.X_OK)
+    assert "ENVIRONMENT = 'glibc-tuned'" in (art / "load.py").read_text()
+    probe = "import os; print(os.environ.get('GLIBC_TUNABLES', '').split(':')[0])"
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_MARKER, "GLIBC_TUNABLES")}
+    out = subprocess.run(["sh", str(art / RUN_SCRIPT_NAME), sys.executable, "-c", probe], capture_output=True,
+                         text=True, env=env, check=True)
+    assert out.stdout.strip() == TUNED_TUNABLES.split(":")[0]
+    ran = subprocess.run(["sh", str(art / RUN_SCRIPT_NAME)], capture_output=True, text=True, timeout=300,
+                         env=dict(env, PYTHON=sys.executable), check=False)
+    assert ran.returncode == 0 and "outputs:" in ran.stdout, ran.stderr[-2000:]
+    direct = subprocess.run([sys.executable, str(art / "load.py")], capture_output=True, text=True, timeout=300,
+                            env=env, check=False)  # started again by its prelude, in the environment
+    assert direct.returncode == 0 and "outputs:" in direct.stdout, direct.stderr[-2000:]
