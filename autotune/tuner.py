@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from autotune.client import WorkerClient
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
 from autotune.core.recipe import Recipe
+from autotune.core.variant_names import VariantSpec
 from autotune.errors import AutotuneError, InputError
 from autotune.outdir import hold_out_dir
 from autotune.report.assemble import SHOWDOWN_ATTR, build_document
@@ -182,6 +183,8 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     objective = "latency" if recipe.search.objective == "latency" else "throughput"
     finalists = select_finalists(rows, objective=objective,
                                  latency_percentile=recipe.constraints.latency_percentile)
+    if recipe.search.environments:
+        finalists = _with_default_environment(finalists, rows)
     settings = ShowdownSettings(rounds=recipe.measure.rounds, round_seconds=recipe.measure.round_seconds,
                                 margin=recipe.search.equivalence_margin, objective=objective,
                                 latency_percentile=recipe.constraints.latency_percentile,
@@ -199,6 +202,25 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                        on_progress=say)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
+
+
+def _with_default_environment(finalists: list[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+                              ) -> list[Mapping[str, Any]]:
+    """When the leader runs in another process environment (``frozen+jemalloc``), its twin in glibc's default
+    (``frozen`` at the same batch, if measured and feasible) competes second: the showdown's paired ratio
+    against it is what the environment is worth, with its CI, and it survives the trimming to the time left."""
+    if not finalists:
+        return finalists
+    leader = finalists[0]
+    spec = VariantSpec.parse(str(leader["variant"]))
+    if spec.process_environment.is_default:
+        return finalists
+    base = spec.base_name
+    if any(r["variant"] == base and r["batch_size"] == leader["batch_size"] for r in finalists):
+        return finalists
+    twin = next((r for r in rows if r.get("variant") == base and r.get("batch_size") == leader["batch_size"]
+                 and r.get("status") == "ok" and r.get("feasible")), None)
+    return finalists if twin is None else [leader, twin, *finalists[1:]]
 
 
 def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]

@@ -250,3 +250,16 @@ def test_showdown_workers_and_the_artifact_run_in_the_finalists_environment(writ
     direct = subprocess.run([sys.executable, str(art / "load.py")], capture_output=True, text=True, timeout=300,
                             env=env, check=False)  # started again by its prelude, in the environment
     assert direct.returncode == 0 and "outputs:" in direct.stdout, direct.stderr[-2000:]
+
+
+def test_the_leaders_default_environment_twin_competes_second_in_the_showdown() -> None:
+    from autotune.tuner import _with_default_environment
+
+    def row(variant: str, batch: int = 8, **kw: object) -> dict[str, object]:
+        return {"variant": variant, "batch_size": batch, "status": "ok", "feasible": True, **kw}
+
+    rows = [row("frozen+jemalloc"), row("eager+jemalloc"), row("frozen"), row("frozen", 16)]
+    assert _with_default_environment([rows[0], rows[1]], rows) == [rows[0], rows[2], rows[1]]
+    assert _with_default_environment([rows[2], rows[0]], rows) == [rows[2], rows[0]]  # leader in the default
+    infeasible = [rows[0], row("frozen", feasible=False)]
+    assert _with_default_environment([rows[0]], infeasible) == [rows[0]]
