@@ -15,10 +15,10 @@ The settings (names as in ``search.environments`` and as modifiers of a variant 
   it ran before), ``jemalloc`` and ``tcmalloc`` (``LD_PRELOAD`` of Debian's ``libjemalloc.so.2`` /
   ``libtcmalloc_minimal.so.4``; "unavailable" with the install command where the library is missing);
 - OpenMP (opt-in, never in ``"auto"``): ``omp-passive`` / ``omp-active`` set ``OMP_WAIT_POLICY``. torch's
-  CPU build uses GNU OpenMP (libgomp), so Intel's ``KMP_BLOCKTIME`` does nothing and is not offered. On an
-  idle machine the policy changed little; with other processes on the cores, spinning threads (``ACTIVE``)
-  cost several times the call time (measured on this 2-core machine), which is the deployment's business
-  to judge, so it is offered for recipes that name it.
+  CPU build uses GNU OpenMP (libgomp), so Intel's ``KMP_BLOCKTIME`` does nothing and is not offered. Whether
+  the policy matters depends on whether the deployment shares its cores (spinning threads then cost several
+  times the call time; on the shared 2-core machine this was written on no quiet comparison was possible):
+  ``benchmarks/bench_environments.py`` measures it, and a recipe names it where it matters.
 
 A name combines at most one allocator and one OpenMP setting with ``+``: ``jemalloc+omp-passive``. No torch
 here: the parent resolves names and availability, the worker only reads its own ``AUTOTUNE_ENVIRONMENT``.
