@@ -263,3 +263,22 @@ def test_the_leaders_default_environment_twin_competes_second_in_the_showdown() 
     assert _with_default_environment([rows[2], rows[0]], rows) == [rows[2], rows[0]]  # leader in the default
     infeasible = [rows[0], row("frozen", feasible=False)]
     assert _with_default_environment([rows[0]], infeasible) == [rows[0]]
+
+
+def test_the_reproduction_script_starts_itself_in_the_environment(write_recipe) -> None:
+    from autotune.report.reproduce import reproduce_script
+
+    recipe = load_recipe(write_recipe(tiny_recipe(variants='["frozen"]')))
+
+    def script(variant: str) -> str:
+        spec = VariantSpec.parse(variant)
+        doc = {"recipe": dict(recipe.to_dict(), device_resolved="cpu"),
+               "recommendation": {"variant": spec.name, "batch_size": 4, "throughput": 10.0, **spec.to_dict()}}
+        text = reproduce_script(doc)
+        compile(text, variant, "exec")
+        return text
+
+    tuned = script("frozen+tcmalloc")
+    assert "ENVIRONMENT = 'tcmalloc'" in tuned and "os.execve(" in tuned
+    assert tuned.index("os.execve(") < tuned.index("import torch")  # before torch is loaded
+    assert "ENVIRONMENT" not in script("frozen")  # the default environment's script is as before
