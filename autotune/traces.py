@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autotune.core.limits import MAX_TRACE_BYTES, read_text_limited
 from autotune.errors import InputError
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ __all__ = [
     "synthetic_trace",
 ]
 
+#: The longest time per iteration a trace may hold (about 31 years): sums of squares of up to
+#: MAX_TRACE_BYTES values this size stay far from float overflow.
+MAX_SECONDS = 1e9
+
 _ALLOWED = (
     "one number per line (seconds); a header line, blank lines, '#' comments and extra"
     " comma-separated columns (the first is used) are tolerated"
@@ -61,13 +66,11 @@ def load_trace(path: str | Path) -> np.ndarray:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text_limited(p, MAX_TRACE_BYTES, what=_ALLOWED)
     except FileNotFoundError as exc:
         raise InputError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
         raise InputError(f"{p}: is a directory, expected a trace file") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{p}: not a text file; expected {_ALLOWED}") from exc
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
     values: list[float] = []
@@ -89,6 +92,9 @@ def load_trace(path: str | Path) -> np.ndarray:
             raise InputError(f"{p}, line {lineno}: {field!r} is not a finite number; expected {_ALLOWED}")
         if value < 0:
             raise InputError(f"{p}, line {lineno}: {field!r} is negative; a time in seconds must be >= 0")
+        if value > MAX_SECONDS:
+            raise InputError(f"{p}, line {lineno}: {field!r} is not a time per iteration; a time in seconds must "
+                             f"be at most {MAX_SECONDS:g} (the analysis squares and sums them)")
         values.append(value)
     if not values:
         raise InputError(f"{p}: no values; expected {_ALLOWED}")

@@ -42,6 +42,7 @@ from typing import Any
 
 from autotune.core.process_env import environment_of_variant, python_prelude
 from autotune.core.process_env import run_script as process_run_script
+from autotune.report.codegen import py_int, py_literal
 from autotune.report.reproduce import model_script
 from autotune.report.schema import is_int
 from autotune.report.snippets import (
@@ -83,7 +84,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     recipe = doc.get("recipe") or {}
     if kind == "code":
         return model_script(doc, section)
-    batch = int(section.get("batch_size") or rec["batch_size"])
+    batch = py_int(section.get("batch_size") or rec["batch_size"], 1)
     device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
     runtime = section.get("runtime") or {}
     threads = int(section["threads"]) if is_int(section.get("threads")) else 1
@@ -120,7 +121,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         files = [f["name"] for f in section.get("files") or [] if str(f.get("name")).endswith(".onnx")]
         model_file = files[0] if files else "model.onnx"
         body += ["", "", *onnx_lines(mode=rec.get("compile_mode"),
-                                     threads=str(runtime.get("intra_op_num_threads") or threads),
+                                     threads=str(py_int(runtime.get("intra_op_num_threads"), threads) or threads),
                                      path=f"str(HERE / {model_file!r})", device=device, interface=True,
                                      buckets=bool(buckets))]
         body += ["", "", *numpy_make_inputs_lines()]
@@ -128,7 +129,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         config = dict(runtime.get("config") or {})
         request_batch = runtime.get("request_batch")
         requests = batch // int(request_batch) if is_int(request_batch) and request_batch > 0 else 1
-        body += ["", "", f"CONFIG = {config!r}", "", "",
+        body += ["", "", f"CONFIG = {py_literal(config)}", "", "",
                  *openvino_lines(config="CONFIG", requests=str(requests), model='str(HERE / "model.xml")',
                                  interface=True, buckets=bool(buckets))]
         body += ["", "", *numpy_make_inputs_lines()]

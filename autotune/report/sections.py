@@ -349,7 +349,7 @@ def showdown_summary(doc: Mapping[str, Any]) -> str | None:
         return None
     n = len(verdict.get("standings") or [])
     text = (f"Showdown: {n} finalists compared over {verdict['rounds']} randomized interleaved rounds of "
-            f"{showdown.get('round_seconds', 0):g} s; winner by a paired ratio over rounds.")
+            f"{showdown.get('round_seconds') or 0:g} s; winner by a paired ratio over rounds.")
     bad = showdown.get("disturbed_rounds") or []
     if bad:
         run = int(showdown.get("rounds_run") or 0)

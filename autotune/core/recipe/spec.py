@@ -15,6 +15,14 @@ from typing import Any, Literal
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 INTEGER_DTYPES = ("int64", "int32")
 DEFAULT_MAX_BATCH_SIZE = 65536
+#: ``search.seed`` / ``--seed``: the range Optuna's samplers, numpy and ``torch.manual_seed`` all take.
+SEED_LIMIT = 2**32
+SEED_RANGE_TEXT = "in [0, 2**32 - 1]"
+
+
+def valid_seed(value: object) -> bool:
+    """An int (not a bool) that every seeded library takes."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
 
 
 @dataclass(frozen=True)
