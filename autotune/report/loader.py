@@ -28,6 +28,11 @@ What the interface is comes from the worker (:func:`autotune.worker.artifact.des
 
 Every function here is pure: text from the report document (no torch; the report package never
 imports it).
+
+Process environment: a recommendation measured with another allocator or OpenMP setting (``frozen+jemalloc``,
+:mod:`autotune.core.process_env`) must run in it, and such a setting is read when a process starts. ``load.py``
+says so at its top and, run as a script, starts itself again once with it; a service imports ``load.py`` from a
+process started by ``artifact/run.sh`` (``./run.sh python service.py``), which :func:`run_script` writes.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.process_env import environment_of_variant, python_prelude
+from autotune.core.process_env import run_script as process_run_script
 from autotune.report.codegen import py_int, py_literal
 from autotune.report.reproduce import model_script
 from autotune.report.schema import is_int
@@ -97,6 +104,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
                              buckets=buckets),
         '"""',
         "",
+        *python_prelude(environment_of_variant(str(rec.get("variant") or ""))),
         "from pathlib import Path",
         "",
     ]
@@ -156,4 +164,14 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     return "\n".join([*head, *body, *tail]) + "\n"
 
 
-__all__ = ["loader_script"]
+def run_script(doc: Mapping[str, Any]) -> str | None:
+    """``artifact/run.sh``: starts ``load.py`` (no arguments) or the command given in the process environment the
+    recommendation was measured in (None without a recommendation)."""
+    rec = doc.get("recommendation")
+    if not isinstance(rec, Mapping):
+        return None
+    return process_run_script(environment_of_variant(str(rec.get("variant") or "")),
+                              default_command='${PYTHON:-python} "$(dirname "$0")/load.py"')
+
+
+__all__ = ["loader_script", "run_script"]

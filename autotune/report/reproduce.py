@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune.core.process_env import environment_of_variant, python_prelude
 from autotune.environment import summary_line
 from autotune.errors import InputError
 from autotune.report.canonical import normalise_report
@@ -194,6 +195,12 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
             "predict = load()", ""]
 
 
+def _prelude(rec: Mapping[str, Any]) -> list[str]:
+    """The lines that start the script again in the recommendation's process environment (none for glibc's
+    default): an allocator or OpenMP setting is read when a process starts (:mod:`autotune.core.process_env`)."""
+    return python_prelude(environment_of_variant(str(rec.get("variant") or "")))
+
+
 def _seed(recipe: Mapping[str, Any]) -> int:
     seed = (recipe.get("search") or {}).get("seed") if isinstance(recipe.get("search"), Mapping) else None
     return seed if is_int(seed) else 0
@@ -216,7 +223,7 @@ def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any
     return "\n".join([
         '"""' + doc_text(f"autotune's artifact for {recipe.get('name') or 'this recipe'}: {rec['variant']} at batch "
                          f"size {batch}."), "", "    predict = load()", *doc_lines, '"""', "",
-        *lines, "", "", *interface_lines(iface, batch=batch),
+        *_prelude(rec), *lines, "", "", *interface_lines(iface, batch=batch),
         *(["", "", *bucket_lines(buckets, names, numpy=False)] if buckets else []),
         "", "", *torch_prepare_lines(rec), "", "",
         "def load():", '    """The model built above, called as autotune measured it."""',
@@ -292,6 +299,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
                        "openvino": ["import numpy as np", "import openvino as ov"]}.get(compiler, [])
     lines = [
         *header,
+        *(_prelude(rec) if timed else []),
         *stdlib,
         *(["import time"] if timed else []),
         "",
@@ -452,6 +460,7 @@ def traffic_script(doc: Mapping[str, Any]) -> str:
         f"# on {py_comment(summary_line(doc.get('environment') or {}))}.",
         "# For a measurement with warmup detection and confidence intervals run:",
         f"#   {py_comment(measure_line(doc))}",
+        *_prelude(rec),
         "import importlib.util",
         "import runpy",
         "import time",

@@ -338,6 +338,7 @@ ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "runtime": (_nullable(_ANY_MAPPING), False),
     "interface": (_nullable(_ANY_MAPPING), False),
     "notes": (_nullable(_list_of(_STR)), False),
+    "environment": (_nullable(_ANY_MAPPING), False),
 }
 _ARTIFACT = _record(ARTIFACT_FIELDS)
 _PROFILE_ROW = _record(

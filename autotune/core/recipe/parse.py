@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from autotune.core.device_names import ALLOWED_TEXT, is_device_name
 from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
+from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.reader import TableReader
 from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -227,6 +228,7 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
         shapes=_shapes(r),
         threads=_threads(path, r),
+        environments=_environments(r),
         batch_sizes=batch_sizes,
         objective=r.choice("objective", OBJECTIVES, "throughput"),
         time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
@@ -287,6 +289,29 @@ def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
             raise RecipeError(f"{path}: field 'search.threads[{i}]': thread counts must be positive integers, "
                               f"got {n!r}")
     return tuple(sorted(set(raw)))
+
+
+def _environments(r: TableReader) -> tuple[str, ...] | Literal["auto"]:
+    """``search.environments``: "auto" or a list of ``ALLOCATOR[+OMP]`` names, canonical and deduplicated."""
+    raw = r.get("environments", (list, str), None)
+    if raw is None:
+        return ()
+    allowed = f"\"auto\" or a list of {', '.join(ALLOCATORS)} (each optionally +{' or +'.join(OMP_SETTINGS)})"
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("environments", f"'{raw}' is not allowed; allowed: {allowed}")
+        return "auto"
+    if not raw:
+        raise r.error("environments", f"must not be empty; leave it out for glibc's default only, or use {allowed}")
+    names: list[str] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, str):
+            raise r.error("environments", f"item {i} must be a string, got {item!r}; allowed: {allowed}")
+        try:
+            names.append(ProcessEnvironment.parse(item, field="environment").name)
+        except InputError as exc:
+            raise r.error(f"environments[{i}]", str(exc).removeprefix("environment: ")) from None
+    return tuple(dict.fromkeys(names))
 
 
 def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:
