@@ -335,8 +335,9 @@ def _plot_accuracy(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes |
     if not timed or not any(c.get("accuracy") for c, _ in points):
         return None
     fig, ax = _new_axes("Throughput vs accuracy")
-    finite = [d for _, d in points if math.isfinite(d)]
-    right = max([*finite, budget or 0.0, 1e-6]) * 1.15
+    # the axis spans the timed candidates and the budget; a rejected candidate far beyond sits at its right edge
+    finite = [d for _, d in timed if math.isfinite(d)]
+    right = max([*finite, budget or 0.0, 1e-6]) * 1.6
     seen: set[str] = set()
     for c, drop in timed:
         variant = str(c["variant"])
@@ -346,7 +347,7 @@ def _plot_accuracy(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes |
     rejected = [(c, d) for c, d in points if c.get("status") == "rejected"]
     if rejected:
         ax.scatter([min(d, right) for _, d in rejected], [0.0] * len(rejected), marker="x", s=50, color="red",
-                   zorder=4, label="rejected by the budget")
+                   zorder=4, clip_on=False, label="rejected by the budget (at the edge: beyond it)")
     front = accuracy_front(points)
     if len(front) > 1:
         ax.plot([d for d, _ in front], [t for _, t in front], ls="--", lw=1.2, color="black", alpha=0.7,
@@ -363,6 +364,10 @@ def _plot_accuracy(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes |
     ax.set_ylim(bottom=0)
     ax.set_xlabel(label)
     ax.set_ylabel("samples/s")
+    if "disagreement" in label or "fraction" in label:
+        from matplotlib.ticker import PercentFormatter
+
+        ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0))
     _legend(ax, len(seen) + 3)
     return _png(fig)
 
