@@ -214,3 +214,27 @@ def test_a_metric_that_returns_no_number_is_bad_input_before_measuring(tmp_path:
     with pytest.raises((WorkloadError, InputError)) as err:
         autotune.measure(_recipe(tmp_path, accuracy=table), variant="eager", batch_size=32)
     assert "field 'accuracy.metric'" in str(err.value) and "expected a number" in str(err.value)
+
+
+@pytest.mark.slow  # ~60 s on the shared 2-core machine: a whole run (validation, search, artifact, profile)
+@pytest.mark.worker
+@needs_bf16
+def test_a_run_reports_precision_accuracy_and_the_cost_of_its_pick(tmp_path: Path) -> None:
+    """The real thing end to end: a run over fp32 and bf16 with the user's metric writes the precision table, the
+    accuracy plot, the candidates' accuracy and model size, and says what its recommendation costs."""
+    table = f'[accuracy]\nmetric = "{MODELS}/labelled.py:metric"\nmax_drop = "2%"'
+    recipe = autotune.load_recipe(_recipe(tmp_path, accuracy=table, variants='"eager", "eager+bf16"'))
+    result = autotune.tune(recipe, out=tmp_path / "out", time_budget=120)
+    doc = result.report
+    rows = {c["variant"]: c for c in doc["candidates"]}
+    assert rows["eager+bf16"]["accuracy"]["passed"] and rows["eager+bf16"]["accuracy"]["gating"]
+    assert rows["eager"]["accuracy"]["gating"] is False
+    assert rows["eager+bf16"]["model_bytes"] < rows["eager"]["model_bytes"]
+    md = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "## Precision and accuracy" in md and "| bf16 |" in md
+    assert (tmp_path / "out" / "plots" / "accuracy.png").is_file()
+    pick = doc["recommendation"]
+    if pick["precision"] == "bf16":  # whichever is faster on this machine: the report says what the pick costs
+        assert "Accuracy cost: labelled.py:metric" in md and "on 8 batches of the data (256 samples)" in md
+    else:
+        assert "Costs no accuracy: it runs in fp32" in md

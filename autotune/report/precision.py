@@ -160,7 +160,8 @@ def precision_rows(doc: Mapping[str, Any]) -> list[list[str]]:
             size_cell(shown),
             value_text(acc) if acc is not None else ("= eager fp32" if precision == "fp32" else DASH),
             drop_text(acc) if acc is not None else ("0 (strict gate)" if precision == "fp32" else DASH),
-            str(acc.get("budget")) if acc is not None and acc.get("budget") else DASH,
+            (str(acc.get("budget")) if acc.get("gating", True) else "strict gate") if acc is not None and
+            acc.get("budget") else ("strict gate" if precision == "fp32" else DASH),
             count,
         ])
     return rows

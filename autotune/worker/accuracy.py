@@ -225,6 +225,14 @@ def check_metric(recipe: Recipe, model: Callable[..., Any], traffic: Traffic) ->
     return call_metric(recipe, metric, outputs, batches, whose="eager fp32's outputs at batch size 2")
 
 
+def metric_name(reference: str) -> str:
+    """How reports name a metric: ``data.py:metric`` for ``/any/dir/data.py:metric`` (the recipe has the full one)."""
+    target, _, attr = reference.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        return f"{target.rsplit('/', 1)[-1]}:{attr}"
+    return reference
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:.4g}%"
 
@@ -355,11 +363,12 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
     hard, max_abs, max_rel, min_cos = _hard_problem(outs, precision)
 
     if metric is not None and spec is not None:
+        name = metric_name(str(spec.metric))
         ref = reference_value if reference_value is not None else call_metric(
             recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
         max_drop, relative = _budget(spec, default=DEFAULT_RELATIVE_DROP, relative_default=True)
-        budget = (f"{spec.metric} drop <= {_pct(max_drop)} of eager fp32's {ref:.6g}" if relative
-                  else f"{spec.metric} drop <= {max_drop:g}")
+        budget = (f"{name} drop <= {_pct(max_drop)} of eager fp32's {ref:.6g}" if relative
+                  else f"{name} drop <= {max_drop:g}")
         value: float | None = None
         reason = hard
         if reason is None:
@@ -376,9 +385,9 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
             drop = (ref - value) / abs(ref) if relative else ref - value
             if drop > max_drop + 1e-12:
                 shown = _pct(drop) if relative else f"{drop:.4g}"
-                reason = (f"accuracy budget: {spec.metric} {value:.6g} against eager fp32's {ref:.6g} on {n} batches "
+                reason = (f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches "
                           f"of {where}: drop {shown} > max_drop {_pct(max_drop) if relative else f'{max_drop:g}'}")
-        return AccuracyResult(kind="metric", passed=reason is None, metric=str(spec.metric), value=value,
+        return AccuracyResult(kind="metric", passed=reason is None, metric=name, value=value,
                               reference=ref, drop=drop if drop is not None else (math.inf if reason else None),
                               max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel,
                               cosine=min_cos, max_abs_error=max_abs, reason=reason, **common)  # type: ignore[arg-type]
