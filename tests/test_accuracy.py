@@ -89,6 +89,20 @@ def test_a_metric_needs_the_users_data(tmp_path: Path) -> None:
         autotune.load_recipe(_recipe(tmp_path, data=False, accuracy='[accuracy]\nmetric = "m.py:metric"'))
 
 
+def test_the_budget_is_part_of_the_studys_fingerprint(tmp_path: Path) -> None:
+    """Rows judged by another budget must not be resumed: the [accuracy] table (and the metric file's contents) is a
+    part of the study's model identity, and a recipe without it keeps the identity it had before the table existed."""
+    from autotune.study.model_identity import model_identity
+
+    def identity(table: str) -> dict[str, Any]:
+        return model_identity(autotune.load_recipe(_recipe(tmp_path, accuracy=table)))
+
+    metric = f'[accuracy]\nmetric = "{MODELS}/labelled.py:metric"'
+    assert "accuracy" not in identity("")
+    one, two = identity(metric + '\nmax_drop = "1%"'), identity(metric + '\nmax_drop = "2%"')
+    assert one["accuracy"] != two["accuracy"] and '"file_sha256": "' in one["accuracy"]
+
+
 def test_int8_is_a_precision_of_the_grammar() -> None:
     from autotune.core.variant_names import VariantSpec
 
