@@ -83,3 +83,11 @@ def metric(outputs: list[torch.Tensor], batches: list[torch.Tensor]) -> float:
 def bad_metric(outputs: list[torch.Tensor], batches: list[torch.Tensor]) -> str:
     """Returns no number: validation must name ``accuracy.metric``."""
     return "accuracy"
+
+
+def features(offset: float = 0.0) -> nn.Module:
+    """A feature extractor (per token: (B, T, 16) -> (B, T, 32)), not a classifier: the budget's default for it is
+    closeness. ``offset``: the same bf16-hostile form as :func:`blob_classifier`'s."""
+    torch.manual_seed(0)
+    layer = nn.Linear(DIM, 32)
+    return nn.Sequential(Offset(layer, offset) if offset else layer, nn.Tanh()).eval()
