@@ -60,11 +60,11 @@ from autotune.worker.correctness import (
     _walk,
     tolerance_for,
 )
-from autotune.worker.factory import one_line, resolve_factory
+from autotune.worker.metric import call_metric, cpu_float, metric_name, user_batch
 
 if TYPE_CHECKING:
     from autotune.core.recipe import AccuracySpec, Recipe
-    from autotune.worker.traffic import InputLayout, Traffic
+    from autotune.worker.traffic import InputLayout
     from autotune.worker.variants import BuiltVariant
 
 AccuracyKind = Literal["metric", "agreement", "closeness"]
@@ -151,30 +151,6 @@ class AccuracyResult:
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def _cpu_float(out: Any) -> Any:
-    """A detached CPU copy of an output, floating leaves as float32 (bf16 would surprise a user's metric; a CUDA
-    graph's outputs are overwritten by its next call, so they are copied before it)."""
-    import torch.utils._pytree as pytree
-
-    def leaf(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            x = x.detach().to("cpu", copy=True)
-            return x.float() if x.is_floating_point() and x.dtype != torch.float64 else x
-        return x
-
-    return pytree.tree_map(leaf, out)
-
-
-def user_batch(layout: InputLayout, flat: Sequence[torch.Tensor]) -> Any:
-    """A flat batch back in the form the data factory yielded it: a tensor, a tuple or a dict (CPU)."""
-    cpu = [t.detach().cpu() for t in flat]
-    if layout.form == "tensor":
-        return cpu[0]
-    if layout.form == "dict":
-        return dict(zip(layout.names, cpu, strict=True))
-    return tuple(cpu)
-
-
 def classifier_leaf(out: Any) -> torch.Tensor | None:
     """The classifier-shaped tensor of an output (module docstring), or None."""
     if isinstance(out, torch.Tensor):
@@ -186,51 +162,6 @@ def classifier_leaf(out: Any) -> torch.Tensor | None:
     if not t.is_floating_point() or t.dim() < 2 or t.shape[-1] < 2:
         return None
     return t if (t.dim() == 2 or named) else None
-
-
-def resolve_metric(recipe: Recipe) -> Callable[..., Any]:
-    """The ``[accuracy] metric`` callable (a :class:`WorkloadError` naming ``accuracy.metric`` if it cannot be)."""
-    assert recipe.accuracy is not None and recipe.accuracy.metric
-    return resolve_factory(recipe.accuracy, recipe_path=recipe.path, field="accuracy.metric")
-
-
-def call_metric(recipe: Recipe, metric: Callable[..., Any], outputs: list[Any], batches: list[Any], *,
-                whose: str) -> float:
-    """``metric(outputs, batches)`` as a float; raises :class:`WorkloadError` (naming ``accuracy.metric``) when it
-    raises or returns something that is not a finite number, ``whose`` saying on which outputs."""
-    assert recipe.accuracy is not None
-    where = f"{recipe.path}: field 'accuracy.metric': '{recipe.accuracy.metric}'"
-    try:
-        raw = metric(outputs, batches)
-    except Exception as exc:
-        raise WorkloadError(f"{where} raised on {whose}: {one_line(exc)}") from None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{where} returned {type(raw).__name__} {raw!r} on {whose}; expected a number "
-                            "(higher is better)") from None
-    if not math.isfinite(value):
-        raise WorkloadError(f"{where} returned {value} on {whose}; expected a finite number")
-    return value
-
-
-def check_metric(recipe: Recipe, model: Callable[..., Any], traffic: Traffic) -> float:
-    """Validation: eager fp32's metric on ``traffic`` (the factory's batches at batch 2), so a metric that cannot be
-    resolved, raises or returns no number is a :class:`WorkloadError` naming ``accuracy.metric`` before anything
-    is measured."""
-    metric = resolve_metric(recipe)
-    with torch.inference_mode():
-        outputs = [_cpu_float(model(*flat)) for flat in traffic.batches]
-    batches = [user_batch(traffic.layout, flat) for flat in traffic.batches]
-    return call_metric(recipe, metric, outputs, batches, whose="eager fp32's outputs at batch size 2")
-
-
-def metric_name(reference: str) -> str:
-    """How reports name a metric: ``data.py:metric`` for ``/any/dir/data.py:metric`` (the recipe has the full one)."""
-    target, _, attr = reference.rpartition(":")
-    if target.endswith(".py") or "/" in target:
-        return f"{target.rsplit('/', 1)[-1]}:{attr}"
-    return reference
 
 
 def _pct(x: float) -> str:
@@ -259,8 +190,8 @@ def run_outputs(reference: Callable[..., Any], built: BuiltVariant, flat_batches
     refs, cands, users = [], [], []
     with torch.inference_mode():
         for flat in flat_batches:
-            refs.append(_cpu_float(reference(*flat)))
-            cands.append(_cpu_float(built.fn(*built.prepare_inputs(flat))))
+            refs.append(cpu_float(reference(*flat)))
+            cands.append(cpu_float(built.fn(*built.prepare_inputs(flat))))
             users.append(user_batch(layout, flat))
     return Outputs(refs, cands, users, data)
 
@@ -436,29 +367,6 @@ def _rows(batch: Any) -> int:
     return int(first.shape[0])
 
 
-# ------------------------------------------------------------------------------------------- model size
-
-
-def model_bytes(built: BuiltVariant, model: torch.nn.Module) -> int | None:
-    """The model's size as the variant stores it: what its builder measured (``BuiltVariant.model_bytes``: an
-    ``.onnx`` file, an IR's ``.bin``, a quantized state_dict), else the eager model's parameters and buffers at the
-    variant's precision (each storage once; floats at 2 bytes for a ``+bf16``/``+fp16`` cast, as they are for
-    autocast and the runtimes: fp32 weights, converted per op or inside the runtime). None for int8 without a
-    builder's number (its size depends on what the quantizer packed)."""
-    if built.model_bytes is not None:
-        return int(built.model_bytes)
-    precision = built.spec.precision
-    if precision == "int8":
-        return None
-    half = precision in ("bf16", "fp16") and not built.spec.is_runtime
-    seen: dict[tuple[int, int], int] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        size = 2 if half and t.is_floating_point() else t.element_size()
-        key = (int(t.untyped_storage().data_ptr()), int(t.storage_offset()))
-        seen[key] = t.numel() * size
-    return sum(seen.values())
-
-
 __all__ = [
     "CLOSENESS",
     "DEFAULT_AGREEMENT_DROP",
@@ -466,13 +374,8 @@ __all__ = [
     "AccuracyResult",
     "Closeness",
     "Outputs",
-    "call_metric",
-    "check_metric",
     "classifier_leaf",
     "judge",
     "judged_by_budget",
-    "model_bytes",
-    "resolve_metric",
     "run_outputs",
-    "user_batch",
 ]

@@ -69,17 +69,11 @@ from autotune.core.recipe import Recipe  # noqa: E402
 from autotune.core.stats import percentiles  # noqa: E402
 from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
 from autotune.worker import devices  # noqa: E402
-from autotune.worker.accuracy import (  # noqa: E402
-    AccuracyResult,
-    check_metric,
-    judge,
-    judged_by_budget,
-    model_bytes,
-    resolve_metric,
-    run_outputs,
-)
+from autotune.worker.accuracy import AccuracyResult, judge, judged_by_budget, run_outputs  # noqa: E402
 from autotune.worker.correctness import check_variant  # noqa: E402
+from autotune.worker.metric import check_metric, resolve_metric  # noqa: E402
 from autotune.worker.model import make_inputs, one_line  # noqa: E402
+from autotune.worker.model_size import model_bytes  # noqa: E402
 from autotune.worker.state import LoadedWorkload, Staged, WorkerState, _trim_heap  # noqa: E402
 from autotune.worker.timing import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
 from autotune.worker.torch_facts import torch_facts  # noqa: E402

@@ -62,7 +62,7 @@ class BuiltVariant:
     #: and torch.compile (no file form) and without ``keep_artifact``.
     artifact: Any = field(default=None, repr=False)
     #: The model's size on disk as this variant stores it (a serialized state_dict, the ``.onnx`` file, the IR's
-    #: ``.bin``), where the builder knows it; None: :func:`autotune.worker.accuracy.model_bytes` counts the
+    #: ``.bin``), where the builder knows it; None: :func:`autotune.worker.model_size.model_bytes` counts the
     #: parameters and buffers at the variant's precision.
     model_bytes: int | None = None
     _keepalive: tuple[Any, ...] = field(default=(), repr=False)
