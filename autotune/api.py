@@ -145,7 +145,8 @@ def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str
                 time_budget_s: float | None = None, batch: Mapping[str, Any] | None = None,
                 measure: Mapping[str, Any] | None = None, constraints: Mapping[str, Any] | None = None,
                 search: Mapping[str, Any] | None = None,
-                data: Mapping[str, Any] | str | Callable[..., Any] | None = None) -> Recipe:
+                data: Mapping[str, Any] | str | Callable[..., Any] | None = None,
+                accuracy: Mapping[str, Any] | None = None) -> Recipe:
     """A recipe built in code, validated exactly as a TOML file is (the same errors, the same defaults).
 
     ``inputs``: one mapping per positional argument of ``forward``, as a recipe's ``[[inputs]]``
@@ -154,6 +155,8 @@ def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str
     ``data``: instead of ``inputs``, the user's own batches: a factory reference (``"data.py:batches"``, or a
     module-level function) or a recipe ``[data]`` table (``factory``, ``kwargs``, ``max_batches``, ``buckets``,
     ``pad_values``). Relative ``file.py`` factories are relative to the current directory.
+    ``accuracy``: the recipe's ``[accuracy]`` table (``metric``: a reference or a top-level function,
+    ``max_drop``: a number or ``"1%"``), the budget of lower-precision variants.
     """
     search_table: dict[str, Any] = {"variants": list(variants), "objective": objective,
                                     "batch_sizes": batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes)}
@@ -171,6 +174,11 @@ def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str
         data_table: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {"factory": data}
         data_table["factory"] = factory_reference(data_table["factory"])
         recipe_data["data"] = data_table
+    if accuracy is not None:
+        accuracy_table = dict(accuracy)
+        if "metric" in accuracy_table:
+            accuracy_table["metric"] = factory_reference(accuracy_table["metric"])
+        recipe_data["accuracy"] = accuracy_table
     for key, table in (("batch", batch), ("measure", measure), ("constraints", constraints)):
         if table:
             recipe_data[key] = dict(table)

@@ -43,6 +43,29 @@ class TrafficSummary(TypedDict):
     first_pass_seconds: NotRequired[float | None]  # one call per batch, every shape's first: compiles land here
 
 
+class AccuracySummary(TypedDict):
+    """A candidate's accuracy against eager fp32 and the budget's verdict (``autotune.worker.accuracy``; numbers
+    that are not finite are the strings ``"inf"``/``"nan"``)."""
+
+    kind: Literal["metric", "agreement", "closeness"]
+    passed: bool
+    gating: NotRequired[bool]  # False: information on an fp32 row, which the strict gate judged
+    metric: NotRequired[str]  # the user's metric reference, "top-1 agreement" or "closeness"
+    value: NotRequired[float | str | None]
+    reference: NotRequired[float | str | None]  # eager fp32's value
+    drop: NotRequired[float | str | None]  # reference - value (relative: over |reference|); closeness: rel. error
+    max_drop: NotRequired[float | None]
+    relative: NotRequired[bool]
+    budget: NotRequired[str]
+    batches: NotRequired[int]
+    samples: NotRequired[int]
+    data: NotRequired[Literal["factory", "random"]]
+    rel_error: NotRequired[float | str | None]
+    cosine: NotRequired[float | str | None]
+    max_abs_error: NotRequired[float | str | None]
+    reason: NotRequired[str | None]
+
+
 class CandidateRow(TypedDict):
     """One row of report.json's ``candidates`` (``CANDIDATE_FIELDS`` in :mod:`autotune.report.schema`
     validates it): the variant's fields, what was measured, and the verdict. Keys are in the order the
@@ -94,6 +117,10 @@ class CandidateRow(TypedDict):
     #: set when the candidate was timed over a traffic of several batches (a ``[data]`` factory): samples per
     #: call, the shape policy, recompiles while warming every shape, per-shape-bucket statistics
     traffic: NotRequired[TrafficSummary]
+    #: the model's size as the variant stores it (bytes; None where the worker could not tell)
+    model_bytes: NotRequired[int | None]
+    #: a lower-precision variant's accuracy budget (and every candidate's score with an ``[accuracy]`` recipe)
+    accuracy: NotRequired[AccuracySummary]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -144,6 +171,10 @@ def candidate_row(
         "foreign_cores": (result.get("load") or {}).get("foreign_cores"),
         "measurement": None,
     }
+    if "model_bytes" in result:
+        row["model_bytes"] = result["model_bytes"]
+    if result.get("accuracy"):
+        row["accuracy"] = cast(AccuracySummary, dict(result["accuracy"]))
     if row["compile_seconds"] is None and result.get("first_call_seconds") is not None:
         row["compile_seconds"] = (result.get("build_seconds") or 0.0) + result["first_call_seconds"]
     if row["status"] == "ok" and result.get("measurement"):
@@ -316,5 +347,6 @@ def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, 
     row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
                samples=0)
     row.pop("repeat_of_trial", None)
-    row.pop("traffic", None)  # measured, like the fields above, but absent (not None) when not measured
+    for key in ("traffic", "accuracy", "model_bytes"):
+        row.pop(key, None)  # measured, like the fields above, but absent (not None) when not measured
     return row

@@ -382,10 +382,24 @@ def _describe_row(row: dict[str, Any]) -> str:
             from autotune.core.sizes import format_size
 
             lines.append(f"  peak memory {format_size(row['peak_memory_bytes'])}")
+    def num(value: Any, spec: str) -> str:  # "inf"/"nan" are stored as text (JSON has neither)
+        return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
     if row.get("correctness"):
         c = row["correctness"]
-        lines.append(f"  correctness max abs err {c['max_abs_error']:.3g}, max rel err {c['max_rel_error']:.3g}, "
-                     f"min cosine {c['min_cosine']:.6f} over {c['batches']} batches")
+        lines.append(f"  correctness max abs err {num(c['max_abs_error'], '.3g')}, max rel err "
+                     f"{num(c['max_rel_error'], '.3g')}, min cosine {num(c['min_cosine'], '.6f')} over {c['batches']} "
+                     "batches" + (f" ({c['by']})" if c.get("by") else ""))
+    if row.get("accuracy"):
+        from autotune.report.precision import drop_text, value_text
+
+        acc = row["accuracy"]
+        lines.append(f"  accuracy    {value_text(acc)}, drop {drop_text(acc)} (budget: {acc.get('budget')})"
+                     + ("" if acc.get("gating", True) else "; fp32: the strict gate decides"))
+    if row.get("model_bytes") is not None:
+        from autotune.core.sizes import format_size
+
+        lines.append(f"  model size  {format_size(row['model_bytes'])}")
     return "\n".join(lines)
 
 

@@ -354,7 +354,8 @@ def test_write_reports_writes_the_three_files_and_plots(
     assert sorted(p.name for p in (written["json"], written["md"], written["html"])) == sorted(REPORT_FILES)
     for key in ("json", "md", "html"):
         assert written[key].is_file() and written[key].stat().st_size > 0
-    assert [p.stem for p in written["plots"]] == list(PLOT_NAMES)
+    # every plot but the accuracy one, which needs candidates with an accuracy (test_precision_and_accuracy_...)
+    assert [p.stem for p in written["plots"]] == [name for name in PLOT_NAMES if name != "accuracy"]
     for plot in written["plots"]:
         assert plot.read_bytes().startswith(PNG_MAGIC)
     leftovers = [p for p in written["json"].parent.rglob("*.tmp")]
@@ -1089,3 +1090,75 @@ def test_reports_without_traffic_render_as_before() -> None:
     nulled = {**doc, "data": None}
     assert render_markdown(nulled) == md and render_html(nulled, plots={}) == page
     assert console_table(nulled, top=None) == table
+
+
+# ------------------------------------------------------------------------------------ precision and accuracy
+
+
+def _with_precisions(document: dict[str, Any]) -> dict[str, Any]:
+    """The document plus two bf16 candidates (one within the budget and the recommendation, one rejected) and an
+    int8 one, as the accuracy budget writes them (autotune.worker.accuracy), with model sizes."""
+    doc = copy.deepcopy(document)
+    base = len(doc["candidates"])
+    budget = {"kind": "metric", "metric": "data.py:metric", "reference": 0.9258, "max_drop": 0.01, "relative": True,
+              "budget": "data.py:metric drop <= 1% of eager fp32's 0.9258", "batches": 16, "samples": 512,
+              "data": "factory", "gating": True}
+    fast = _row(base, "frozen+bf16", 32, precision="bf16", throughput=5000.0, throughput_ci=[4950.0, 5050.0],
+                latency_ms={"mean": 6.4, "p50": 6.4, "p90": 6.6, "p99": 7.0}, model_bytes=23_000_000,
+                trace_ms=[12.0] * 30 + [6.4] * 370, warmup_iterations=30, classification="warmup",
+                accuracy=dict(budget, passed=True, value=0.9219, drop=0.0042),
+                correctness={"passed": True, "max_abs_error": 0.02, "max_rel_error": 0.006, "min_cosine": 0.9999,
+                             "batches": 16, "reason": None, "by": "accuracy budget"})
+    broken = _row(base + 1, "eager+bf16", 32, precision="bf16", status="rejected", feasible=False,
+                  model_bytes=23_000_000,
+                  reason="accuracy budget: data.py:metric 0.5 against eager fp32's 0.9258 on 16 batches of the data: "
+                         "drop 46% > max_drop 1%",
+                  accuracy=dict(budget, passed=False, value=0.5, drop=0.46))
+    int8 = _row(base + 2, "onnx+int8", 32, precision="int8", throughput=4000.0, throughput_ci=[3900.0, 4100.0],
+                latency_ms={"mean": 8.0, "p50": 8.0, "p90": 8.2, "p99": 8.8}, model_bytes=12_000_000,
+                accuracy=dict(budget, passed=True, value=0.9200, drop=0.0063))
+    for row in doc["candidates"]:
+        if row["precision"] == "fp32":
+            row["model_bytes"] = 46_000_000
+    doc["candidates"] += [fast, broken, int8]
+    doc["recommendation"] = dict(fast, decided_by="search")
+    return doc
+
+
+def test_precision_and_accuracy_in_every_rendering(tmp_path: Path, document: dict[str, Any]) -> None:
+    doc = _with_precisions(document)
+    validate_report(normalise_report(doc))
+    written = write_reports(doc, tmp_path)
+    assert [p.stem for p in written["plots"]] == list(PLOT_NAMES)  # the accuracy plot is drawn now
+    md = written["md"].read_text(encoding="utf-8")
+    assert "## Precision and accuracy" in md
+    assert "| bf16 | 5,000 (frozen+bf16 @ 32) |" in md and "1 measured, 1 rejected" in md
+    assert "| data.py:metric 0.9219, drop 0.42% |" in md  # the recommendation's row
+    assert "| int8 |" in md and "11.4 MiB" in md  # int8's model size, beside fp32's 43.9 MiB
+    cost = ("Accuracy cost: data.py:metric 0.9219 against eager fp32's 0.9258 on 16 batches of the data "
+            "(512 samples), a drop of 0.42% (budget: data.py:metric drop <= 1% of eager fp32's 0.9258).")
+    assert cost in md  # in the headline and the why list
+    assert "Outputs match the eager fp32 reference" not in md.split("## Showdown")[0].split("### Why")[1]
+    assert "model size" in md and "accuracy" in md.split("## Candidates")[1].splitlines()[4]
+    page = written["html"].read_text(encoding="utf-8")
+    assert "<h2>Precision and accuracy</h2>" in page and 'alt="accuracy plot"' in page
+    assert html.escape(cost, quote=True) in page or cost in page
+    assert "Accuracy cost" in console_table(doc)
+    again = load_report(written["json"])
+    assert again["recommendation"]["accuracy"]["drop"] == 0.0042 and again["candidates"][-1]["model_bytes"] == 12e6
+
+
+def test_accuracy_measured_on_random_inputs_is_flagged(document: dict[str, Any]) -> None:
+    doc = _with_precisions(document)
+    for row in doc["candidates"]:
+        if row.get("accuracy"):
+            row["accuracy"]["data"] = "random"
+    doc["recommendation"]["accuracy"]["data"] = "random"
+    md = render_markdown(doc)
+    assert "Accuracy was not measured on real data" in md
+    assert "Not measured on real data: the recipe has no [data] factory." in md
+
+
+def test_reports_without_precision_facts_are_unchanged(document: dict[str, Any]) -> None:
+    md = render_markdown(document)
+    assert "Precision and accuracy" not in md and "model size" not in md and "Accuracy cost" not in md

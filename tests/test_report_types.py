@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autotune.candidate import CandidateRow, TrafficBucket, TrafficSummary
+from autotune.candidate import AccuracySummary, CandidateRow, TrafficBucket, TrafficSummary
 from autotune.core.measurement import MeasurementRecord
 from autotune.report import schema
 from autotune.report.types import (
@@ -47,6 +47,7 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "traffic": (TrafficSummary, schema.TRAFFIC_FIELDS, set()),
     "traffic_bucket": (TrafficBucket, schema.TRAFFIC_BUCKET_FIELDS, set()),
     "measurement": (MeasurementRecord, schema.MEASUREMENT_FIELDS, set()),
+    "accuracy": (AccuracySummary, schema.ACCURACY_FIELDS, set()),
 }
 
 

@@ -246,8 +246,12 @@ class MeasureOutcome(Outcome, total=False):
     peak_memory_scope: str
     recompiles: int
     load: dict[str, Any]  # CpuLoad.to_dict()
-    correctness: dict[str, Any]  # GateResult.to_dict()
+    correctness: dict[str, Any]  # GateResult.to_dict(), or AccuracyResult.correctness() for lower precision
     notes: list[str]
+    #: the model's size as the variant stores it (autotune.worker.accuracy.model_bytes; None: unknown)
+    model_bytes: int | None
+    #: AccuracyResult.to_dict(): a lower-precision variant's accuracy budget (or an [accuracy] recipe's score)
+    accuracy: dict[str, Any]
 
 
 class StageOutcome(Outcome, total=False):

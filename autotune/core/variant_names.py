@@ -24,7 +24,7 @@ RUNTIMES: tuple[str, ...] = ("onnx", "openvino")
 #: ``max-autotune-no-cudagraphs`` is the latter without CUDA graphs. (``lite`` exists too but only
 #: disables optimisations, so it is never faster and is left out.)
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16", "int8")
 MEMORY_FORMATS: tuple[str, ...] = ("contiguous", "channels_last")
 #: ONNX Runtime options: ``default`` runs the graph's nodes one after another (``ORT_SEQUENTIAL``, all
 #: intra-op threads on each node); ``parallel`` (``ORT_PARALLEL``) also runs independent branches at once.

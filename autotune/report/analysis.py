@@ -31,6 +31,7 @@ from autotune.report.format import (
     short_list,
     study_objective,
 )
+from autotune.report.precision import cost_sentence, random_data_note
 from autotune.report.schema import is_int, is_number
 
 #: Order of statuses that were not measured, after the measured ones.
@@ -242,7 +243,9 @@ def why_points(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> list[str]:
     if runner:
         points.append(runner)
     correctness = rec.get("correctness")
-    if isinstance(correctness, Mapping):
+    if isinstance(correctness, Mapping) and correctness.get("by") == "accuracy budget":
+        pass  # a lower-precision pick: the accuracy budget judged it, and cost_sentence says what it costs
+    elif isinstance(correctness, Mapping):
         if correctness.get("passed"):
             details = ", ".join(
                 f"{label} {fmt(correctness[key])}"
@@ -288,6 +291,9 @@ def why_points(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> list[str]:
             + (f" (usable with headroom: {usable})" if is_int(usable) else "")
             + "."
         )
+    cost = cost_sentence(doc, rec)
+    if cost is not None:
+        points.append(cost)
     points.append(_steadiness(rec))
     return points
 
@@ -414,7 +420,8 @@ def constraints_text(doc: Mapping[str, Any]) -> str | None:
 
 def all_notes(doc: Mapping[str, Any]) -> list[str]:
     """The document's own notes, then the derived ones."""
-    return [*(doc.get("notes") or []), *_derived_notes(doc)]
+    random = random_data_note(doc)
+    return [*(doc.get("notes") or []), *([random] if random else []), *_derived_notes(doc)]
 
 
 def rank_candidates(doc: Mapping[str, Any]) -> list[dict[str, Any]]:

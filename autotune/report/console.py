@@ -35,6 +35,7 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
 )
+from autotune.report.precision import cost_sentence
 from autotune.report.schema import is_int, is_number
 from autotune.report.sections import showdown_cell, showdown_standings, showdown_summary, stop_summary
 from autotune.report.traffic import data_line, traffic_line, traffic_of
@@ -199,6 +200,9 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
     comparison = eager_comparison(doc, rec)
     if comparison:
         text += " " + comparison
+    cost = cost_sentence(doc, rec)
+    if cost is not None:
+        text += " " + cost
     if no_steady_state(rec):
         text += " Warning: no steady state was reached."
     return text

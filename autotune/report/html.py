@@ -25,6 +25,7 @@ from autotune.report.format import (
     study_objective,
 )
 from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, plot_pngs
+from autotune.report.precision import PRECISION_HEADERS, PRECISION_INTRO, precision_rows
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
@@ -194,7 +195,7 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             )
             + "</div>"
         )
-        parts.append(_html_kv(headline(rec)))
+        parts.append(_html_kv(headline(rec, doc)))
         buckets = bucket_rows(rec)
         if buckets:
             parts.append(f"<h3>By input shape</h3>{_html_table(BUCKET_HEADERS, buckets)}")
@@ -255,6 +256,11 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         if shapes:
             parts.append(f"<details><summary>{len(shapes)} shapes</summary>"
                          f"{_html_table(DATA_SHAPE_HEADERS, shapes)}</details>")
+
+    precision = precision_rows(doc)
+    if precision:
+        parts.append(f"<h2>Precision and accuracy</h2><p>{_h(PRECISION_INTRO)}</p>"
+                     f'<div class="scroll">{_html_table(PRECISION_HEADERS, precision)}</div>')
 
     headers, rows, statuses = candidate_rows(doc)
     classes = [

@@ -11,6 +11,7 @@ from autotune.report.analysis import all_notes, failure_groups, search_summary, 
 from autotune.report.canonical import normalise_report
 from autotune.report.format import short_list, study_objective
 from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES
+from autotune.report.precision import PRECISION_HEADERS, PRECISION_INTRO, precision_rows
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
     PROBE_HEADERS,
@@ -119,7 +120,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         out += [
             "## Recommendation",
             "",
-            _md_table(["", ""], [[f"**{k}**", v] for k, v in headline(rec)]),
+            _md_table(["", ""], [[f"**{k}**", v] for k, v in headline(rec, doc)]),
             "",
         ]
         buckets = bucket_rows(rec)
@@ -154,6 +155,9 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
                 out += [f"![{name}]({plot_files[name]})", "", f"_{PLOT_CAPTIONS[name]}_", ""]
 
     out += _data_md(doc)
+    precision = precision_rows(doc)
+    if precision:
+        out += ["## Precision and accuracy", "", PRECISION_INTRO, "", _md_table(PRECISION_HEADERS, precision), ""]
 
     headers, rows, _ = candidate_rows(doc)
     out += [

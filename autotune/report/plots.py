@@ -23,16 +23,20 @@ from autotune.report.format import (
     no_steady_state,
     recipe_constraints,
 )
+from autotune.report.precision import accuracy_front, accuracy_points
 from autotune.report.schema import is_int, is_number
 
 #: Plots in the order they appear; each is written to ``plots/<name>.png`` next to report.md.
-PLOT_NAMES = ("throughput", "latency", "memory", "trace")
+PLOT_NAMES = ("throughput", "latency", "accuracy", "memory", "trace")
 #: Under each plot in report.md and report.html: what to read in it.
 PLOT_CAPTIONS = {
     "throughput": "Throughput vs batch size per variant; the star is the recommendation, red rings mark "
     "candidates without a steady state.",
     "latency": "Latency per batch vs throughput: p50 (filled) to p99 (hollow); the dashed line is the "
     "Pareto front.",
+    "accuracy": "Throughput vs accuracy drop against eager fp32, per candidate (fp32 under the strict gate at 0); "
+    "the dashed line is the Pareto front, the dotted one the accuracy budget, red crosses the candidates the "
+    "budget rejected (not timed).",
     "memory": "Batch-size probes: peak memory, the fitted affine model and the memory limit.",
     "trace": "The recommended candidate's per-iteration timings with the detected warmup end.",
 }
@@ -323,6 +327,51 @@ def _plot_trace(doc: Mapping[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def _plot_accuracy(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes | None:
+    """Throughput (y) against the accuracy drop (x) of every candidate that has one, the Pareto front (lower drop,
+    higher throughput), the budget, and the rejected candidates as red crosses on the x axis."""
+    label, points, budget = accuracy_points(doc)
+    timed = [(c, d) for c, d in points if c.get("status") == "ok" and is_number(c.get("throughput"))]
+    if not timed or not any(c.get("accuracy") for c, _ in points):
+        return None
+    fig, ax = _new_axes("Throughput vs accuracy")
+    # the axis spans the timed candidates and the budget; a rejected candidate far beyond sits at its right edge
+    finite = [d for _, d in timed if math.isfinite(d)]
+    right = max([*finite, budget or 0.0, 1e-6]) * 1.6
+    seen: set[str] = set()
+    for c, drop in timed:
+        variant = str(c["variant"])
+        ax.scatter([drop], [c["throughput"]], s=36, color=colors.get(variant), zorder=3,
+                   label=None if variant in seen else variant)
+        seen.add(variant)
+    rejected = [(c, d) for c, d in points if c.get("status") == "rejected"]
+    if rejected:
+        ax.scatter([min(d, right) for _, d in rejected], [0.0] * len(rejected), marker="x", s=50, color="red",
+                   zorder=4, clip_on=False, label="rejected by the budget (at the edge: beyond it)")
+    front = accuracy_front(points)
+    if len(front) > 1:
+        ax.plot([d for d, _ in front], [t for _, t in front], ls="--", lw=1.2, color="black", alpha=0.7,
+                label="Pareto front")
+    if budget is not None:
+        ax.axvline(budget, ls=":", lw=1.4, color="crimson", label="budget (max drop)")
+    rec = doc.get("recommendation")
+    if isinstance(rec, Mapping) and is_number(rec.get("throughput")):
+        for c, drop in timed:
+            if c.get("variant") == rec.get("variant") and c.get("batch_size") == rec.get("batch_size"):
+                _mark_recommended(ax, drop, float(rec["throughput"]))
+                break
+    ax.set_xlim(left=-right * 0.03, right=right)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(label)
+    ax.set_ylabel("samples/s")
+    if "disagreement" in label or "fraction" in label:
+        from matplotlib.ticker import PercentFormatter
+
+        ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    _legend(ax, len(seen) + 3)
+    return _png(fig)
+
+
 def plot_pngs(doc: Mapping[str, Any]) -> dict[str, bytes]:
     """PNG bytes per plot name for a normalised document (see ``render_plots``)."""
     try:
@@ -333,6 +382,7 @@ def plot_pngs(doc: Mapping[str, Any]) -> dict[str, bytes]:
     rendered = {
         "throughput": _plot_throughput(doc, colors),
         "latency": _plot_latency(doc, colors),
+        "accuracy": _plot_accuracy(doc, colors),
         "memory": _plot_memory(doc, colors),
         "trace": _plot_trace(doc),
     }

@@ -187,6 +187,29 @@ _STANDING_OF_PICK = _record({
     "round_spread": (_NN_NUMBER, False),
     "screen_throughput": (_NN_NUMBER, False),
 })
+#: A number, or "inf"/"nan" as text (JSON has neither): a drop of a variant whose outputs had no finite score.
+_NUMBER_OR_TEXT = _kind(lambda v: is_number(v) or v in ("inf", "-inf", "nan"), "a number or 'inf'/'nan'")
+#: A candidate's accuracy against eager fp32 (``autotune.worker.accuracy.AccuracyResult.to_dict``; optional within
+#: schema 2): the kind of budget, its verdict, the value, eager fp32's, the drop and the budget.
+ACCURACY_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "kind": (_one_of(("metric", "agreement", "closeness")), True),
+    "passed": (_BOOL, True),
+    "gating": (_nullable(_BOOL), False),
+    "metric": (_nullable(_STR), False),
+    "value": (_nullable(_NUMBER_OR_TEXT), False),
+    "reference": (_nullable(_NUMBER_OR_TEXT), False),
+    "drop": (_nullable(_NUMBER_OR_TEXT), False),
+    "max_drop": (_nullable(_NUMBER), False),
+    "relative": (_nullable(_BOOL), False),
+    "budget": (_nullable(_STR), False),
+    "batches": (_NN_INT, False),
+    "samples": (_NN_INT, False),
+    "data": (_nullable(_one_of(("factory", "random"))), False),
+    "rel_error": (_nullable(_NUMBER_OR_TEXT), False),
+    "cosine": (_nullable(_NUMBER_OR_TEXT), False),
+    "max_abs_error": (_nullable(_NUMBER_OR_TEXT), False),
+    "reason": (_nullable(_STR), False),
+}
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),
     "showdown": (_nullable(_STANDING_OF_PICK), False),
@@ -220,6 +243,8 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "iterations_per_sample": (_nullable(_POSITIVE_INT), False),
     "notes": (_nullable(_list_of(_STR)), False),
     "traffic": (_nullable(_record(TRAFFIC_FIELDS)), False),
+    "model_bytes": (_nullable(_NUMBER), False),  # the model's size as the variant stores it
+    "accuracy": (_nullable(_record(ACCURACY_FIELDS)), False),  # lower precision: the accuracy budget
     "measurement": (_nullable(_record(MEASUREMENT_FIELDS)), False),  # schema 2
 }
 _CANDIDATE_RECORD = _record(CANDIDATE_FIELDS)

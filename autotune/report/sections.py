@@ -29,6 +29,7 @@ from autotune.report.format import (
     no_steady_state,
     relative_half_width,
 )
+from autotune.report.precision import accuracy_cell, cost_sentence, has_precision_facts, size_cell
 from autotune.report.reproduce import py_call
 from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
 from autotune.report.traffic import shapes_cell, traffic_of, traffic_summary
@@ -107,6 +108,9 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
     ]
     if traffic:
         headers.insert(headers.index("batch") + 1, "shapes")
+    precision = has_precision_facts(doc)  # lower precision or an [accuracy] recipe: model size and accuracy
+    if precision:
+        headers[headers.index("correct") + 1:headers.index("correct") + 1] = ["model size", "accuracy"]
     rows, statuses = [], []
     for index, c in enumerate(ranked, start=1):
         measured = c.get("status") == "ok"
@@ -149,6 +153,7 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
                 str(warmup) if warmup is not None else DASH,
                 str(c.get("classification") or DASH),
                 correct,
+                *([size_cell(c), accuracy_cell(c)] if precision else []),
                 "; ".join(notes),
             ]
         )
@@ -156,8 +161,9 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
     return headers, rows, statuses
 
 
-def headline(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) pairs of the recommendation."""
+def headline(rec: Mapping[str, Any], doc: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(label, value) pairs of the recommendation (with ``doc``: what it costs in accuracy, where the run has
+    precision facts to tell)."""
     half = relative_half_width(rec)
     rate = fmt_rate(rec.get("throughput")) + " samples/s"
     if half is not None:
@@ -201,6 +207,11 @@ def headline(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
     traffic = traffic_summary(rec)
     if traffic is not None:
         pairs.append(("traffic", traffic))
+    cost = cost_sentence(doc, rec) if doc is not None else None
+    if cost is not None:
+        pairs.append(("accuracy", cost))
+        if rec.get("model_bytes") is not None:
+            pairs.append(("model size", size_cell(rec)))
     return pairs
 
 

@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from autotune.core.recipe.spec import DataSpec, ModelSpec, Recipe
+from autotune.core.recipe.spec import AccuracySpec, DataSpec, ModelSpec, Recipe
 from autotune.errors import RecipeError
 
 
-def factory_file(model: ModelSpec | DataSpec) -> Path | None:
+def factory_file(model: ModelSpec | DataSpec | AccuracySpec) -> Path | None:
     """The file a ``path/to/file.py:function`` factory is imported from (relative to the recipe's directory);
     None for a ``package.module:function`` factory. The same rule as the worker's import."""
     target = model.factory.rpartition(":")[0]
@@ -81,4 +81,10 @@ def model_identity(recipe: Recipe) -> dict[str, Any]:
                                     "kwargs": dict(recipe.data.kwargs), "max_batches": recipe.data.max_batches,
                                     "buckets": list(recipe.data.buckets or []),
                                     "pad_values": dict(recipe.data.pad_values)}, sort_keys=True, default=str)
+    if recipe.accuracy is not None:  # the budget decides which rows are rejected: another budget is another study
+        acc = recipe.accuracy
+        metric_digest = (_file_digest(factory_file(acc), recipe_path=recipe.path, field="accuracy.metric")
+                         if acc.metric else None)
+        parts["accuracy"] = json.dumps({"metric": acc.metric, "file_sha256": metric_digest, "max_drop": acc.max_drop,
+                                        "relative": acc.relative}, sort_keys=True)
     return parts

@@ -16,6 +16,8 @@ Everything that runs in a worker, and imports torch, lives in this package; the 
   batches a candidate is gated and timed on), :mod:`~autotune.worker.devices` (device backends, OOM);
 * the candidates: :mod:`~autotune.worker.variants` (expanding, checking and building variants, the runtimes),
   :mod:`~autotune.worker.correctness` and :mod:`~autotune.worker.detections` (the gate against eager fp32),
+  :mod:`~autotune.worker.accuracy` and :mod:`~autotune.worker.metric` (the accuracy budget of lower precisions,
+  the user's metric), :mod:`~autotune.worker.model_size` (a variant's model size),
   :mod:`~autotune.worker.timing` (the timing loop), :mod:`~autotune.worker.artifact` and
   :mod:`~autotune.worker.profiling` (the saved artifact and its operator tables),
   :mod:`~autotune.worker.torch_facts` (what torch says about the machine, for the report).

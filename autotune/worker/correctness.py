@@ -1,5 +1,9 @@
 """The correctness gate: a variant is timed only if it computes what eager fp32 computes.
 
+This strict gate judges fp32 variants. A lower-precision variant (bf16, fp16, autocast, int8) changes the answer
+by design, so it is held to the accuracy budget instead (:mod:`autotune.worker.accuracy`), which reuses this
+module's leaf walk and detection matching.
+
 Speed-ups that change the answer are the classic failure of auto-tuners: ``torch.jit.trace``
 freezes the branch the example took, a compiler pass reorders a reduction, bf16 loses bits. The
 gate runs the eager fp32 model and the built variant on the same *fresh* random batches (never the
@@ -70,6 +74,9 @@ _TF32 = Tolerance(rtol=2e-3, atol=2e-3, min_cosine=0.9999)
 _FP16 = Tolerance(rtol=1e-2, atol=1e-2, min_cosine=0.999)
 #: bf16: 8-bit significand (eps 7.8e-3), the same range as fp32.
 _BF16 = Tolerance(rtol=5e-2, atol=5e-2, min_cosine=0.99)
+#: int8: 256 levels per tensor or channel; used where leaves are still compared elementwise under the accuracy
+#: budget (detections matched as sets, the errors reported): its verdict is :mod:`autotune.worker.accuracy`'s.
+_INT8 = Tolerance(rtol=1e-1, atol=1e-1, min_cosine=0.98)
 
 
 def tolerance_for(precision: str, *, device: str = "cpu", tf32: bool | None = None) -> Tolerance:
@@ -82,6 +89,8 @@ def tolerance_for(precision: str, *, device: str = "cpu", tf32: bool | None = No
         return _BF16
     if precision in ("fp16", "autocast-fp16"):
         return _FP16
+    if precision == "int8":
+        return _INT8
     if precision != "fp32":
         from autotune.errors import InputError
         from autotune.worker.variants import PRECISIONS

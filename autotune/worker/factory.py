@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.core.recipe import DataSpec, ModelSpec
+from autotune.core.recipe import AccuracySpec, DataSpec, ModelSpec
 from autotune.errors import WorkloadError
 
 
@@ -23,8 +23,11 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def resolve_factory(spec: ModelSpec | DataSpec, *, recipe_path: str, field: str = "model.factory") -> Any:
-    """Import ``module:function`` or ``file.py:function`` (relative to the recipe)."""
+def resolve_factory(spec: ModelSpec | DataSpec | AccuracySpec, *, recipe_path: str,
+                    field: str = "model.factory") -> Any:
+    """Import ``module:function`` or ``file.py:function`` (relative to the recipe); an ``[accuracy]`` metric is
+    resolved the same way (its ``factory`` is the metric's reference), from the same module object as a data
+    factory in the same file, so module-level labels are shared."""
     where = f"{recipe_path}: field '{field}'"
     target, _, attr = spec.factory.rpartition(":")
     if target.endswith(".py") or "/" in target:

@@ -69,8 +69,11 @@ from autotune.core.recipe import Recipe  # noqa: E402
 from autotune.core.stats import percentiles  # noqa: E402
 from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
 from autotune.worker import devices  # noqa: E402
+from autotune.worker.accuracy import AccuracyResult, judge, judged_by_budget, run_outputs  # noqa: E402
 from autotune.worker.correctness import check_variant  # noqa: E402
+from autotune.worker.metric import check_metric, resolve_metric  # noqa: E402
 from autotune.worker.model import make_inputs, one_line  # noqa: E402
+from autotune.worker.model_size import model_bytes  # noqa: E402
 from autotune.worker.state import LoadedWorkload, Staged, WorkerState, _trim_heap  # noqa: E402
 from autotune.worker.timing import MeasureSettings, measure_callable, time_first_call, time_slice  # noqa: E402
 from autotune.worker.torch_facts import torch_facts  # noqa: E402
@@ -216,6 +219,9 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
     facts = torch_facts()
     lw = state.workload(req["recipe"])
     recipe = lw.recipe
+    if recipe.accuracy is not None and recipe.accuracy.metric:  # a broken metric is bad input, found before measuring
+        traffic = load_traffic(recipe, batch_size=2, device=lw.device, seed=BUILD_SEED)
+        check_metric(recipe, adapt(lw.model, traffic.layout), traffic)
     specs = expand_variants(
         recipe.search.variants,
         device=lw.device.type,
@@ -284,11 +290,23 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
             build_peak = backend.peak_memory_bytes()  # the build and the first call
             gate_inputs, gate_count = _gate_inputs(lw, traffic, batch)
-            gate = check_variant(cand.model, built, gate_inputs, batches=gate_count)
-            if not gate.passed:
-                return MeasureOutcome(status="rejected", reason=gate.reason or "outputs differ from eager fp32",
-                                      correctness=gate.to_dict(), build_seconds=built.build_seconds,
-                                      first_call_seconds=first, notes=list(built.notes))
+            size = model_bytes(built, cand.model)
+            accuracy = _accuracy(lw, cand, gate_inputs, gate_count, spec.precision)
+            correctness: dict[str, Any]
+            if judged_by_budget(spec.precision):  # lower precision: the accuracy budget replaces the strict gate
+                assert accuracy is not None
+                correctness = accuracy.correctness()
+                passed, why = accuracy.passed, accuracy.reason
+            else:
+                gate = check_variant(cand.model, built, gate_inputs, batches=gate_count)
+                correctness, passed, why = gate.to_dict(), gate.passed, gate.reason
+            if not passed:
+                rejected = MeasureOutcome(status="rejected", reason=why or "outputs differ from eager fp32",
+                                          correctness=correctness, build_seconds=built.build_seconds,
+                                          first_call_seconds=first, notes=list(built.notes), model_bytes=size)
+                if accuracy is not None:
+                    rejected["accuracy"] = accuracy.to_dict()
+                return rejected
             # the gate's eager reference runs and float64 copies are the tool's, not the candidate's:
             # its peak is the build and the steady loop, so a variant that fits is not rejected for them
             backend.release_memory()
@@ -306,7 +324,7 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             extra.update(first_pass_seconds=first_pass, warmup_recompiles=first_recompiles,
                          shape_policy="buckets" if spec.buckets else "dynamic")
             m = dataclasses.replace(m, extra={**m.extra, **extra})
-        return MeasureOutcome(
+        outcome = MeasureOutcome(
             status="ok", reason="",
             measurement=m.to_dict(),
             build_seconds=built.build_seconds,
@@ -317,9 +335,13 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             peak_memory_scope="build, first call and steady loop of the candidate (correctness gate excluded)",
             recompiles=recompiles,
             load=load.to_dict(),
-            correctness=gate.to_dict(),
+            correctness=correctness,
             notes=list(built.notes),
+            model_bytes=size,
         )
+        if accuracy is not None:
+            outcome["accuracy"] = accuracy.to_dict()
+        return outcome
 
     try:
         return _guarded(backend, body)
@@ -500,6 +522,25 @@ def _gate_inputs(lw: LoadedWorkload, traffic: Traffic, batch: int
         return (lambda s: chosen[s]), len(chosen)
     return (lambda s: make_inputs(lw.recipe.inputs, batch_size=batch, device=lw.device, seed=GATE_SEED + s)), \
         GATE_BATCHES
+
+
+def _accuracy(lw: LoadedWorkload, cand: _Candidate, gate_inputs: Callable[[int], tuple[torch.Tensor, ...]],
+              gate_count: int, precision: str) -> AccuracyResult | None:
+    """The accuracy budget's verdict (:mod:`autotune.worker.accuracy`) for a lower-precision variant, and for every
+    variant when the recipe has ``[accuracy]`` (information on fp32 rows); None otherwise. Over every batch of
+    the traffic (the factory's), else the gate's random batches."""
+    recipe = lw.recipe
+    if not judged_by_budget(precision) and recipe.accuracy is None:
+        return None
+    traffic = cand.traffic
+    if traffic.source == "factory":
+        flat = list(traffic.batches)
+    else:
+        flat = [gate_inputs(s) for s in range(gate_count)]
+    outs = run_outputs(cand.model, cand.built, flat, traffic.layout,
+                       data="factory" if traffic.source == "factory" else "random")
+    metric = resolve_metric(recipe) if recipe.accuracy is not None and recipe.accuracy.metric else None
+    return judge(outs, precision=precision, recipe=recipe, metric=metric)
 
 
 def op_parse_variant(state: WorkerState, req: ParseVariantRequest) -> ParseVariantResult:

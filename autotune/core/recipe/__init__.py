@@ -28,6 +28,11 @@ The format (every field documented in README.md)::
     buckets = [32, 64, 128]                # +buckets variants pad dynamic dims up to these sizes
     pad_values = { input_ids = 0 }         # what padding is filled with (default 0)
 
+    [accuracy]                             # the budget of lower-precision variants (bf16, fp16, int8)
+    metric = "data.py:metric"              # metric(outputs, batches) -> float, higher is better; needs [data]
+    max_drop = "1%"                        # absolute (0.01, the metric's units) or relative ("1%"); without a
+                                           # metric: the top-1 disagreement allowed (default 0.01)
+
     [search]
     variants = ["eager", "frozen", "compile"]   # or "all"
     precisions = ["fp32"]
@@ -92,6 +97,7 @@ from autotune.core.recipe.spec import (
     DTYPES,
     INTEGER_DTYPES,
     SEED_RANGE_TEXT,
+    AccuracySpec,
     BatchSpec,
     Constraints,
     DataSpec,
@@ -113,6 +119,7 @@ __all__ = [
     "PERCENTILES",
     "SEED_RANGE_TEXT",
     "STRATEGIES",
+    "AccuracySpec",
     "BatchSpec",
     "Constraints",
     "DataSpec",

@@ -22,6 +22,7 @@ from autotune.core.recipe.spec import (
     DTYPES,
     INTEGER_DTYPES,
     SEED_RANGE_TEXT,
+    AccuracySpec,
     BatchSpec,
     Constraints,
     DataSpec,
@@ -35,7 +36,8 @@ from autotune.core.recipe.spec import (
 from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
 from autotune.errors import InputError, RecipeError
 
-_TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "search", "constraints", "batch", "measure")
+_TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "accuracy", "search", "constraints", "batch",
+             "measure")
 #: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
 SHAPE_POLICIES = ("dynamic", "buckets")
 
@@ -93,6 +95,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
         raise top.error("inputs", "must be left out when [data] names a factory: the inputs are the factory's "
                         "batches (their names, dtypes and shapes)")
     inputs = _parse_inputs(path, raw_inputs) if data_spec is None else ()
+    accuracy = _parse_accuracy(path, top.get("accuracy", dict, None), has_data=data_spec is not None)
     search = _parse_search(path, top.get("search", dict, {}))
     constraints = _parse_constraints(path, top.get("constraints", dict, {}))
     batch = _parse_batch(path, top.get("batch", dict, {}))
@@ -116,6 +119,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
         batch=batch,
         measure=measure,
         data=data_spec,
+        accuracy=accuracy,
     )
 
 
@@ -153,6 +157,49 @@ def _parse_data(path: Path, table: dict[str, Any] | None) -> DataSpec | None:
     return DataSpec(factory=factory, kwargs=_json_kwargs(r, "kwargs"), base_dir=str(path.resolve().parent),
                     max_batches=r.positive("max_batches", int, DataSpec.max_batches), buckets=buckets,
                     pad_values={k: float(v) for k, v in pads.items()})
+
+
+def _parse_accuracy(path: Path, table: dict[str, Any] | None, *, has_data: bool) -> AccuracySpec | None:
+    """``[accuracy]`` (see :class:`AccuracySpec`): ``metric`` is a factory reference and needs ``[data]`` (a
+    metric's labels belong to the user's data, not to random inputs); ``max_drop`` is a number >= 0 (absolute)
+    or a percentage string ``"1%"`` (relative to eager fp32's value), below 100%."""
+    if table is None:
+        return None
+    r = TableReader(path, table, "accuracy.", ("metric", "max_drop"))
+    metric: str | None = None
+    if "metric" in table:
+        metric = r.get("metric", str, None)
+        assert metric is not None
+        target, _, attr = metric.rpartition(":")
+        if not target or not attr:
+            raise r.error("metric", f"'{metric}' is not a function reference; allowed: 'path/to/file.py:function' "
+                          "(relative to the recipe) or 'package.module:function'")
+        if not has_data:
+            raise r.error("metric", "needs a [data] factory: the metric scores the model's outputs on your batches "
+                          "(random [[inputs]] have no labels)")
+    raw = r.get("max_drop", (float, str), None)
+    max_drop: float | None = None
+    relative = False
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            if not text.endswith("%"):
+                raise ValueError
+            max_drop = float(text[:-1]) / 100.0
+        except ValueError:
+            raise r.error("max_drop", f"'{raw}' is not allowed; allowed: a number >= 0 (absolute, in the metric's "
+                          "units) or a percentage like \"1%\" (relative to eager fp32's value)") from None
+        relative = True
+        if not 0.0 <= max_drop < 1.0 or max_drop != max_drop:
+            raise r.error("max_drop", f"a relative drop must be in [0%, 100%), got '{raw}'")
+    elif raw is not None:
+        max_drop = float(raw)
+        if not max_drop >= 0.0 or max_drop == float("inf"):
+            raise r.error("max_drop", f"must be a finite number >= 0, got {raw!r}")
+    if metric is None and max_drop is not None and max_drop >= 1.0:
+        raise r.error("max_drop", f"without a metric it is the top-1 disagreement allowed, a fraction below 1; "
+                      f"got {raw!r}")
+    return AccuracySpec(metric=metric, max_drop=max_drop, relative=relative, base_dir=str(path.resolve().parent))
 
 
 def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:

@@ -76,6 +76,38 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
+class AccuracySpec:
+    """``[accuracy]``: the budget lower-precision variants (bf16, fp16, int8, autocast) are held to.
+
+    ``metric`` (``file.py:function`` or ``module:function``, resolved like the data factory) is called as
+    ``metric(outputs, batches) -> float`` (higher is better) on the ``[data]`` factory's batches: eager fp32's
+    value is the reference and a variant's drop is ``reference - value`` (``relative``: over ``|reference|``).
+    Without a metric the default applies (:mod:`autotune.worker.accuracy`): top-1 agreement with eager fp32 for
+    classifier-shaped outputs, else per-precision closeness thresholds; ``max_drop`` then bounds the
+    disagreement (default 0.01: 99% agreement).
+    """
+
+    metric: str | None = None
+    #: The largest drop allowed: absolute in the metric's units, or a fraction of the reference (``relative``,
+    #: written ``"1%"`` in the recipe). None: 1% relative with a metric, 0.01 disagreement without.
+    max_drop: float | None = None
+    relative: bool = False
+    base_dir: str = "."
+
+    @property
+    def factory(self) -> str:
+        """The metric's reference, under the name :func:`autotune.worker.factory.resolve_factory` reads."""
+        return self.metric or ""
+
+    def budget_text(self) -> str:
+        """``drop <= 1% of eager fp32's value`` / ``drop <= 0.01``: how the report states the budget."""
+        if self.max_drop is None:
+            return "default"
+        return f"drop <= {self.max_drop * 100:g}% of eager fp32's value" if self.relative else \
+            f"drop <= {self.max_drop:g}"
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     variants: tuple[str, ...] = ("eager",)
     #: How shape-specialising variants meet the traffic's dynamic dimensions, crossed with the variants:
@@ -146,6 +178,7 @@ class Recipe:
     batch: BatchSpec = BatchSpec()
     measure: MeasureSpec = MeasureSpec()
     data: DataSpec | None = None
+    accuracy: AccuracySpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, used in report.json and to hand the recipe to a worker."""
@@ -155,6 +188,7 @@ class Recipe:
         # form (report.json, a study's fingerprint) as before they existed
         data["inputs"] = [_input_dict(i) for i in self.inputs]
         data.pop("data")
+        data.pop("accuracy")
         if self.search.shapes == ("dynamic",):
             data["search"].pop("shapes")
         if self.search.environments == ():
@@ -165,6 +199,8 @@ class Recipe:
             data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
                                 pad_values=dict(self.data.pad_values),
                                 buckets=list(self.data.buckets) if self.data.buckets else None)
+        if self.accuracy is not None:
+            data["accuracy"] = asdict(self.accuracy)
         for key in ("batch_sizes", "threads"):
             value = getattr(self.search, key)
             data["search"][key] = value if isinstance(value, str) else list(value)
@@ -201,6 +237,7 @@ class Recipe:
             batch=BatchSpec(**data["batch"]),
             measure=MeasureSpec(**data["measure"]),
             data=_data_from_dict(data.get("data")),
+            accuracy=AccuracySpec(**data["accuracy"]) if data.get("accuracy") else None,
         )
 
 

@@ -61,6 +61,10 @@ class BuiltVariant:
     #: AOTInductor ``.pt2`` or of the exported ``.onnx``; the OpenVINO ``ov.Model`` as compiled. None for eager
     #: and torch.compile (no file form) and without ``keep_artifact``.
     artifact: Any = field(default=None, repr=False)
+    #: The model's size on disk as this variant stores it (a serialized state_dict, the ``.onnx`` file, the IR's
+    #: ``.bin``), where the builder knows it; None: :func:`autotune.worker.model_size.model_bytes` counts the
+    #: parameters and buffers at the variant's precision.
+    model_bytes: int | None = None
     _keepalive: tuple[Any, ...] = field(default=(), repr=False)
 
     def prepare_inputs(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

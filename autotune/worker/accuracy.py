@@ -1,0 +1,381 @@
+"""The accuracy budget: what a lower-precision variant (bf16, fp16, autocast, int8) may cost on the user's data.
+
+A lower precision changes the answer by design, so closeness to eager fp32 within fp32's rounding (the strict
+gate of :mod:`autotune.worker.correctness`) is the wrong question for it; the user's question is how much
+accuracy it loses on their data. So a variant whose precision is not fp32 is judged here, over *all* the
+traffic's batches (a ``[data]`` factory's, up to ``data.max_batches``; without ``[data]`` the gate's fresh random
+batches), and rejected when outside the budget. fp32 variants keep the strict gate; with an ``[accuracy]`` table
+they are also scored here, for the report (``gating`` False: the strict gate decides).
+
+Three kinds of budget, in this order of precedence::
+
+    metric      [accuracy] metric = "data.py:metric": metric(outputs, batches) -> float, higher is better
+                  batches = the factory's batches as it yielded them (tensor, tuple or dict; CPU tensors), in order
+                  outputs = the model's output on each batch, same structure as eager's, CPU, floats as float32
+                reference = metric(eager fp32 outputs, batches); value = metric(variant outputs, batches)
+                drop = reference - value               (absolute; max_drop in the metric's units)
+                     = (reference - value) / |reference|  (max_drop = "1%": relative; the default budget)
+                pass = drop <= max_drop
+    agreement   no metric, and the output is classifier-shaped: a floating tensor (the output itself, or its
+                "logits" entry) of shape (B, C) with C >= 2, or a "logits" entry (..., C)
+                value = fraction of rows (positions) whose argmax equals eager fp32's; reference = 1
+                drop = 1 - value; pass = drop <= max_drop (default 0.01: 99% top-1 agreement)
+    closeness   no metric, any other output: per floating leaf, over all batches (finite positions)
+                rel_error = ||cand - ref|| / ||ref||   (norm-wise; 0 when both are 0)
+                cosine    = <cand, ref> / (||cand|| ||ref||)
+                pass = every leaf's rel_error <= CLOSENESS[precision].max_rel_error
+                       and cosine >= CLOSENESS[precision].min_cosine
+                integer/bool leaves must be equal, detections are matched as sets (the gate's rules, with the
+                precision's tolerance); drop = the worst rel_error
+
+In every kind a structure mismatch, or NaN/inf where eager fp32's output is finite, rejects the variant (no metric
+could be trusted on it).
+
+Why these closeness thresholds (``benchmarks/bench_precision_error.py``, random weights and inputs): resnet18, an
+MLP and a 4-layer transformer encoder cast whole stay at norm-wise errors of 0.004-0.007 in bf16 and 0.0005-0.0012
+in fp16, the MLP's dynamic int8 at 0.025 (cosine 0.9997). The thresholds leave 4-8x headroom over those. A real
+bug (a wrong op, an overflow, a broken calibration) is off by O(1).
+
+Random inputs (no ``[data]``) are scored like data, but the result says ``data: "random"`` and the report warns
+that accuracy was not measured on real data: agreement on random inputs of a random-weight model is a statement
+about near-tied logits, not about a task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from autotune.errors import WorkloadError
+from autotune.worker.correctness import (
+    _compare_detections,
+    _compare_scalar,
+    _compare_tensor,
+    _Detections,
+    _StructureMismatch,
+    _walk,
+    tolerance_for,
+)
+from autotune.worker.metric import call_metric, cpu_float, metric_name, user_batch
+
+if TYPE_CHECKING:
+    from autotune.core.recipe import AccuracySpec, Recipe
+    from autotune.worker.traffic import InputLayout
+    from autotune.worker.variants import BuiltVariant
+
+AccuracyKind = Literal["metric", "agreement", "closeness"]
+
+
+@dataclass(frozen=True)
+class Closeness:
+    """The default budget for outputs that are not classifier-shaped (module docstring: why these numbers)."""
+
+    max_rel_error: float
+    min_cosine: float
+
+
+CLOSENESS: dict[str, Closeness] = {
+    "fp16": Closeness(0.01, 0.9999),
+    "autocast-fp16": Closeness(0.01, 0.9999),
+    "bf16": Closeness(0.05, 0.998),
+    "autocast-bf16": Closeness(0.05, 0.998),
+    "int8": Closeness(0.10, 0.99),
+    # fp32 rows are scored only for the report (the strict gate decides them)
+    "fp32": Closeness(1e-4, 0.99999),
+}
+#: Without a metric: the top-1 disagreement with eager fp32 a classifier may have (99% agreement).
+DEFAULT_AGREEMENT_DROP = 0.01
+#: With a metric and no max_drop: 1% of eager fp32's value.
+DEFAULT_RELATIVE_DROP = 0.01
+
+
+def judged_by_budget(precision: str) -> bool:
+    """Whether a precision is judged by the accuracy budget (every one but fp32) instead of the strict gate."""
+    return precision != "fp32"
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    """A variant's accuracy on the traffic against eager fp32's, and the budget's verdict.
+
+    ``value``/``reference``/``drop`` are in the kind's units: the metric's; an agreement fraction; for closeness
+    the worst cosine (value) and the worst norm-wise relative error (drop). ``gating``: the verdict decided the
+    row (lower precision), else it is information for the report (fp32 rows, judged by the strict gate).
+    """
+
+    kind: AccuracyKind
+    passed: bool
+    gating: bool
+    metric: str  # the user's reference, "top-1 agreement" or "closeness"
+    value: float | None
+    reference: float | None
+    drop: float | None
+    max_drop: float | None
+    relative: bool
+    budget: str
+    batches: int
+    samples: int
+    data: Literal["factory", "random"]
+    rel_error: float | None = None
+    cosine: float | None = None
+    max_abs_error: float | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(x: float | None) -> float | str | None:
+            return x if x is None or math.isfinite(x) else str(x)  # JSON has no inf/nan
+
+        return {
+            "kind": self.kind, "passed": self.passed, "gating": self.gating, "metric": self.metric,
+            "value": num(self.value), "reference": num(self.reference), "drop": num(self.drop),
+            "max_drop": self.max_drop, "relative": self.relative, "budget": self.budget,
+            "batches": self.batches, "samples": self.samples, "data": self.data,
+            "rel_error": num(self.rel_error), "cosine": num(self.cosine), "max_abs_error": num(self.max_abs_error),
+            "reason": self.reason,
+        }
+
+    def correctness(self) -> dict[str, Any]:
+        """The row's ``correctness`` (the gate's form) for a variant the budget judged: its verdict and errors."""
+        def num(x: float | None) -> float | str | None:
+            return x if x is None or math.isfinite(x) else str(x)
+
+        return {"passed": self.passed, "max_abs_error": num(self.max_abs_error), "max_rel_error": num(self.rel_error),
+                "min_cosine": num(self.cosine), "batches": self.batches, "reason": self.reason,
+                "tolerance": None, "by": "accuracy budget"}
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def classifier_leaf(out: Any) -> torch.Tensor | None:
+    """The classifier-shaped tensor of an output (module docstring), or None."""
+    if isinstance(out, torch.Tensor):
+        t, named = out, False
+    elif isinstance(out, Mapping) and isinstance(out.get("logits"), torch.Tensor):
+        t, named = out["logits"], True
+    else:
+        return None
+    if not t.is_floating_point() or t.dim() < 2 or t.shape[-1] < 2:
+        return None
+    return t if (t.dim() == 2 or named) else None
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.4g}%"
+
+
+# ------------------------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """eager fp32's and the variant's outputs on every batch (CPU, floats as float32), and the batches."""
+
+    reference: list[Any]
+    candidate: list[Any]
+    batches: list[Any]  # in the user's form
+    data: Literal["factory", "random"]
+
+
+def run_outputs(reference: Callable[..., Any], built: BuiltVariant, flat_batches: Sequence[tuple[torch.Tensor, ...]],
+                layout: InputLayout, *, data: Literal["factory", "random"]) -> Outputs:
+    """Call eager fp32 and the variant on every batch (inference mode), copying each output before the next call.
+
+    Exceptions of the variant propagate (the caller classifies them: failed / oom), as in the gate.
+    """
+    refs, cands, users = [], [], []
+    with torch.inference_mode():
+        for flat in flat_batches:
+            refs.append(cpu_float(reference(*flat)))
+            cands.append(cpu_float(built.fn(*built.prepare_inputs(flat))))
+            users.append(user_batch(layout, flat))
+    return Outputs(refs, cands, users, data)
+
+
+def _hard_problem(outs: Outputs, precision: str) -> tuple[str | None, float, float, float]:
+    """Structure mismatches and NaN/inf where the reference is finite (these reject in every kind), and the
+    elementwise errors of the row's ``correctness`` (max abs, max norm-wise-by-peak rel, min cosine)."""
+    tol = tolerance_for(precision)
+    max_abs, max_rel, min_cos = 0.0, 0.0, 1.0
+    for i, (ref, cand) in enumerate(zip(outs.reference, outs.candidate, strict=True)):
+        try:
+            pairs = list(_walk(ref, cand, "out"))
+        except _StructureMismatch as exc:
+            return f"batch {i}: structure mismatch at {exc}", math.inf, math.inf, 0.0
+        for path, r, c in pairs:
+            if isinstance(r, torch.Tensor) and r.is_floating_point() and tuple(r.shape) == tuple(c.shape):
+                bad = torch.isfinite(r) & ~torch.isfinite(c)
+                if bool(bad.any()):
+                    return (f"batch {i}: {path}: {int(bad.sum())} of {r.numel()} elements are NaN/inf where eager "
+                            "fp32's are finite"), math.inf, math.inf, 0.0
+                rep = _compare_tensor(path, r, c, tol)
+                max_abs, max_rel, min_cos = max(max_abs, rep.abs_err), max(max_rel, rep.rel_err), \
+                    min(min_cos, rep.cosine)
+            elif isinstance(r, torch.Tensor) and tuple(r.shape) != tuple(c.shape):
+                return f"batch {i}: {path}: shape {tuple(c.shape)} != eager fp32's {tuple(r.shape)}", \
+                    math.inf, math.inf, 0.0
+    return None, max_abs, max_rel, min_cos
+
+
+# ------------------------------------------------------------------------------------------- the kinds
+
+
+def _budget(spec: AccuracySpec | None, *, default: float, relative_default: bool) -> tuple[float, bool]:
+    if spec is None or spec.max_drop is None:
+        return default, relative_default
+    return spec.max_drop, spec.relative
+
+
+def _agreement(outs: Outputs) -> tuple[float, int, int] | None:
+    """(agreement, differing, total) over the classifier leaf, or None when the output is not classifier-shaped."""
+    same = total = 0
+    for ref, cand in zip(outs.reference, outs.candidate, strict=True):
+        r, c = classifier_leaf(ref), classifier_leaf(cand)
+        if r is None or c is None or r.shape != c.shape:
+            return None
+        eq = r.argmax(-1) == c.argmax(-1)
+        same += int(eq.sum())
+        total += eq.numel()
+    if total == 0:
+        return None
+    return same / total, total - same, total
+
+
+def _closeness(outs: Outputs, precision: str) -> tuple[float, float, str | None]:
+    """(worst rel_error, worst cosine, problem) per the module docstring's closeness rule."""
+    tol = tolerance_for(precision)
+    sums: dict[str, list[float]] = {}  # path -> [sum d^2, sum r^2, sum c^2, sum r*c]
+    problem: str | None = None
+    for i, (ref, cand) in enumerate(zip(outs.reference, outs.candidate, strict=True)):
+        for path, r, c in _walk(ref, cand, "out"):
+            if isinstance(r, _Detections):
+                rep = _compare_detections(path, r, c, tol)
+            elif isinstance(r, torch.Tensor) and r.is_floating_point() and not r.is_complex():
+                both = torch.isfinite(r) & torch.isfinite(c)
+                r64, c64 = r[both].double(), c[both].double()
+                acc = sums.setdefault(path, [0.0, 0.0, 0.0, 0.0])
+                acc[0] += float((c64 - r64).pow(2).sum())
+                acc[1] += float(r64.pow(2).sum())
+                acc[2] += float(c64.pow(2).sum())
+                acc[3] += float((r64 * c64).sum())
+                continue
+            elif isinstance(r, torch.Tensor):
+                rep = _compare_tensor(path, r, c, tol)
+            else:
+                rep = _compare_scalar(path, r, c, tol)
+            if not rep.ok and problem is None:
+                problem = f"batch {i}: {rep.path}: {rep.why}"
+    worst_rel, worst_cos = 0.0, 1.0
+    for d2, r2, c2, rc in sums.values():
+        rel = math.sqrt(d2 / r2) if r2 > 0 else (0.0 if d2 == 0 else math.inf)
+        cos = rc / math.sqrt(r2 * c2) if r2 > 0 and c2 > 0 else (1.0 if r2 == c2 else 0.0)
+        worst_rel, worst_cos = max(worst_rel, rel), min(worst_cos, cos)
+    return worst_rel, worst_cos, problem
+
+
+def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[..., Any] | None = None,
+          reference_value: float | None = None) -> AccuracyResult:
+    """The budget's verdict on a variant's outputs (the kinds and their rules: module docstring).
+
+    ``metric`` is the resolved ``[accuracy] metric`` (None: the default kinds); ``reference_value`` eager fp32's
+    value when the caller has it already. A metric that raises on the *reference* is the user's error
+    (:class:`WorkloadError`); on the variant's outputs it rejects the variant.
+    """
+    spec = recipe.accuracy
+    gating = judged_by_budget(precision)
+    n = len(outs.reference)
+    samples = sum(_rows(b) for b in outs.batches)
+    where = "the data" if outs.data == "factory" else "random inputs"
+    common = {"gating": gating, "batches": n, "samples": samples, "data": outs.data}
+    hard, max_abs, max_rel, min_cos = _hard_problem(outs, precision)
+
+    if metric is not None and spec is not None:
+        name = metric_name(str(spec.metric))
+        ref = reference_value if reference_value is not None else call_metric(
+            recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
+        max_drop, relative = _budget(spec, default=DEFAULT_RELATIVE_DROP, relative_default=True)
+        budget = (f"{name} drop <= {_pct(max_drop)} of eager fp32's {ref:.6g}" if relative
+                  else f"{name} drop <= {max_drop:g}")
+        value: float | None = None
+        reason = hard
+        if reason is None:
+            try:
+                value = call_metric(recipe, metric, outs.candidate, outs.batches, whose="this variant's outputs")
+            except WorkloadError as exc:
+                reason = str(exc)
+        drop: float | None = None
+        if value is not None:
+            if relative and ref == 0:
+                raise WorkloadError(f"{recipe.path}: field 'accuracy.max_drop': a relative drop needs eager fp32's "
+                                    f"metric to be non-zero, and '{spec.metric}' gave 0 on it; give an absolute "
+                                    "max_drop")
+            drop = (ref - value) / abs(ref) if relative else ref - value
+            if drop > max_drop + 1e-12:
+                shown = _pct(drop) if relative else f"{drop:.4g}"
+                reason = (f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches "
+                          f"of {where}: drop {shown} > max_drop {_pct(max_drop) if relative else f'{max_drop:g}'}")
+        return AccuracyResult(kind="metric", passed=reason is None, metric=name, value=value,
+                              reference=ref, drop=drop if drop is not None else (math.inf if reason else None),
+                              max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel,
+                              cosine=min_cos, max_abs_error=max_abs, reason=reason, **common)  # type: ignore[arg-type]
+
+    agreement = _agreement(outs) if hard is None else None
+    classifier = bool(outs.reference) and classifier_leaf(outs.reference[0]) is not None
+    if agreement is not None or (hard is not None and classifier):
+        max_drop, _ = _budget(spec, default=DEFAULT_AGREEMENT_DROP, relative_default=False)
+        budget = f"top-1 agreement with eager fp32 >= {_pct(1 - max_drop)}"
+        if agreement is None:
+            return AccuracyResult(kind="agreement", passed=False, metric="top-1 agreement", value=None, reference=1.0,
+                                  drop=math.inf, max_drop=max_drop, relative=False, budget=budget, rel_error=max_rel,
+                                  cosine=min_cos, max_abs_error=max_abs, reason=hard, **common)  # type: ignore[arg-type]
+        frac, differ, total = agreement
+        reason = None
+        if 1 - frac > max_drop + 1e-12:
+            reason = (f"accuracy budget: top-1 agreement with eager fp32 {_pct(frac)} ({differ} of {total} predictions "
+                      f"differ) on {n} batches of {where} < {_pct(1 - max_drop)} (max_drop {max_drop:g})")
+        return AccuracyResult(kind="agreement", passed=reason is None, metric="top-1 agreement", value=frac,
+                              reference=1.0, drop=1 - frac, max_drop=max_drop, relative=False, budget=budget,
+                              rel_error=max_rel, cosine=min_cos, max_abs_error=max_abs, reason=reason,
+                              **common)  # type: ignore[arg-type]
+
+    limits = CLOSENESS[precision]
+    budget = f"relative error <= {limits.max_rel_error:g} and cosine >= {limits.min_cosine:g} ({precision})"
+    if hard is not None:
+        return AccuracyResult(kind="closeness", passed=False, metric="closeness", value=None, reference=1.0,
+                              drop=math.inf, max_drop=limits.max_rel_error, relative=False, budget=budget,
+                              rel_error=math.inf, cosine=0.0, max_abs_error=max_abs, reason=hard,
+                              **common)  # type: ignore[arg-type]
+    rel, cos, problem = _closeness(outs, precision)
+    reason = problem
+    if reason is None and (rel > limits.max_rel_error or cos < limits.min_cosine):
+        reason = (f"accuracy budget: relative error {rel:.3g} and cosine {cos:.6f} against eager fp32 on {n} batches "
+                  f"of {where}; allowed for {precision}: relative error <= {limits.max_rel_error:g}, cosine >= "
+                  f"{limits.min_cosine:g}")
+    return AccuracyResult(kind="closeness", passed=reason is None, metric="closeness", value=cos, reference=1.0,
+                          drop=rel, max_drop=limits.max_rel_error, relative=False, budget=budget, rel_error=rel,
+                          cosine=cos, max_abs_error=max_abs, reason=reason, **common)  # type: ignore[arg-type]
+
+
+def _rows(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    first = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
+    return int(first.shape[0])
+
+
+__all__ = [
+    "CLOSENESS",
+    "DEFAULT_AGREEMENT_DROP",
+    "DEFAULT_RELATIVE_DROP",
+    "AccuracyResult",
+    "Closeness",
+    "Outputs",
+    "classifier_leaf",
+    "judge",
+    "judged_by_budget",
+    "run_outputs",
+]
