@@ -9,10 +9,28 @@ DEMO_OUT ?= demo-out
 PYTEST_ARGS ?=
 # Headless Chromium (npm: @sparticuz/chromium + puppeteer-core) for tests/test_report_browser.py.
 BROWSER_DIR := tests/browser
+# The memory allocators autotune can search (search.environments; autotune/core/process_env.py).
+ALLOCATOR_PACKAGES := libjemalloc2 libtcmalloc-minimal4
 
-.PHONY: install demo test test-fast test-slow lint bench clean
+.PHONY: install allocators demo test test-fast test-slow lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) allocators
+
+# Debian's jemalloc and tcmalloc, for the process environments: installed when run as root with apt-get; otherwise
+# it says how, and never fails (those environments are then "unavailable" with the same command).
+allocators:
+	@missing=""; for lib in libjemalloc.so.2 libtcmalloc_minimal.so.4; do \
+		found=""; for d in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do \
+			[ -e "$$d/$$lib" ] && found=1; done; [ -n "$$found" ] || missing="$$missing $$lib"; done; \
+	if [ -z "$$missing" ]; then echo "make install: jemalloc and tcmalloc found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get install -y -q $(ALLOCATOR_PACKAGES) >/dev/null || \
+		 (apt-get update -q >/dev/null && apt-get install -y -q $(ALLOCATOR_PACKAGES) >/dev/null)) || \
+		echo "make install: apt-get could not install $(ALLOCATOR_PACKAGES); those environments stay unavailable"; \
+	else \
+		echo "make install:$$missing not found; for the jemalloc/tcmalloc environments run" \
+		     "'sudo apt-get install $(ALLOCATOR_PACKAGES)' (Debian/Ubuntu; other systems: jemalloc, gperftools)"; \
+	fi
 
 $(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -260,7 +260,7 @@ def measure(recipe: Recipe | str | Path, *, variant: str, batch_size: int, devic
     if batch_size < 1:
         raise InputError(f"batch_size: expected a positive integer, got {batch_size}")
     rec = _with_device(_as_recipe(recipe), device)
-    with Runner() as runner:
+    with Runner(fresh_measure=True) as runner:  # timed in a fresh worker: validation leaves no allocator state
         workload = validate(runner, rec)
         client = WorkerClient(runner)
         if variant in workload.specs:

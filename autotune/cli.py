@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -45,11 +46,27 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {value}")
+        # nan compares false with everything and inf never runs out: a budget of either measured nothing
+        # (run) or polled the study forever (worker)
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive finite {noun}, got {text!r}")
         return value
 
     return convert
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2**32), the range the samplers and torch.manual_seed take (checked here, not
+    when the stored study is opened)."""
+    from autotune.core.recipe import SEED_RANGE_TEXT, valid_seed
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer {SEED_RANGE_TEXT}, got {text!r}") from None
+    if not valid_seed(value):
+        raise argparse.ArgumentTypeError(f"expected an integer {SEED_RANGE_TEXT}, got {value}")
+    return value
 
 
 def _threshold(text: str) -> float:
@@ -86,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
     run.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///OUT/study.db)")
     run.add_argument("--study", default=None, metavar="NAME", help="study name (default: the recipe name)")
-    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--seed", type=_seed, default=None, help="0 to 2**32 - 1 (overrides the recipe)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     warm = sub.add_parser("warmup", help="analyse per-iteration timings for warmup / steady state")
@@ -118,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare the configurations (variant + batch size) measured in both reports: B/A "
                     "throughput ratios with 95% CIs and the latency percentile's ratio. Exit 3 when a "
                     "configuration is slower in B beyond the threshold (its ratio CI lies below "
-                    "1 - threshold) or no longer runs in B, 0 otherwise, 2 for bad input.")
+                    "1 - threshold) or no longer runs in B, 0 otherwise, 2 for bad input or when no "
+                    "configuration was measured in both (a gate must not pass on nothing).")
     cmp.add_argument("a", type=Path, metavar="A", help="the baseline: a run directory holding report.json, or the file")
     cmp.add_argument("b", type=Path, metavar="B", help="the report compared with it")
     cmp.add_argument("--threshold", type=_threshold, default=None, metavar="FRACTION",
@@ -136,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for arg in argv or ():
+        if "\x00" in arg:  # a process's arguments cannot hold one; a caller in Python can pass it
+            print(f"autotune: error: argument {arg!r} contains a NUL character", file=sys.stderr)
+            return EXIT_INPUT
     args = build_parser().parse_args(argv)
     handler = {
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
@@ -170,6 +192,17 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
     if device is not None and not is_device_name(device):
         raise InputError(f"--device: '{device}' is not allowed; allowed: {ALLOWED_TEXT}")
     return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must be a directory or not exist yet: said before the model is validated (minutes on a big one)."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, expected a directory (it is created if missing)")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: {parent} is a file, expected a directory")
+            break
 
 
 class ProgressBar:
@@ -213,8 +246,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autotune.api import tune
     from autotune.report import console_table
 
+    if args.out is not None:
+        _check_out(args.out)
     recipe = _load(args.recipe, device=args.device, time_budget=args.time_budget, seed=args.seed)
     out = args.out or Path("out") / recipe.name
+    _check_out(out)
     bar = None if args.no_progress else ProgressBar()
     try:
         result = tune(recipe, out=out, storage=args.storage, study=args.study, on_event=bar)
@@ -393,7 +429,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(_compare_text(result))
-    return EXIT_REGRESSION if result.regressions else EXIT_OK
+    if result.regressions:
+        return EXIT_REGRESSION
+    if not result.rows:  # a CI gate must not pass on nothing
+        print(f"autotune: error: compare: no configuration (variant + batch size) was measured in both "
+              f"{args.a} and {args.b}: nothing was compared", file=sys.stderr)
+        return EXIT_INPUT
+    return EXIT_OK
 
 
 def _compare_text(result: Any) -> str:

@@ -61,6 +61,7 @@ matching of configurations, the two ways to a ratio CI and the verdict rule, whi
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,8 @@ N_BOOT = 2000
 #: Seeds of the two sides' resampling: different, so a report compared with itself is resampled apart
 #: (with one seed both sides would resample alike and every ratio replicate would be exactly 1).
 _SEED_A, _SEED_B = 1, 2
+#: The largest x whose exp(x) is a float.
+_LOG_MAX = math.log(sys.float_info.max)
 #: How a ratio's interval was made (``Ratio.method``).
 METHODS = ("bootstrap", "mover", "processes")
 
@@ -148,25 +151,32 @@ def ratio_ci(a: float, a_ci: Sequence[float | None] | None, b: float, b_ci: Sequ
         raise ValueError(f"ratio of non-positive or non-finite values: {b!r} / {a!r}")
     value = b / a
     da, db = _log_limits(a, a_ci), _log_limits(b, b_ci)
-    if da is None or db is None:
+    if da is None or db is None or not 0.0 < value < math.inf:  # B/A of 1e300 / 1e-300 overflows, 5e-324 / 1e3 is 0
         return Ratio(value, None)
     a_down, a_up = da
     b_down, b_up = db
     centre = math.log(value)
     low = centre - math.hypot(b_down, a_up)
     high = centre + math.hypot(b_up, a_down)
+    if high > _LOG_MAX:  # an interval beyond the floats (extreme throughputs): none
+        return Ratio(value, None)
     return Ratio(value, (math.exp(low), math.exp(high)), "mover")
 
 
 def _replicate_ratio(value: float, a: np.ndarray, b: np.ndarray) -> Ratio:
     """``value`` with the percentile interval of the replicates' ratios ``b / a`` (None if it has no width)."""
-    lo, hi = replicate_interval(b / a)
+    with np.errstate(all="ignore"):  # extreme throughputs (1e300 against 1e-300) overflow or divide by zero
+        ratios = b / a
+    if not (np.all(np.isfinite(ratios)) and math.isfinite(value)):
+        return Ratio(value, None, "bootstrap")  # no interval: the verdict is "no CI", never a traceback
+    lo, hi = replicate_interval(ratios)
     return Ratio(value, (lo, hi) if lo < hi else None, "bootstrap")
 
 
 def sample_ratio_ci(a: Measurement, b: Measurement, *, n_boot: int = N_BOOT) -> Ratio:
     """B/A throughput and its 95% CI by a bootstrap of the two measurements' raw samples (module docstring)."""
-    value = b.throughput / a.throughput
+    with np.errstate(all="ignore"):
+        value = b.throughput / a.throughput if a.throughput > 0 else math.inf
     if a.steady_samples.size < 2 or b.steady_samples.size < 2:
         return Ratio(value, None, "bootstrap")
     return _replicate_ratio(value, a.throughput_replicates(n_boot=n_boot, seed=_SEED_A),

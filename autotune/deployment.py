@@ -4,7 +4,8 @@
 :func:`autotune.worker.artifact.deploy`: the recommendation built once more, saved and profiled next to eager;
 what is saved per compiler is described there). This side imports no torch: it asks a fresh worker through
 :class:`autotune.client.WorkerClient`, swaps ``OUT/artifact/`` in whole once the worker is done, and writes
-``load.py`` from the document (:mod:`autotune.report.loader`, so ``autotune report`` shows the same text).
+``load.py`` from the document (:mod:`autotune.report.loader`, so ``autotune report`` shows the same text), and
+``run.sh``, which starts a process in the environment (allocator, OpenMP) the recommendation was measured in.
 
 A failure here (an export that does not serialise, a full disk, a crash) is reported in the document's
 ``artifact`` and ``profile`` sections with the reason; the run and everything it measured stand.
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from autotune.core.process_env import describe, environment_of_variant
 from autotune.core.protocol import directory_files
 
 if TYPE_CHECKING:
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 #: The artifact's directory inside ``--out``, and the loader's file name in it.
 ARTIFACT_DIR = "artifact"
 LOADER_NAME = "load.py"
+#: Starts load.py, or the service given as its arguments, in the process environment the recommendation was
+#: measured in (allocator, OpenMP: :mod:`autotune.core.process_env`).
+RUN_SCRIPT_NAME = "run.sh"
 
 
 def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_dir: Path, *,
@@ -42,7 +47,7 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     """
     from autotune.client import WorkerClient
     from autotune.errors import AutotuneError
-    from autotune.report.loader import loader_script
+    from autotune.report.loader import loader_script, run_script
 
     rec = doc.get("recommendation")
     if not isinstance(rec, Mapping):
@@ -64,8 +69,11 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
         res = {"artifact": {"status": "failed", "reason": reason},
                "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
     section = dict(res.get("artifact") or {"status": "failed", "reason": "no artifact section in the reply"})
+    env = environment_of_variant(variant)
     section.update(variant=variant, batch_size=batch, dir=ARTIFACT_DIR, loader=LOADER_NAME,
-                   wall_seconds=round(wall, 3))
+                   wall_seconds=round(wall, 3),
+                   environment={"name": env.name, "description": describe(env), "variables": env.variables(),
+                                "run_script": RUN_SCRIPT_NAME})
     shutil.rmtree(final, ignore_errors=True)
     if section.get("status") == "ok":
         try:
@@ -73,9 +81,13 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
             doc["artifact"] = cast("ArtifactSection", section)
             text = loader_script(doc) or ""
             (staging / LOADER_NAME).write_text(text, encoding="utf-8")
+            run = staging / RUN_SCRIPT_NAME
+            run.write_text(run_script(doc) or "", encoding="utf-8")
+            run.chmod(0o755)
             os.replace(staging, final)
             section["files"] = directory_files(final)
-            section["size_bytes"] = sum(f["bytes"] for f in section["files"] if f["name"] != LOADER_NAME)
+            section["size_bytes"] = sum(f["bytes"] for f in section["files"]
+                                        if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME))
             section["loader_code"] = text
         except OSError as exc:
             section = {**section, "status": "failed", "reason": f"writing {final} failed: {exc.strerror or exc}"}
@@ -90,4 +102,4 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
         doc["profile"] = profile_section
 
 
-__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "write_deployment"]
+__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "write_deployment"]

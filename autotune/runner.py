@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict, cast, overload
 
+from autotune.core.process_env import ENVIRONMENT_OPS, ProcessEnvironment, environment_of_variant
 from autotune.core.protocol import (
     HELLO,
     ROLE_OF_OP,
@@ -100,12 +101,14 @@ class WorkerProcess:
     """One live ``python -m autotune.worker`` child and its JSON-lines pipe."""
 
     def __init__(self, *, env: dict[str, str] | None = None, startup_timeout: float = STARTUP_TIMEOUT,
-                 role: Role = "measure") -> None:
+                 role: Role = "measure", environment: ProcessEnvironment | None = None) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.role = role
+        #: The process environment (allocator, OpenMP) it was started in: fixed for its life.
+        self.environment = environment or ProcessEnvironment()
         self._stderr = tempfile.TemporaryFile(mode="w+b")
-        child_env = dict(os.environ if env is None else env)
+        child_env = self.environment.apply(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
@@ -227,22 +230,35 @@ class Runner:
     Memory probes go to a ``probe`` worker, everything else to a ``measure`` worker (both
     started on first use), so nothing a probe needs is in the process that times candidates.
 
+    Process environments (:mod:`autotune.core.process_env`): a request whose op depends on it
+    (``ENVIRONMENT_OPS``) goes to a worker started in its variant's environment; one in another
+    environment is closed and a new one started (requests without a variant, such as ``slice``, go
+    to the live worker, which the ``stage`` before them chose). With ``fresh_measure`` every
+    ``measure`` runs in a worker that has served nothing else, so no earlier work (the validation,
+    other candidates) changes the allocator state it is timed in (ARCHITECTURE.md, "Process state").
+
     ``call`` never raises for a candidate's failure: it returns the worker's result dict, or
     ``{"status": "failed", "reason": ...}`` for a crash, with ``crash`` set to the
     :class:`WorkerCrash`. Input errors (bad recipe content found by the worker) are raised as
     :class:`InputError` because no other candidate could do better.
     """
 
-    def __init__(self, *, env: dict[str, str] | None = None, reuse: bool = True) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, reuse: bool = True, fresh_measure: bool = False) -> None:
         self._env = env
         self._reuse = reuse
+        self._fresh_measure = fresh_measure
         self._workers: dict[Role, WorkerProcess] = {}
         self.stats = RunnerStats()
 
-    def _ensure_worker(self, role: Role) -> WorkerProcess:
+    def _ensure_worker(self, role: Role, environment: ProcessEnvironment | None = None) -> WorkerProcess:
+        """The live worker of ``role``, started in ``environment`` (None: whatever the live one has, else the
+        default). A worker in another environment is closed first: an environment is fixed at start-up."""
         worker = self._workers.get(role)
+        if worker is not None and environment is not None and worker.environment != environment:
+            self.recycle(role)
+            worker = None
         if worker is None or not worker.alive:
-            worker = self._workers[role] = WorkerProcess(env=self._env, role=role)
+            worker = self._workers[role] = WorkerProcess(env=self._env, role=role, environment=environment)
             self.stats.workers_started += 1
             self.stats.startup_seconds.append(worker.startup_seconds)
         return worker
@@ -279,8 +295,17 @@ class Runner:
         """Send ``message`` to the worker of its op's role; the op's result (its type in
         :mod:`autotune.core.protocol`), or a :class:`CallFailure` (with ``crash`` when the worker died)."""
         role = ROLE_OF_OP.get(message["op"], "measure")
+        environment = None
+        if message["op"] in ENVIRONMENT_OPS and isinstance(message.get("variant"), str):
+            environment = environment_of_variant(str(message.get("variant")))
+        if message["op"] == "measure" and self._fresh_measure:
+            used = self._workers.get(role)
+            if used is not None and used.requests_served > 1:  # more than its hello
+                self.recycle(role)
         try:
-            worker = self._ensure_worker(role)
+            worker = self._ensure_worker(role, environment)
+        except InputError as exc:  # the environment's library is missing: this candidate cannot run here
+            return {"status": "failed", "reason": str(exc)}
         except WorkerCrashed as exc:
             self.stats.crashes += 1
             self._workers.pop(role, None)

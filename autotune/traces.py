@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autotune.core.limits import MAX_TRACE_BYTES, read_text_limited
 from autotune.errors import InputError
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ __all__ = [
     "synthetic_trace",
 ]
 
+#: The longest time per iteration a trace may hold (about 31 years): sums of squares of up to
+#: MAX_TRACE_BYTES values this size stay far from float overflow.
+MAX_SECONDS = 1e9
+
 _ALLOWED = (
     "one number per line (seconds); a header line, blank lines, '#' comments and extra"
     " comma-separated columns (the first is used) are tolerated"
@@ -61,15 +66,15 @@ def load_trace(path: str | Path) -> np.ndarray:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text_limited(p, MAX_TRACE_BYTES, what=_ALLOWED)
     except FileNotFoundError as exc:
         raise InputError(f"{p}: no such file") from exc
     except IsADirectoryError as exc:
         raise InputError(f"{p}: is a directory, expected a trace file") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{p}: not a text file; expected {_ALLOWED}") from exc
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    except ValueError as exc:  # a NUL character in the path
+        raise InputError(f"{str(p)!r}: cannot read ({exc})") from None
     values: list[float] = []
     seen_content = False
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -89,6 +94,9 @@ def load_trace(path: str | Path) -> np.ndarray:
             raise InputError(f"{p}, line {lineno}: {field!r} is not a finite number; expected {_ALLOWED}")
         if value < 0:
             raise InputError(f"{p}, line {lineno}: {field!r} is negative; a time in seconds must be >= 0")
+        if value > MAX_SECONDS:
+            raise InputError(f"{p}, line {lineno}: {field!r} is not a time per iteration; a time in seconds must "
+                             f"be at most {MAX_SECONDS:g} (the analysis squares and sums them)")
         values.append(value)
     if not values:
         raise InputError(f"{p}: no values; expected {_ALLOWED}")
@@ -138,8 +146,10 @@ def sketch(
         hi = lo + (abs(lo) * 1e-3 or 1e-12)
 
     def row(v: float) -> int:
-        r = round((v - lo) / (hi - lo) * (height - 1))
-        return min(max(r, 0), height - 1)
+        t = (v - lo) / (hi - lo)  # a span of subnormals (5e-324 to 1.5e-323) makes this overflow to inf
+        if not math.isfinite(t):
+            t = 1.0 if v > lo else 0.0
+        return round(min(max(t, 0.0), 1.0) * (height - 1))
 
     grid = [[" "] * cols for _ in range(height)]
     if analysis.steady_mean is not None:

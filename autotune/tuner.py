@@ -12,8 +12,9 @@ torch happens in the worker.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,8 @@ from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
-from autotune.core.recipe import Recipe
+from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
+from autotune.core.variant_names import VariantSpec
 from autotune.errors import AutotuneError, InputError
 from autotune.outdir import hold_out_dir
 from autotune.report.assemble import SHOWDOWN_ATTR, build_document
@@ -94,7 +96,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     t0 = time.monotonic()
     out = options.out_dir
     study_name = options.study_name or recipe.name
-    with Runner() as runner:
+    with Runner(fresh_measure=True) as runner:  # each candidate timed in a fresh process (ARCHITECTURE.md)
         workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
         emit(options.on_event, "validated", f"{recipe.name} on {workload.device}: {len(workload.variants)} variants",
              device=workload.device, variants=workload.variants)
@@ -109,13 +111,13 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         notes: list[str] = []
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
-            boundary = find_boundaries(
-                runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR),
+            boundary = find_boundaries(  # per base variant: its process environments share the boundary
+                runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR),
                 on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
             runner.recycle("probe")  # its memory back before timing starts
-            batch_sizes = boundary.batch_sizes
+            batch_sizes = workload.spread(boundary.batch_sizes)
             if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
-                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, v))
+                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, workload.base_of.get(v, v)))
                                for v, b in batch_sizes.items()}
         else:
             fixed = tuple(recipe.search.batch_sizes)
@@ -182,6 +184,8 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     objective = "latency" if recipe.search.objective == "latency" else "throughput"
     finalists = select_finalists(rows, objective=objective,
                                  latency_percentile=recipe.constraints.latency_percentile)
+    if recipe.search.environments:
+        finalists = _with_default_environment(finalists, rows)
     settings = ShowdownSettings(rounds=recipe.measure.rounds, round_seconds=recipe.measure.round_seconds,
                                 margin=recipe.search.equivalence_margin, objective=objective,
                                 latency_percentile=recipe.constraints.latency_percentile,
@@ -199,6 +203,25 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                        on_progress=say)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
+
+
+def _with_default_environment(finalists: list[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+                              ) -> list[Mapping[str, Any]]:
+    """When the leader runs in another process environment (``frozen+jemalloc``), its twin in glibc's default
+    (``frozen`` at the same batch, if measured and feasible) competes second: the showdown's paired ratio
+    against it is what the environment is worth, with its CI, and it survives the trimming to the time left."""
+    if not finalists:
+        return finalists
+    leader = finalists[0]
+    spec = VariantSpec.parse(str(leader["variant"]))
+    if spec.process_environment.is_default:
+        return finalists
+    base = spec.base_name
+    if any(r["variant"] == base and r["batch_size"] == leader["batch_size"] for r in finalists):
+        return finalists
+    twin = next((r for r in rows if r.get("variant") == base and r.get("batch_size") == leader["batch_size"]
+                 and r.get("status") == "ok" and r.get("feasible")), None)
+    return finalists if twin is None else [leader, twin, *finalists[1:]]
 
 
 def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]
@@ -274,7 +297,7 @@ def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: f
     study = load_existing_study(storage, study_name)
     shown = display_url(storage)
     budget = recipe.search.time_budget_s if time_budget is None else time_budget
-    with Runner() as runner:
+    with Runner(fresh_measure=True) as runner:
         workload = validate(runner, recipe)
         fingerprint = study_fingerprint(recipe, workload.device)
         verify_join(study, _settings(recipe, storage=storage, study_name=study_name, time_budget=budget,
@@ -323,8 +346,12 @@ def with_cli_overrides(recipe: Recipe, *, device: str | None, time_budget: float
         changes["device"] = device
     search = recipe.search
     if time_budget is not None:
-        search = replace(search, time_budget_s=time_budget)
+        if not (isinstance(time_budget, int | float) and math.isfinite(time_budget) and time_budget > 0):
+            raise InputError(f"time_budget: expected a positive finite number of seconds, got {time_budget!r}")
+        search = replace(search, time_budget_s=float(time_budget))
     if seed is not None:
+        if not valid_seed(seed):
+            raise InputError(f"seed: expected an integer {SEED_RANGE_TEXT}, got {seed!r}")
         search = replace(search, seed=seed)
     changes["search"] = search
     return replace(recipe, **changes)

@@ -16,6 +16,12 @@ For every model and variant, each round runs two separate processes, in a seeded
   The plain onnx/openvino sides import torch (to build and export the model) and the runtime, never
   autotune.
 
+With ``--environments`` (names of :mod:`autotune.core.process_env`: ``glibc``, ``glibc-tuned``, ``jemalloc``,
+``tcmalloc``, or ``auto``) every row is run in each process environment: the tool measures ``VARIANT+ENV`` (its
+worker started with that allocator) and the plain process is started with the same variables (``LD_PRELOAD``,
+``GLIBC_TUNABLES``), so each environment's row compares like with like. The ``bert`` model
+(benchmarks/agreement/bert_fixed.toml, issue 23) is the one whose speed the allocator moves most.
+
 Per round the ratio tool/plain of the mean time per call is printed; the verdict is on the median
 over rounds: PASS when it lies in [0.95, 1.05]. The median/median ratio is shown too. The machine may
 be shared: a side during which other processes used the CPUs (/proc/stat minus our child's CPU time)
@@ -25,6 +31,7 @@ and faults it in again), so use 5 rounds for a verdict at +-5%.
 
 Run: .venv/bin/python benchmarks/bench_agreement.py [--models quickstart,mlp] [--variants eager,frozen]
      [--rounds 5] [--seed 0] [--plain-seconds 3] [--json out.json]     (about 22 min for everything)
+     .venv/bin/python benchmarks/bench_agreement.py --models bert --variants eager --environments auto
      .venv/bin/python benchmarks/bench_agreement.py --summarize out.json   (the table again)
 """
 
@@ -54,6 +61,7 @@ MODELS: dict[str, tuple[str, int]] = {
     "mobilenet_v3_large": ("recipes/mobilenet_v3_large.toml", 4),
     "transformer": ("recipes/transformer.toml", 8),
     "mlp": ("recipes/mlp.toml", 64),
+    "bert": ("benchmarks/agreement/bert_fixed.toml", 8),
 }
 VARIANTS = ("eager", "frozen", "compile")
 
@@ -213,6 +221,13 @@ def measured_quietly(body: Any, *, threshold: float, attempts: int, max_wait: fl
     return out
 
 
+def tool_variant(variant: str, environment: str) -> str:
+    """The variant name the tool measures in ``environment`` (``eager+jemalloc``; the default adds nothing)."""
+    from autotune.core.process_env import ProcessEnvironment
+
+    return "+".join((variant, *ProcessEnvironment.parse(environment).modifiers))
+
+
 def run_tool(recipe: Path, variant: str, batch: int) -> dict[str, Any]:
     cmd = [str(VENV_BIN / "autotune"), "measure", str(recipe), "--variant", variant, "--batch-size", str(batch),
            "--device", "cpu", "--json"]
@@ -228,8 +243,12 @@ def run_tool(recipe: Path, variant: str, batch: int) -> dict[str, Any]:
             "compile_seconds": row["compile_seconds"], "wall_s": wall}
 
 
-def run_plain(cfg: dict[str, Any]) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE")}
+def run_plain(cfg: dict[str, Any], environment: str = "glibc") -> dict[str, Any]:
+    """The plain process, started in ``environment`` (its allocator preload / tunables, as a deployment would)."""
+    from autotune.core.process_env import ENV_MARKER, ProcessEnvironment
+
+    env = {k: v for k, v in ProcessEnvironment.parse(environment).apply(os.environ).items()
+           if not k.startswith("AUTOTUNE") or k == ENV_MARKER}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PLAIN, json.dumps(cfg)], capture_output=True, text=True,
                           cwd=ROOT / "recipes", env=env, timeout=900)
@@ -244,13 +263,13 @@ def _quiet(res: dict[str, Any], threshold: float) -> bool:
     return all(res[side].get("foreign_cpu_share", 0.0) < threshold for side in ("tool", "plain"))
 
 
-def summarize(rounds: dict[tuple[str, str], list[dict[str, Any]]], args: argparse.Namespace,
+def summarize(rounds: dict[tuple[str, str, str], list[dict[str, Any]]], args: argparse.Namespace,
               t_start: float | None) -> list[bool]:
     """Print the table of what has been measured so far; return the verdict of each model/variant."""
     from tabulate import tabulate
 
     table, verdicts = [], []
-    for (model, variant), all_rs in rounds.items():
+    for (model, variant, environment), all_rs in rounds.items():
         if not all_rs:
             continue
         # a round in which other processes used the CPUs (after every retry) measured them, not us
@@ -261,7 +280,7 @@ def summarize(rounds: dict[tuple[str, str], list[dict[str, Any]]], args: argpars
         ok = LOW <= med <= HIGH
         verdicts.append(ok)
         table.append([
-            model, variant, MODELS[model][1],
+            model, variant, environment, MODELS[model][1],
             f"{statistics.median(x['tool']['mean_s'] for x in rs) * 1e3:.3f}",
             f"{statistics.median(x['plain']['mean_s'] for x in rs) * 1e3:.3f}",
             " ".join(f"{x:.3f}" for x in ratios) + (f" (noisy, left out: {' '.join(dropped)})" if dropped else ""),
@@ -275,7 +294,7 @@ def summarize(rounds: dict[tuple[str, str], list[dict[str, Any]]], args: argpars
     total = "" if t_start is None else f", total {time.perf_counter() - t_start:.0f} s"
     print(f"\ntorch {torch.__version__}, {os.cpu_count()} CPUs, rounds={done}/{args.rounds}, order seed {args.seed}"
           f"{total}")
-    print(tabulate(table, headers=["model", "variant", "batch", "tool ms/call", "plain ms/call",
+    print(tabulate(table, headers=["model", "variant", "environment", "batch", "tool ms/call", "plain ms/call",
                                    "per-round ratios", "median ratio", "min-max", "median/median",
                                    f"in {LOW}-{HIGH}"]))
     print(f"\n{sum(verdicts)}/{len(verdicts)} within {LOW}-{HIGH} (ratio = tool mean / plain mean time per call, "
@@ -283,11 +302,11 @@ def summarize(rounds: dict[tuple[str, str], list[dict[str, Any]]], args: argpars
     return verdicts
 
 
-def write_json(args: argparse.Namespace, rounds: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+def write_json(args: argparse.Namespace, rounds: dict[tuple[str, str, str], list[dict[str, Any]]]) -> None:
     args.json.write_text(json.dumps({
         "rounds": args.rounds, "seed": args.seed, "plain_seconds": args.plain_seconds,
-        "results": [{"model": m, "variant": v, "batch_size": MODELS[m][1], "rounds": rs}
-                    for (m, v), rs in rounds.items()],
+        "results": [{"model": m, "variant": v, "environment": e, "batch_size": MODELS[m][1], "rounds": rs}
+                    for (m, v, e), rs in rounds.items()],
     }, indent=2))
 
 
@@ -295,6 +314,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--environments", default="glibc",
+                    help="comma-separated process environments (glibc, glibc-tuned, jemalloc, tcmalloc, "
+                         "+omp-passive...), or auto: every allocator found here")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="seed of the per-round tool/plain order")
     ap.add_argument("--plain-seconds", type=float, default=3.0, help="blocked_autorange min_run_time")
@@ -311,7 +333,7 @@ def main() -> int:
     if args.summarize:
         data = json.loads(args.summarize.read_text())
         args.rounds, args.seed = data["rounds"], data["seed"]
-        done = {(r["model"], r["variant"]): r["rounds"] for r in data["results"]}
+        done = {(r["model"], r["variant"], r.get("environment", "glibc")): r["rounds"] for r in data["results"]}
         return 0 if all(summarize(done, args, None)) else 1
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -319,8 +341,16 @@ def main() -> int:
     if unknown or args.rounds < 1:
         ap.error(f"unknown models {unknown}" if unknown else "--rounds must be >= 1")
 
+    from autotune.core.process_env import resolve_environments
+
+    envs, missing = resolve_environments("auto" if args.environments.strip() == "auto"
+                                         else [e.strip() for e in args.environments.split(",") if e.strip()])
+    for name, reason in missing:
+        print(f"environment {name} left out: {reason}")
+    environments = [e.name for e in envs]
     rng = random.Random(args.seed)
-    rounds: dict[tuple[str, str], list[dict[str, Any]]] = {(m, v): [] for m in models for v in variants}
+    rounds: dict[tuple[str, str, str], list[dict[str, Any]]] = {
+        (m, v, e): [] for m in models for v in variants for e in environments}
     t_start = time.perf_counter()
     print(f"order seed {args.seed}; {args.rounds} rounds; plain: blocked_autorange(min_run_time="
           f"{args.plain_seconds}) after {args.plain_warmup} s of warm-up", flush=True)
@@ -328,25 +358,26 @@ def main() -> int:
         for model in models:
             recipe_rel, batch = MODELS[model]
             recipe = ROOT / recipe_rel
-            for variant in variants:
+            for variant, environment in ((v, e) for v in variants for e in environments):
                 order = ["tool", "plain"]
                 rng.shuffle(order)
                 res: dict[str, Any] = {"order": order}
                 for side in order:
                     if side == "tool":
-                        res["tool"] = measured_quietly(functools.partial(run_tool, recipe, variant, batch),
+                        res["tool"] = measured_quietly(functools.partial(run_tool, recipe,
+                                                                         tool_variant(variant, environment), batch),
                                                        threshold=args.quiet_threshold, attempts=args.attempts,
                                                        max_wait=args.max_wait)
                     else:
                         cfg = plain_config(recipe, variant, batch, seconds=args.plain_seconds,
                                            warmup_seconds=args.plain_warmup)
-                        res["plain"] = measured_quietly(functools.partial(run_plain, cfg),
+                        res["plain"] = measured_quietly(functools.partial(run_plain, cfg, environment),
                                                         threshold=args.quiet_threshold, attempts=args.attempts,
                                                         max_wait=args.max_wait)
                 res["ratio_mean"] = res["tool"]["mean_s"] / res["plain"]["mean_s"]
                 res["ratio_median"] = res["tool"]["median_s"] / res["plain"]["median_s"]
-                rounds[(model, variant)].append(res)
-                print(f"round {r + 1} {model:<18} {variant:<8} order {'/'.join(order):<10} "
+                rounds[(model, variant, environment)].append(res)
+                print(f"round {r + 1} {model:<18} {variant:<8} {environment:<12} order {'/'.join(order):<10} "
                       f"tool {res['tool']['mean_s'] * 1e3:9.3f} ms ({res['tool']['samples']} samples, "
                       f"{res['tool']['stopped_by']})  plain {res['plain']['mean_s'] * 1e3:9.3f} ms "
                       f"(threads {res['plain']['threads']}, {res['plain']['page_faults_per_call']:.0f} faults/call)  "

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from autotune.core.recipe import load_recipe
-from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, write_deployment
+from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, RUN_SCRIPT_NAME, write_deployment
 from autotune.errors import InputError
 from autotune.report import normalise_report, render_html, render_markdown
 from autotune.report.loader import loader_script
@@ -114,7 +114,8 @@ def test_artifact_loads_in_a_fresh_process_and_matches_eager(tmp_path: Path, var
     assert section["status"] == "ok", section
     names = {f["name"] for f in section["files"]}
     assert {model_file, LOADER_NAME} <= names
-    assert section["size_bytes"] == sum(f["bytes"] for f in section["files"] if f["name"] != LOADER_NAME) > 0
+    assert section["size_bytes"] == sum(f["bytes"] for f in section["files"]
+                                       if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME)) > 0
     assert (tmp_path / ARTIFACT_DIR / LOADER_NAME).read_text() == section["loader_code"]
     assert not list(tmp_path.glob(f".{ARTIFACT_DIR}.*")), "the staging directory is left behind"
     _check_fresh_process(recipe, tmp_path, VariantSpec.parse(variant), 4)

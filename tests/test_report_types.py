@@ -32,8 +32,7 @@ from autotune.report.types import (
 SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "document": (ReportDocument, schema.DOCUMENT_FIELDS, {"workload"}),
     "recommendation": (Recommendation, schema.CANDIDATE_FIELDS,
-                       {"foreign_cores", "repeat_of_trial", "fidelity", "search_action", "search_seconds",
-                        "showdown"}),
+                       {"foreign_cores", "repeat_of_trial", "fidelity", "search_action", "search_seconds"}),
     "recipe": (RecipeSection, schema.RECIPE_FIELDS, {"search", "batch", "measure", "device_resolved"}),
     "search": (SearchSection, schema.SEARCH_FIELDS,
                {"measured_this_run", "search_seconds", "workers", "measurements_stopped_by"}),

@@ -75,11 +75,18 @@ def lag1_autocorrelation(values: Sequence[float] | np.ndarray) -> float:
     x = _as_1d(values)
     if x.size < 3:
         return 0.0
-    d = x - x.mean()
-    den = float(np.dot(d, d))
-    if den <= 0.0:
+    # The coefficient is scale-free: computed on x / max|x| so that no sum of squares overflows (values up to
+    # 1e308) and none underflows to zero (values down to 1e-308).
+    scale = float(np.max(np.abs(x)))
+    if not math.isfinite(scale) or scale <= 0.0:
         return 0.0
-    return float(np.dot(d[:-1], d[1:]) / den)
+    y = x / scale
+    d = y - y.mean()
+    den = float(np.dot(d, d))
+    if not den > 0.0 or not math.isfinite(den):
+        return 0.0
+    rho = float(np.dot(d[:-1], d[1:]) / den)
+    return rho if math.isfinite(rho) else 0.0
 
 
 def choose_block_length(values: Sequence[float] | np.ndarray) -> int:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from autotune.core.process_env import ALLOCATORS, DEFAULT, OMP_SETTINGS, ProcessEnvironment
 from autotune.errors import InputError
 
 COMPILERS: tuple[str, ...] = ("eager", "script", "trace", "frozen", "compile", "export", "onnx", "openvino")
@@ -87,6 +88,9 @@ class VariantSpec:
     #: Pad the traffic's dynamic dimensions up to the recipe's buckets (``data.buckets``) before each call,
     #: so a shape-specialising variant sees a few fixed shapes (``+buckets``; ``search.shapes``).
     buckets: bool = False
+    #: The process environment the variant runs in (:mod:`autotune.core.process_env`: ``jemalloc``,
+    #: ``glibc-tuned+omp-passive``, ...); fixed when a worker starts, so the runner picks the worker by it.
+    environment: str = DEFAULT
 
     def __post_init__(self) -> None:
         where = f"variant {self.compiler!r}"
@@ -107,6 +111,7 @@ class VariantSpec:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise InputError(f"{where}: threads must be a positive integer (got {self.threads!r})")
+        object.__setattr__(self, "environment", ProcessEnvironment.parse(self.environment, field="variant").name)
         if self.cuda_graphs and self.compiler == "compile":
             raise InputError(
                 f"{where}: 'cudagraphs' cannot be combined with torch.compile; "
@@ -130,7 +135,17 @@ class VariantSpec:
             parts.append("cudagraphs")
         if self.threads is not None:
             parts.append(f"threads={self.threads}")
+        parts.extend(self.process_environment.modifiers)
         return "+".join(parts)
+
+    @property
+    def process_environment(self) -> ProcessEnvironment:
+        return ProcessEnvironment.parse(self.environment, field="variant")
+
+    @property
+    def base_name(self) -> str:
+        """The name without the process environment (what the worker builds; boundaries are per base)."""
+        return replace(self, environment=DEFAULT).name
 
     @property
     def is_torchscript(self) -> bool:
@@ -151,7 +166,8 @@ class VariantSpec:
     @classmethod
     def parse(cls, text: str, *, field: str = "variants") -> VariantSpec:
         """Read ``COMPILER[:MODE](+MODIFIER)*``; modifiers: a precision, a memory format, ``buckets``,
-        ``cudagraphs``, ``threads=N``. Case and spaces around tokens are ignored.
+        ``cudagraphs``, ``threads=N``, a process environment's parts (an allocator, an OpenMP setting). Case and
+        spaces around tokens are ignored.
 
         Raises :class:`InputError` naming ``field``, the bad token, the allowed values and the
         closest valid one, for unknown parts and contradictions (two precisions, a modifier twice).
@@ -170,10 +186,12 @@ class VariantSpec:
             "threads": self.threads,
             # only when set: spec dicts stored before the modifier existed read back the same
             **({"buckets": True} if self.buckets else {}),
+            **({"environment": self.environment} if self.environment != DEFAULT else {}),
         }
 
 
-_MODIFIERS_HELP: tuple[str, ...] = (*PRECISIONS, *MEMORY_FORMATS, "buckets", "cudagraphs", "threads=N")
+_MODIFIERS_HELP: tuple[str, ...] = (*PRECISIONS, *MEMORY_FORMATS, "buckets", "cudagraphs", "threads=N",
+                                     *ALLOCATORS, *OMP_SETTINGS)
 _BASE_HELP: tuple[str, ...] = (*COMPILERS, *(f"{c}:{m}" for c, modes in MODES_BY_COMPILER.items() for m in modes))
 
 
@@ -217,9 +235,21 @@ def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[Vari
     cuda_graphs = False
     buckets = False
     threads: int | None = None
+    allocator: str | None = None
+    omp: str | None = None
     seen: set[str] = set()
     for tok in modifiers:
         key = "threads" if tok.startswith("threads") else tok
+        if tok in ALLOCATORS:
+            if allocator is not None:
+                raise InputError(f"{field_name}: two allocators in '{text}' ('{allocator}' and '{tok}')")
+            allocator = tok
+            continue
+        if tok in OMP_SETTINGS:
+            if omp is not None:
+                raise InputError(f"{field_name}: two OpenMP settings in '{text}' ('{omp}' and '{tok}')")
+            omp = tok
+            continue
         if key in seen:
             raise InputError(f"{field_name}: '{tok}' given twice in '{text}'")
         seen.add(key)
@@ -268,5 +298,6 @@ def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[Vari
         cuda_graphs=cuda_graphs,
         threads=threads,
         buckets=buckets,
+        environment=ProcessEnvironment(allocator=allocator or DEFAULT, omp=omp).name,
     )
     return spec, precision is not None, memory_format is not None

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from autotune.candidate import pessimistic_score
+from autotune.core.process_env import environment_of_variant
 from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     candidate_label,
@@ -90,6 +91,7 @@ def is_eager(c: Mapping[str, Any]) -> bool:
             and c.get("precision") in (None, "fp32", "float32")
             and c.get("memory_format") in (None, "contiguous", "contiguous_format")
             and c.get("threads") is None
+            and environment_of_variant(str(c.get("variant") or "")).is_default  # eager+jemalloc is not plain
         )
     return c.get("variant") == "eager"
 

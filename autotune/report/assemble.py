@@ -17,7 +17,7 @@ from autotune.candidate import best_row, pareto_front
 from autotune.core.recipe import Recipe
 from autotune.errors import InputError
 from autotune.report.schema import SCHEMA_VERSION
-from autotune.study import SearchOutcome, display_url, load_existing_study, storage_errors
+from autotune.study import SearchOutcome, display_url, load_existing_study, sqlite_file, storage_errors
 from autotune.validation import ValidatedWorkload
 from autotune.version import __version__
 
@@ -39,12 +39,40 @@ SHOWDOWN_ATTR = "showdown"
 def rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     """``autotune report DIR``: rebuild the document from the stored study (all workers' trials).
 
-    report.json keeps the storage URL with its password masked, so a password-protected study is
-    reached again through ``storage`` (``--storage``); without it, the stored URL is tried. A storage that
-    fails while it is read, or a DIR that cannot be written, is an :class:`InputError`.
+    The study is read from ``storage`` (``--storage``) or from ``DIR/study.db``, never from the URL report.json
+    names (:func:`report_storage`). A storage that fails while it is read, or a DIR that cannot be written, is an
+    :class:`InputError`.
     """
     with storage_errors(storage, out_dir=out_dir, out_label="DIR"):
         return _rerender(out_dir, storage=storage)
+
+
+def report_storage(out_dir: Path, recorded: str | None, explicit: str | None) -> str | None:
+    """The storage ``autotune report DIR`` reads: ``explicit`` (``--storage``), else ``DIR/study.db``; None when
+    the directory's own study is gone (the report is re-rendered as stored).
+
+    Why not report.json's own ``search.storage``: report.json is a file that travels (a copied run directory, an
+    attachment from someone else). Following it re-rendered a copied directory from the original's study, created
+    an empty database at a dead SQLite path, and connected to a server a stranger's file named with the local
+    credentials (``PGPASSWORD``, ``~/.pgpass``). So a report.json naming a storage other than ``DIR/study.db`` is
+    refused with a message, unless ``--storage`` says where the study is::
+
+        explicit given        -> explicit
+        DIR/study.db exists   -> sqlite:///DIR/study.db   (a run directory, copied or not, renders its own study)
+        recorded is absent, or an SQLite file named study.db (this DIR's, moved or deleted) -> None
+        else                  -> InputError (a server, or an SQLite file elsewhere: pass --storage)
+    """
+    if explicit:
+        return explicit
+    own = out_dir / "study.db"
+    if own.is_file():
+        return f"sqlite:///{own.resolve()}"
+    recorded_file = sqlite_file(recorded) if recorded else None
+    if not recorded or (recorded_file is not None and recorded_file.name == "study.db"):
+        return None
+    raise InputError(f"{out_dir / 'report.json'}: its study is stored in {display_url(recorded)}, not in "
+                     f"{own}; autotune report reads only DIR/study.db unless told otherwise: pass --storage URL "
+                     "to read that storage")
 
 
 def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
@@ -54,12 +82,19 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
 
     doc = load_report(out_dir / "report.json")
     name = doc["search"]["study_name"]
-    url = storage or doc["search"]["storage"]
+    url = report_storage(out_dir, doc["search"].get("storage"), storage)
+    if url is None:  # the run directory's study.db is gone: re-render what report.json has
+        _note(doc, f"study {name} not found ({out_dir / 'study.db'} is missing); re-rendered report.json as "
+                   "stored (`autotune report DIR --storage URL` reads a moved study)")
+        write_reports(doc, out_dir)
+        return doc
     try:
         study = load_existing_study(url, name)
-    except InputError as exc:  # the study database moved or is gone: re-render what report.json has
-        doc.setdefault("notes", []).append(f"study {name} not readable ({exc}); re-rendered report.json as "
-                                           "stored (`autotune report DIR --storage URL` reaches a moved study)")
+    except InputError as exc:
+        if storage:  # the storage the person named: say what is wrong with it
+            raise
+        _note(doc, f"study {name} not readable ({exc}); re-rendered report.json as stored "
+                   "(`autotune report DIR --storage URL` reaches a moved study)")
         write_reports(doc, out_dir)
         return doc
     recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
@@ -78,6 +113,13 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     doc["search"]["measurements_stopped_by"] = stop_counts(rows)
     write_reports(doc, out_dir)
     return doc
+
+
+def _note(doc: ReportDocument, note: str) -> None:
+    """Add ``note`` once: rendering the same directory again must not repeat it."""
+    notes = doc.setdefault("notes", [])
+    if note not in notes:
+        notes.append(note)
 
 
 def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[str, Any]], outcome: SearchOutcome,

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from autotune.core.limits import MAX_REPORT_BYTES, check_depth, read_text_limited, too_deep
 from autotune.errors import InputError
 from autotune.report.schema import (
     CANDIDATE_FIELDS,
@@ -232,22 +233,32 @@ def report_json(doc: Mapping[str, Any]) -> str:
 
 
 def load_report(path: Path | str) -> ReportDocument:
-    """Read and validate a stored report.json (or a directory holding one); errors name the file."""
+    """Read and validate a stored report.json (or a directory holding one); errors name the file.
+
+    A report.json may come from anywhere (``compare`` in CI, a copied run directory), so it is read as untrusted
+    input: at most :data:`~autotune.core.limits.MAX_REPORT_BYTES`, UTF-8, nested at most
+    :data:`~autotune.core.limits.MAX_DEPTH` levels; every problem is an :class:`InputError` naming the file.
+    """
     file = Path(path)
-    if file.is_dir():
-        file = file / REPORT_FILES[0]
     try:
-        text = file.read_text(encoding="utf-8")
+        if file.is_dir():
+            file = file / REPORT_FILES[0]
+        text = read_text_limited(file, MAX_REPORT_BYTES, what="a report.json written by autotune")
     except FileNotFoundError:
         raise InputError(f"{file}: no such report file") from None
     except OSError as error:
         raise InputError(f"{file}: cannot read ({error.strerror or error})") from None
+    except ValueError as error:  # a NUL character in the path
+        raise InputError(f"{str(file)!r}: cannot read ({error})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(
             f"{file}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
         ) from None
+    except RecursionError:
+        raise too_deep(str(file)) from None
+    check_depth(doc, where=str(file))
     try:
         return normalise_report(doc)
     except InputError as error:

@@ -28,6 +28,11 @@ What the interface is comes from the worker (:func:`autotune.worker.artifact.des
 
 Every function here is pure: text from the report document (no torch; the report package never
 imports it).
+
+Process environment: a recommendation measured with another allocator or OpenMP setting (``frozen+jemalloc``,
+:mod:`autotune.core.process_env`) must run in it, and such a setting is read when a process starts. ``load.py``
+says so at its top and, run as a script, starts itself again once with it; a service imports ``load.py`` from a
+process started by ``artifact/run.sh`` (``./run.sh python service.py``), which :func:`run_script` writes.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.core.process_env import environment_of_variant, python_prelude
+from autotune.core.process_env import run_script as process_run_script
+from autotune.report.codegen import py_int, py_literal
 from autotune.report.reproduce import model_script
 from autotune.report.schema import is_int
 from autotune.report.snippets import (
@@ -76,7 +84,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     recipe = doc.get("recipe") or {}
     if kind == "code":
         return model_script(doc, section)
-    batch = int(section.get("batch_size") or rec["batch_size"])
+    batch = py_int(section.get("batch_size") or rec["batch_size"], 1)
     device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
     runtime = section.get("runtime") or {}
     threads = int(section["threads"]) if is_int(section.get("threads")) else 1
@@ -96,6 +104,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
                              buckets=buckets),
         '"""',
         "",
+        *python_prelude(environment_of_variant(str(rec.get("variant") or ""))),
         "from pathlib import Path",
         "",
     ]
@@ -112,7 +121,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         files = [f["name"] for f in section.get("files") or [] if str(f.get("name")).endswith(".onnx")]
         model_file = files[0] if files else "model.onnx"
         body += ["", "", *onnx_lines(mode=rec.get("compile_mode"),
-                                     threads=str(runtime.get("intra_op_num_threads") or threads),
+                                     threads=str(py_int(runtime.get("intra_op_num_threads"), threads) or threads),
                                      path=f"str(HERE / {model_file!r})", device=device, interface=True,
                                      buckets=bool(buckets))]
         body += ["", "", *numpy_make_inputs_lines()]
@@ -120,7 +129,7 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         config = dict(runtime.get("config") or {})
         request_batch = runtime.get("request_batch")
         requests = batch // int(request_batch) if is_int(request_batch) and request_batch > 0 else 1
-        body += ["", "", f"CONFIG = {config!r}", "", "",
+        body += ["", "", f"CONFIG = {py_literal(config)}", "", "",
                  *openvino_lines(config="CONFIG", requests=str(requests), model='str(HERE / "model.xml")',
                                  interface=True, buckets=bool(buckets))]
         body += ["", "", *numpy_make_inputs_lines()]
@@ -155,4 +164,14 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     return "\n".join([*head, *body, *tail]) + "\n"
 
 
-__all__ = ["loader_script"]
+def run_script(doc: Mapping[str, Any]) -> str | None:
+    """``artifact/run.sh``: starts ``load.py`` (no arguments) or the command given in the process environment the
+    recommendation was measured in (None without a recommendation)."""
+    rec = doc.get("recommendation")
+    if not isinstance(rec, Mapping):
+        return None
+    return process_run_script(environment_of_variant(str(rec.get("variant") or "")),
+                              default_command='${PYTHON:-python} "$(dirname "$0")/load.py"')
+
+
+__all__ = ["loader_script", "run_script"]

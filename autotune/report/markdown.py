@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,8 +42,24 @@ from autotune.report.traffic import (
 )
 
 
+def _md_text(value: Any) -> str:
+    """Text from the document as one line of markdown, HTML escaped: a recipe's strings (name, description,
+    variant names, reasons) come from whoever wrote the recipe or report.json, and GitHub renders raw HTML. Every
+    ``<`` is written as ``&lt;`` (no tag, comment or script can start; it still reads as "<"); ``>`` and ``&``
+    alone start nothing and stay as they are."""
+    return " ".join(str(value).split()).replace("<", "&lt;")
+
+
 def _md_cell(value: Any) -> str:
-    return " ".join(str(value).split()).replace("|", "\\|")
+    return _md_text(value).replace("|", "\\|")
+
+
+def _fenced(code: Any, lang: str) -> list[str]:
+    """``code`` in a fence longer than any run of backticks inside it, so the code cannot close it."""
+    text = str(code).rstrip()
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{lang}", text, fence]
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -58,10 +75,10 @@ def _artifact_md(doc: Mapping[str, Any]) -> list[str]:
     summary = artifact_summary(doc)
     if summary is None:
         return []
-    out = ["## Deployable artifact", "", summary, ""]
+    out = ["## Deployable artifact", "", _md_text(summary), ""]
     code = (doc.get("artifact") or {}).get("loader_code")
     if code:
-        out += ["```python", str(code).rstrip(), "```", ""]
+        out += [*_fenced(code, "python"), ""]
     return out
 
 
@@ -69,9 +86,9 @@ def _profile_md(doc: Mapping[str, Any]) -> list[str]:
     summary = profile_summary(doc)
     if summary is None:
         return []
-    out = ["## Profile: where the time goes", "", summary, ""]
+    out = ["## Profile: where the time goes", "", _md_text(summary), ""]
     for title_text, headers, rows, caption in profile_tables(doc):
-        out += [f"### {title_text}", "", _md_table(headers, rows) if rows else "No operators recorded.", "",
+        out += [f"### {_md_text(title_text)}", "", _md_table(headers, rows) if rows else "No operators recorded.", "",
                 f"_{caption}_", ""]
     return out
 
@@ -91,11 +108,12 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     """report.md for a normalised document (see ``render_markdown``)."""
     rec = doc.get("recommendation")
     env = doc.get("environment") or {}
-    out = [f"# {title(doc)}", ""]
+    out = [f"# {_md_text(title(doc))}", ""]
     description = (doc.get("recipe") or {}).get("description")
     if description:
-        out += [str(description), ""]
-    out += [f"_{byline(doc)}_  ", f"Machine: {summary_line(env)}  ", f"Search: {search_summary(doc)}", ""]
+        out += [_md_text(description), ""]
+    out += [f"_{_md_text(byline(doc))}_  ", f"Machine: {_md_text(summary_line(env))}  ",
+            f"Search: {_md_text(search_summary(doc))}", ""]
 
     if rec is not None:
         out += [
@@ -107,7 +125,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         buckets = bucket_rows(rec)
         if buckets:
             out += ["### By input shape", "", _md_table(BUCKET_HEADERS, buckets), ""]
-        out += ["### Why", ""] + [f"- {point}" for point in why_points(doc, rec)] + [""]
+        out += ["### Why", ""] + [f"- {_md_text(point)}" for point in why_points(doc, rec)] + [""]
         out += _artifact_md(doc)
     else:
         out += [
@@ -118,14 +136,14 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         ]
         groups = failure_groups(doc.get("candidates") or [])
         out += [
-            f"- **{status}** ({len(labels)}): {reason} — {short_list(labels)}"
+            f"- **{_md_text(status)}** ({len(labels)}): {_md_text(reason)} — {_md_text(short_list(labels))}"
             for status, reason, labels in groups
         ] or ["- no candidate was evaluated"]
         out.append("")
 
     showdown = showdown_rows(doc)
     if showdown:
-        out += ["## Showdown", "", str(showdown_summary(doc)), "", _md_table(SHOWDOWN_HEADERS, showdown), ""]
+        out += ["## Showdown", "", _md_text(showdown_summary(doc)), "", _md_table(SHOWDOWN_HEADERS, showdown), ""]
 
     out += _profile_md(doc)
 
@@ -147,7 +165,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     out += [_md_table(headers, rows) if rows else "No candidates were evaluated.", ""]
     stops = stop_summary(doc)
     if stops:
-        out += [stops, ""]
+        out += [_md_text(stops), ""]
     traffic = traffic_rows(doc)
     if traffic:
         out += ["### Candidates by input shape", "",
@@ -158,12 +176,12 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     if boundary:
         out += ["## Batch boundary", ""]
         for variant, entry in sorted(boundary.items()):
-            out += [f"### {variant}", "", boundary_summary(variant, entry), ""]
+            out += [f"### {_md_text(variant)}", "", _md_text(boundary_summary(variant, entry)), ""]
             probes = probe_rows(entry)
             if probes:
                 out += [_md_table(PROBE_HEADERS, probes), ""]
 
-    out += ["## Environment", "", summary_line(env), ""]
+    out += ["## Environment", "", _md_text(summary_line(env)), ""]
     env_rows = environment_rows(env)
     if env_rows:
         out += [_md_table(["", ""], env_rows), ""]
@@ -171,7 +189,7 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
 
     notes = all_notes(doc)
     if notes:
-        out += ["## Notes", ""] + [f"- {note}" for note in notes] + [""]
+        out += ["## Notes", ""] + [f"- {_md_text(note)}" for note in notes] + [""]
 
     if rec is not None:
         out += [
@@ -179,15 +197,11 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
             "",
             "Measure this configuration again with warmup detection and CIs:",
             "",
-            "```bash",
-            str(measure_line(doc)),
-            "```",
+            *_fenced(measure_line(doc), "bash"),
             "",
             "Or run it without autotune:",
             "",
-            "```python",
-            reproduce_script(doc).rstrip(),
-            "```",
+            *_fenced(reproduce_script(doc), "python"),
             "",
         ]
     return "\n".join(out)

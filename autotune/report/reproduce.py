@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune.core.process_env import environment_of_variant, python_prelude
 from autotune.environment import summary_line
 from autotune.errors import InputError
 from autotune.report.canonical import normalise_report
+from autotune.report.codegen import py_comment, py_int, py_literal, torch_dtype
 from autotune.report.format import fmt_ms, fmt_rate, latency_ms
 from autotune.report.schema import is_int
 from autotune.report.snippets import (
@@ -79,8 +81,8 @@ def py_call(callee: str, kwargs: Mapping[str, Any] | None) -> str:
     if not kwargs:
         return f"{callee}()"
     if all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in kwargs):
-        return f"{callee}(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
-    return f"{callee}(**{dict(kwargs)!r})"
+        return f"{callee}(" + ", ".join(f"{k}={py_literal(v)}" for k, v in kwargs.items()) + ")"
+    return f"{callee}(**{py_literal(dict(kwargs))})"
 
 
 def _factory_lines(model_spec: Mapping[str, Any]) -> tuple[list[str], str]:
@@ -193,6 +195,12 @@ def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str)
             "predict = load()", ""]
 
 
+def _prelude(rec: Mapping[str, Any]) -> list[str]:
+    """The lines that start the script again in the recommendation's process environment (none for glibc's
+    default): an allocator or OpenMP setting is read when a process starts (:mod:`autotune.core.process_env`)."""
+    return python_prelude(environment_of_variant(str(rec.get("variant") or "")))
+
+
 def _seed(recipe: Mapping[str, Any]) -> int:
     seed = (recipe.get("search") or {}).get("seed") if isinstance(recipe.get("search"), Mapping) else None
     return seed if is_int(seed) else 0
@@ -204,7 +212,7 @@ def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any
     batch. ``predict`` takes one batch in the traffic's form (:mod:`autotune.report.loader`) and returns the
     model's own output (padded to buckets and cut back for a ``+buckets`` recommendation)."""
     recipe = doc.get("recipe") or {}
-    batch = int((section or {}).get("batch_size") or rec["batch_size"])
+    batch = py_int((section or {}).get("batch_size") or rec["batch_size"], 1)
     iface = interface_of(recipe, section, batch)
     runtime = (section or {}).get("runtime") or {}
     buckets = runtime.get("buckets") if isinstance(runtime.get("buckets"), Mapping) else None
@@ -215,7 +223,7 @@ def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any
     return "\n".join([
         '"""' + doc_text(f"autotune's artifact for {recipe.get('name') or 'this recipe'}: {rec['variant']} at batch "
                          f"size {batch}."), "", "    predict = load()", *doc_lines, '"""', "",
-        *lines, "", "", *interface_lines(iface, batch=batch),
+        *_prelude(rec), *lines, "", "", *interface_lines(iface, batch=batch),
         *(["", "", *bucket_lines(buckets, names, numpy=False)] if buckets else []),
         "", "", *torch_prepare_lines(rec), "", "",
         "def load():", '    """The model built above, called as autotune measured it."""',
@@ -244,7 +252,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
         return traffic_script(doc)
     model_spec = recipe.get("model") or {}
     device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
-    batch = int(rec["batch_size"])
+    batch = py_int(rec["batch_size"], 1)
     tokens = _variant_tokens(rec)
     compiler = str(
         rec.get("compiler")
@@ -274,12 +282,12 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
     name = " ".join(str(recipe.get("name") or "this recipe").split())  # one line: it goes into a comment
     if timed:
         header = [
-            f"# Reproduce autotune's recommendation for {name}: "
-            f"{rec['variant']} at batch size {batch}.",
-            f"# autotune measured {measured}",
-            f"# on {summary_line(doc.get('environment') or {})}.",
+            f"# Reproduce autotune's recommendation for {py_comment(name)}: "
+            f"{py_comment(rec['variant'])} at batch size {batch}.",
+            f"# autotune measured {py_comment(measured)}",
+            f"# on {py_comment(summary_line(doc.get('environment') or {}))}.",
             "# For a measurement with warmup detection and confidence intervals run:",
-            f"#   {measure_line(doc)}",
+            f"#   {py_comment(measure_line(doc))}",
         ]
     else:
         header = [  # after the interface's docstring (_loader_tail)
@@ -291,6 +299,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
                        "openvino": ["import numpy as np", "import openvino as ov"]}.get(compiler, [])
     lines = [
         *header,
+        *(_prelude(rec) if timed else []),
         *stdlib,
         *(["import time"] if timed else []),
         "",
@@ -303,7 +312,7 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
         f"torch.manual_seed({_seed(recipe)})  # the seed autotune built the model with (random weights match)",
     ]
     if is_int(rec.get("threads")):
-        lines.append(f"torch.set_num_threads({rec['threads']})")
+        lines.append(f"torch.set_num_threads({int(rec['threads'])})")
     if runtime:
         lines.append("THREADS = torch.get_num_threads()  # the runtime's pool, set explicitly as autotune does")
     if device == "auto":
@@ -330,18 +339,18 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
     if timed:  # the loader (timed=False) makes its inputs in make_inputs()
         lines += ["", "inputs = ("]
         for spec in recipe.get("inputs") or []:
-            shape = ", ".join(["BATCH_SIZE", *(str(int(d)) for d in spec.get("shape") or [])])
+            shape = ", ".join(["BATCH_SIZE", *(str(py_int(d, 1)) for d in spec.get("shape") or [])])
             dtype = str(spec.get("dtype") or "float32")
-            dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
+            dtype_expr = torch_dtype(dtype)
             if dtype in _FLOAT_DTYPES:
                 cast = reduced if reduced and not autocast else dtype_expr
                 expr = f"torch.randn({shape}, device=device, dtype={cast})"
                 if memory_format == "channels_last" and len(spec.get("shape") or []) == 3:
                     expr += ".contiguous(memory_format=torch.channels_last)"
             else:
-                high = spec.get("vocab_size") or 2
+                high = py_int(spec.get("vocab_size"), 2)
                 expr = f"torch.randint(0, {high}, ({shape},), device=device, dtype={dtype_expr})"
-            lines.append(f"    {expr},  # {spec.get('name') or 'input'}")
+            lines.append(f"    {expr},  # {py_comment(spec.get('name') or 'input')}")
         lines += [")", ""]
 
     # autocast: eager/script enter it around every call; the graph compilers get it baked in
@@ -430,7 +439,7 @@ def traffic_script(doc: Mapping[str, Any]) -> str:
     rec = doc["recommendation"]
     recipe = doc.get("recipe") or {}
     data = recipe.get("data") or {}
-    batch = int(rec["batch_size"])
+    batch = py_int(rec["batch_size"], 1)
     name = " ".join(str(recipe.get("name") or "this recipe").split())
     import_lines, callee = _factory_lines(data)
     import_lines = [line.replace("'autotune_model'", "'autotune_data'").replace("factory = ", "batches_of = ")
@@ -442,14 +451,16 @@ def traffic_script(doc: Mapping[str, Any]) -> str:
     kwargs = dict(data.get("kwargs") or {})
     call_expr = py_call(callee, {"batch_size": 0, **kwargs}).replace("batch_size=0", "batch_size=BATCH_SIZE", 1)
     if "BATCH_SIZE" not in call_expr:  # keys that are not identifiers went through **{...}
-        call_expr = f"{callee}(batch_size=BATCH_SIZE, **{kwargs!r})"
+        call_expr = f"{callee}(batch_size=BATCH_SIZE, **{py_literal(kwargs)})"
     lines = [
-        f"# Reproduce autotune's recommendation for {name}: {rec['variant']} at batch size {batch}, on the",
+        f"# Reproduce autotune's recommendation for {py_comment(name)}: {py_comment(rec['variant'])} at batch size "
+        f"{batch}, on the",
         "# recipe's own data: the saved artifact (artifact/load.py, no autotune) serving the data factory's batches.",
-        f"# autotune measured {measured}",
-        f"# on {summary_line(doc.get('environment') or {})}.",
+        f"# autotune measured {py_comment(measured)}",
+        f"# on {py_comment(summary_line(doc.get('environment') or {}))}.",
         "# For a measurement with warmup detection and confidence intervals run:",
-        f"#   {measure_line(doc)}",
+        f"#   {py_comment(measure_line(doc))}",
+        *_prelude(rec),
         "import importlib.util",
         "import runpy",
         "import time",
@@ -458,7 +469,7 @@ def traffic_script(doc: Mapping[str, Any]) -> str:
         *import_lines,
         "",
         f"BATCH_SIZE = {batch}",
-        f"MAX_BATCHES = {int(data.get('max_batches') or 16)}",
+        f"MAX_BATCHES = {py_int(data.get('max_batches'), 16)}",
         "SECONDS = 5.0",
         "",
         "predict = runpy.run_path('artifact/load.py')['load']()  # run from the run's directory (--out)",

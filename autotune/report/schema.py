@@ -119,6 +119,7 @@ _CORRECTNESS = _record(
     }
 )
 _NN_INT = _nullable(_INT)
+_NN_NUMBER = _nullable(_NUMBER)
 #: A candidate measured on ``[data]`` traffic (optional within schema 1): per input shape after its shape policy.
 TRAFFIC_BUCKET_FIELDS: dict[str, tuple[Checker, bool]] = {
     "shape": (_STR, True),
@@ -174,8 +175,21 @@ MEASUREMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "latency_samples": (_encoded_seconds, True),
     "extra": (_ANY_MAPPING, False),
 }
+#: The recommendation's standing in the showdown (``autotune.showdown.paired.recommendation``).
+_STANDING_OF_PICK = _record({
+    "ratio_to_leader": (_NUMBER, True),
+    "ratio_ci": (_list_of(_NUMBER, length=2), True),
+    "rounds": (_INT, True),
+    "margin": (_NUMBER, True),
+    "tie": (_nullable(_BOOL), False),
+    "tied_with": (_nullable(_list_of(_STR)), False),
+    "leader": (_nullable(_STR), False),
+    "round_spread": (_NN_NUMBER, False),
+    "screen_throughput": (_NN_NUMBER, False),
+})
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),
+    "showdown": (_nullable(_STANDING_OF_PICK), False),
     "variant": (_kind(lambda v: isinstance(v, str) and v != "", "a non-empty string"), True),
     "compiler": (_nullable(_STR), False),
     "compile_mode": (_nullable(_STR), False),
@@ -305,7 +319,6 @@ _SEARCH = _record(SEARCH_FIELDS)
 #: The deployable artifact's kinds (``autotune.worker.artifact.KINDS``' values) and the sections' statuses.
 ARTIFACT_KINDS = ("torchscript", "aoti", "onnx", "openvino", "code")
 SECTION_STATUSES = ("ok", "failed")
-_NN_NUMBER = _nullable(_NUMBER)
 ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "status": (_one_of(SECTION_STATUSES), True),
     "reason": (_nullable(_STR), False),
@@ -325,6 +338,7 @@ ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "runtime": (_nullable(_ANY_MAPPING), False),
     "interface": (_nullable(_ANY_MAPPING), False),
     "notes": (_nullable(_list_of(_STR)), False),
+    "environment": (_nullable(_ANY_MAPPING), False),
 }
 _ARTIFACT = _record(ARTIFACT_FIELDS)
 _PROFILE_ROW = _record(
@@ -370,6 +384,42 @@ DATA_FIELDS: dict[str, tuple[Checker, bool]] = {
     "inputs": (_nullable(_list_of(_STR)), False),
     "dtypes": (_nullable(_list_of(_STR)), False),
 }
+_STANDING = _record({
+    "key": (_STR, True),
+    "ratio": (_NUMBER, True),
+    "ratio_ci": (_list_of(_NUMBER, length=2), True),
+    "tied": (_BOOL, True),
+    "round_spread": (_NUMBER, True),
+    "round_perf": (_nullable(_list_of(_NUMBER)), False),
+})
+_VERDICT_FIELDS = _record({
+    "leader": (_STR, True),
+    "pick": (_STR, True),
+    "tie": (_BOOL, True),
+    "margin": (_NUMBER, True),
+    "rounds": (_INT, True),
+    "tie_break": (_nullable(_STR), False),
+    "standings": (_list_of(_STANDING), True),
+})
+
+
+def _verdict(value: Any, path: str) -> None:
+    """The showdown's verdict (``autotune.showdown.paired.Verdict.to_dict``): its pick is one of its standings."""
+    _VERDICT_FIELDS(value, path)
+    if value["pick"] not in {s["key"] for s in value["standings"]}:
+        raise InputError(f"{path}.pick: {show(value['pick'])} is not the key of one of the standings")
+
+
+#: What the report reads of the showdown (``autotune.showdown.rounds``'s document); the rest is kept as it is.
+_SHOWDOWN = _record({
+    "verdict": (_nullable(_verdict), False),
+    "round_seconds": (_NN_NUMBER, False),
+    "rounds_run": (_NN_INT, False),
+    "disturbed_rounds": (_nullable(_list_of(_INT)), False),
+    "rounds_compared": (_nullable(_list_of(_INT)), False),
+    "dropped": (_nullable(_dict_of(_STR)), False),
+    "objective": (_nullable(_STR), False),
+})
 _SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "schema": (_SCHEMA, True),
@@ -381,7 +431,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "batch_boundary": (_nullable(_dict_of(_BOUNDARY)), False),
     "candidates": (_list_of(_candidate), True),
     "recommendation": (_nullable(_candidate), True),
-    "showdown": (_nullable(_ANY_MAPPING), False),
+    "showdown": (_nullable(_SHOWDOWN), False),
     # optional additions within schema 1 (readers of schema 1 ignore unknown fields; older reports lack them)
     "artifact": (_nullable(_ARTIFACT), False),
     "profile": (_nullable(_PROFILE), False),

@@ -404,7 +404,7 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
     processes = int(showdown.get("processes_used") or showdown.get("processes") or 1)
     parts = [t for t in (busy_text(showdown) if busy else None,) if t]
     text = (f"Showdown: {n} finalist{'s' if n != 1 else ''} compared over {verdict['rounds']} randomized interleaved "
-            f"rounds of {showdown.get('round_seconds', 0):g} s in {processes} fresh process"
+            f"rounds of {showdown.get('round_seconds') or 0:g} s in {processes} fresh process"
             f"{'es' if processes != 1 else ''} each; winner by a paired ratio over rounds, its CI resampling "
             "processes, then rounds.")
     if processes < 3:

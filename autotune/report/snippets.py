@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.report.codegen import py_comment, py_doc, py_int, torch_dtype
+
 _REDUCED = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 _NUMPY_DTYPES = {"float32": "np.float32", "float16": "np.float16", "int64": "np.int64", "int32": "np.int32"}
 _INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
@@ -45,8 +47,8 @@ def interface_of(recipe: Mapping[str, Any], section: Mapping[str, Any] | None, b
 
 
 def doc_text(text: str) -> str:
-    """``text`` safe inside a triple-quoted docstring."""
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    """``text`` safe inside a triple-quoted docstring (:func:`autotune.report.codegen.py_doc`)."""
+    return py_doc(text)
 
 
 def _n_positional(iface: Mapping[str, Any]) -> int:
@@ -277,7 +279,7 @@ def leaves_lines() -> list[str]:
 
 def _shape_expr(spec: Mapping[str, Any]) -> str:
     """The batch's shape as code: ``batch_size, 3, 64, 64`` (``batch_size,`` for a per-sample scalar)."""
-    dims = [str(int(d)) for d in spec.get("shape") or []]
+    dims = [str(py_int(d, 1)) for d in spec.get("shape") or []]
     return ", ".join(["batch_size", *dims]) + ("" if dims else ",")
 
 
@@ -294,13 +296,13 @@ def numpy_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
             cast = "" if np_dtype == "np.float32" else f".astype({np_dtype})"
             expr = f"_rng.standard_normal(({shape}), dtype=np.float32){cast}"
         else:
-            expr = f"_rng.integers(0, {int(spec.get('vocab_size') or 2)}, ({shape}), dtype={np_dtype})"
+            expr = f"_rng.integers(0, {py_int(spec.get('vocab_size'), 2)}, ({shape}), dtype={np_dtype})"
         lines.append(f"        {expr},  # {_comment(spec.get('name'))}")
     return [*lines, "    )"]
 
 
 def _comment(name: Any) -> str:
-    return " ".join(str(name or "input").split())
+    return py_comment(" ".join(str(name or "input").split()))
 
 
 def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -311,11 +313,11 @@ def torch_input_lines(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
     for spec in inputs:
         shape = _shape_expr(spec)
         dtype = str(spec.get("dtype") or "float32")
-        dtype_expr = f"torch.{dtype}" if dtype.isidentifier() else "torch.float32"
+        dtype_expr = torch_dtype(dtype)
         if dtype.startswith(("float", "bfloat")):
             expr = f"torch.randn(({shape}), device=device).to({dtype_expr})"
         else:
-            high = int(spec.get("vocab_size") or 2)
+            high = py_int(spec.get("vocab_size"), 2)
             expr = f"torch.randint(0, {high}, ({shape}), device=device, dtype={dtype_expr})"
         lines.append(f"        {expr},  # {_comment(spec.get('name'))}")
     return [*lines, "    )"]

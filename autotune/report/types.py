@@ -160,6 +160,8 @@ class ArtifactSection(_ArtifactStatus, total=False):
     #: how load.py's predict is called: form, inputs, outputs (autotune.worker.artifact.describe_interface)
     interface: dict[str, Any]
     notes: list[str]
+    #: the process environment it was measured in and run.sh sets up: name, description, variables, run_script
+    environment: dict[str, Any]
 
 
 class ProfileSection(TypedDict):

@@ -51,7 +51,7 @@ from autotune.study.loop import MAX_REPEATS, Search
 from autotune.study.rows import ROW_ATTR, SUMMARY_ATTRS, measured_rows, stored_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, TERMINAL_VARIANT_STATUSES, StudySession
 from autotune.study.space import Evaluate, SearchOutcome, SearchSettings, SearchSpace, make_sampler, metric_names
-from autotune.study.storage import load_existing_study, make_storage, open_study, storage_errors
+from autotune.study.storage import load_existing_study, make_storage, open_study, sqlite_file, storage_errors
 from autotune.study.urls import URL_EXAMPLES, display_url
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "recipe_fingerprint",
     "refined_batch_sizes",
     "run_bracket",
+    "sqlite_file",
     "storage_errors",
     "stored_rows",
     "study_fingerprint",

@@ -1,7 +1,7 @@
 """The ``bracket`` search strategy: what to measure next, from what is known about this problem (pure logic).
 
-A tuning's space is variants (compiler, compile mode, precision, memory format, threads) x batch sizes,
-and a measurement costs seconds to minutes (a ``torch.compile`` build alone costs 10-30 s on a small
+A tuning's space is variants (compiler, compile mode, precision, memory format, threads, process environment) x
+batch sizes, and a measurement costs seconds to minutes (a ``torch.compile`` build alone costs 10-30 s on a small
 CPU). A black-box sampler over pre-crossed (variant, batch) categoricals (the ``tpe`` strategy) learns
 nothing from the structure of the problem. This one uses four facts:
 
@@ -99,7 +99,7 @@ EXPLORE_SD_FLOOR = 0.05
 #: A leader that rests on one short screen and beats every other variant's points by more than this (log
 #: units, about 10%) is a surprise: it is raced before anything else, so a lucky screen is not trusted.
 SURPRISE = 0.1
-DIMENSIONS = ("compiler", "compile_mode", "precision", "memory_format", "threads")
+DIMENSIONS = ("compiler", "compile_mode", "precision", "memory_format", "threads", "environment")
 _Z95 = 1.959964
 
 

@@ -183,11 +183,32 @@ def open_study(
     return study
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of an ``sqlite://`` URL (resolved; relative paths are relative to the working directory), None for
+    another database or SQLite's in-memory one."""
+    from sqlalchemy.engine import make_url
+
+    if not url.startswith("sqlite"):
+        return None
+    try:
+        database = make_url(url).database
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).resolve()
+
+
 def load_existing_study(url: str, study_name: str) -> optuna.Study:
     """Load a study that must exist (``autotune worker``), with the same storage and errors as :func:`open_study`.
 
-    Raises :class:`InputError` for a storage that cannot be opened and for a study that is not there.
+    Raises :class:`InputError` for a storage that cannot be opened and for a study that is not there. An
+    SQLite file that does not exist is one: opening it would create an empty database there (a typo, or a path
+    from a moved run directory, would leave a stray ``study.db`` behind).
     """
+    file = sqlite_file(url)
+    if file is not None and not file.is_file():
+        raise InputError(f"--storage {display_url(url)}: no such database file {file}; nothing was created")
     storage = make_storage(url)
     try:
         return optuna.load_study(study_name=study_name, storage=storage)

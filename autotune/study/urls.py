@@ -48,7 +48,11 @@ def _secrets(url: str) -> set[str]:
     found: set[str] = set()
     m = _USERINFO.match(url)
     if m:
-        found |= {m["password"], unquote_plus(m["password"]), *m["password"].split("@")}
+        # and its pieces: a parser that splits the password at "@" or ":" quotes the rest ("invalid literal for
+        # int(): 'w0rd@host'" for "p@ss:w0rd")
+        password = m["password"]
+        found |= {password, unquote_plus(password), *re.split(r"[@:/?#]", password)}
+        found |= {piece for piece in re.split(r"[@:/?#]", unquote_plus(password))}
     for q in _QUERY_SECRET.finditer(url):
         if _SECRET_KEY.search(q["key"]):
             found |= {q["value"], unquote_plus(q["value"])}

@@ -14,7 +14,9 @@ import sys
 import traceback
 from typing import Any
 
+from autotune.core.process_env import ENVIRONMENT_OPS, check_worker_environment
 from autotune.core.protocol import ROLE_OPS, Response
+from autotune.core.variant_names import VariantSpec
 from autotune.errors import AutotuneError, InputError
 from autotune.worker.model import one_line
 from autotune.worker.ops import OPS
@@ -30,6 +32,9 @@ def handle(state: WorkerState, req: dict[str, Any]) -> Response:
                                                   "input_error": False}}
     op = OPS[name]
     try:
+        if name in ENVIRONMENT_OPS and isinstance(req.get("variant"), str):
+            # never time (or build the artifact of) a candidate in a process environment it does not name
+            check_worker_environment(VariantSpec.parse(req["variant"]).environment)
         return {"id": rid, "ok": True, "result": op(state, req)}
     except AutotuneError as exc:
         return {"id": rid, "ok": False,

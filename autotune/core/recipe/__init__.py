@@ -91,6 +91,7 @@ from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
     DTYPES,
     INTEGER_DTYPES,
+    SEED_RANGE_TEXT,
     BatchSpec,
     Constraints,
     DataSpec,
@@ -99,6 +100,7 @@ from autotune.core.recipe.spec import (
     ModelSpec,
     Recipe,
     SearchSpec,
+    valid_seed,
 )
 from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
 
@@ -109,6 +111,7 @@ __all__ = [
     "MODES",
     "OBJECTIVES",
     "PERCENTILES",
+    "SEED_RANGE_TEXT",
     "STRATEGIES",
     "BatchSpec",
     "Constraints",
@@ -121,4 +124,5 @@ __all__ = [
     "closest",
     "load_recipe",
     "parse_recipe",
+    "valid_seed",
 ]

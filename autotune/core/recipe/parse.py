@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotune.core.device_names import ALLOWED_TEXT, is_device_name
+from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
+from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.reader import TableReader
 from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
     DTYPES,
     INTEGER_DTYPES,
+    SEED_RANGE_TEXT,
     BatchSpec,
     Constraints,
     DataSpec,
@@ -27,9 +30,10 @@ from autotune.core.recipe.spec import (
     ModelSpec,
     Recipe,
     SearchSpec,
+    valid_seed,
 )
 from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
-from autotune.errors import RecipeError
+from autotune.errors import InputError, RecipeError
 
 _TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "search", "constraints", "batch", "measure")
 #: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
@@ -37,24 +41,39 @@ SHAPE_POLICIES = ("dynamic", "buckets")
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate a recipe file; every problem is a :class:`RecipeError`."""
+    """Read and validate a recipe file; every problem is a :class:`RecipeError`.
+
+    Every OS error is one (a name too long for the file system, no permission to ``stat`` it), and so is a
+    file over :data:`~autotune.core.limits.MAX_RECIPE_BYTES`, not UTF-8, or nested over
+    :data:`~autotune.core.limits.MAX_DEPTH` levels.
+    """
     p = Path(path)
-    if not p.exists():
-        raise RecipeError(f"{p}: recipe file not found")
-    if p.is_dir():
-        raise RecipeError(f"{p}: is a directory, expected a .toml recipe file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"{p}: cannot read recipe: {exc}") from None
+        if p.is_dir():
+            raise RecipeError(f"{p}: is a directory, expected a .toml recipe file")
+        text = read_text_limited(p, MAX_RECIPE_BYTES, what="a TOML recipe")
+    except FileNotFoundError:
+        raise RecipeError(f"{p}: recipe file not found") from None
+    except OSError as exc:
+        raise RecipeError(f"{p}: cannot read recipe: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL character in the path
+        raise RecipeError(f"{str(p)!r}: cannot read recipe: {exc}") from None
+    except RecipeError:
+        raise
+    except InputError as exc:
+        raise RecipeError(str(exc)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"{p}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise RecipeError(str(too_deep(str(p)))) from None
     return parse_recipe(data, path=p)
 
 
 def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
+    if depth_exceeds(data, MAX_DEPTH):
+        raise RecipeError(str(too_deep(str(path))))
     top = TableReader(path, data, "", _TOP_KEYS)
     name = top.get("name", str, path.stem)
     description = top.get("description", str, "")
@@ -65,7 +84,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
     model_table = top.get("model", dict, None, required=True)
     mr = TableReader(path, model_table, "model.", ("factory", "kwargs"))
     factory = _factory_reference(mr)
-    kwargs = mr.get("kwargs", dict, {})
+    kwargs = _json_kwargs(mr, "kwargs")
     model = ModelSpec(factory=factory, kwargs=dict(kwargs), base_dir=str(path.resolve().parent))
 
     data_spec = _parse_data(path, top.get("data", dict, None))
@@ -131,7 +150,7 @@ def _parse_data(path: Path, table: dict[str, Any] | None) -> DataSpec | None:
     for key, value in pads.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(f"{path}: field 'data.pad_values.{key}': expected a number, got {value!r}")
-    return DataSpec(factory=factory, kwargs=dict(r.get("kwargs", dict, {})), base_dir=str(path.resolve().parent),
+    return DataSpec(factory=factory, kwargs=_json_kwargs(r, "kwargs"), base_dir=str(path.resolve().parent),
                     max_batches=r.positive("max_batches", int, DataSpec.max_batches), buckets=buckets,
                     pad_values={k: float(v) for k, v in pads.items()})
 
@@ -209,14 +228,44 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
         memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
         shapes=_shapes(r),
         threads=_threads(path, r),
+        environments=_environments(r),
         batch_sizes=batch_sizes,
         objective=r.choice("objective", OBJECTIVES, "throughput"),
         time_budget_s=r.positive("time_budget_s", float, SearchSpec.time_budget_s),
         max_trials=r.positive("max_trials", int, 0, allow_zero=True),
-        seed=r.get("seed", int, 0),
+        seed=_seed(r),
         equivalence_margin=r.fraction("equivalence_margin", SearchSpec.equivalence_margin),
         strategy=r.choice("strategy", STRATEGIES, SearchSpec.strategy),
     )
+
+
+def _json_kwargs(r: TableReader, key: str) -> dict[str, Any]:
+    """A ``kwargs`` table whose values are all JSON values (strings, numbers, booleans, arrays, tables).
+
+    The kwargs travel to the worker inside a JSON request and are stored in the study and report.json; a TOML
+    date or time (``d = 1979-05-27``) is not JSON, so it is refused here, naming the field, instead of failing
+    as a TypeError when the first request is encoded.
+    """
+    table: dict[str, Any] = dict(r.get(key, dict, {}))
+    stack: list[tuple[str, Any]] = [(f"{r.field_name(key)}.{k}", v) for k, v in table.items()]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        elif not isinstance(value, str | int | float | bool):
+            raise RecipeError(f"{r.path}: field '{where}': a TOML {type(value).__name__} is not allowed in kwargs "
+                              "(they reach the factory as JSON: strings, numbers, booleans, arrays, tables); "
+                              "write it as a string")
+    return table
+
+
+def _seed(r: TableReader) -> int:
+    seed: int = r.get("seed", int, 0)
+    if not valid_seed(seed):
+        raise r.error("seed", f"must be an integer {SEED_RANGE_TEXT}, got {seed}")
+    return seed
 
 
 def _shapes(r: TableReader) -> tuple[str, ...]:
@@ -240,6 +289,29 @@ def _threads(path: Path, r: TableReader) -> tuple[int, ...] | Literal["auto"]:
             raise RecipeError(f"{path}: field 'search.threads[{i}]': thread counts must be positive integers, "
                               f"got {n!r}")
     return tuple(sorted(set(raw)))
+
+
+def _environments(r: TableReader) -> tuple[str, ...] | Literal["auto"]:
+    """``search.environments``: "auto" or a list of ``ALLOCATOR[+OMP]`` names, canonical and deduplicated."""
+    raw = r.get("environments", (list, str), None)
+    if raw is None:
+        return ()
+    allowed = f"\"auto\" or a list of {', '.join(ALLOCATORS)} (each optionally +{' or +'.join(OMP_SETTINGS)})"
+    if isinstance(raw, str):
+        if raw != "auto":
+            raise r.error("environments", f"'{raw}' is not allowed; allowed: {allowed}")
+        return "auto"
+    if not raw:
+        raise r.error("environments", f"must not be empty; leave it out for glibc's default only, or use {allowed}")
+    names: list[str] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, str):
+            raise r.error("environments", f"item {i} must be a string, got {item!r}; allowed: {allowed}")
+        try:
+            names.append(ProcessEnvironment.parse(item, field="environment").name)
+        except InputError as exc:
+            raise r.error(f"environments[{i}]", str(exc).removeprefix("environment: ")) from None
+    return tuple(dict.fromkeys(names))
 
 
 def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:

@@ -15,6 +15,14 @@ from typing import Any, Literal
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 INTEGER_DTYPES = ("int64", "int32")
 DEFAULT_MAX_BATCH_SIZE = 65536
+#: ``search.seed`` / ``--seed``: the range Optuna's samplers, numpy and ``torch.manual_seed`` all take.
+SEED_LIMIT = 2**32
+SEED_RANGE_TEXT = "in [0, 2**32 - 1]"
+
+
+def valid_seed(value: object) -> bool:
+    """An int (not a bool) that every seeded library takes."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,11 @@ class SearchSpec:
     #: process may run on, and that count itself (resolved in the worker). Empty: torch's default, no
     #: ``threads=`` modifier. Ignored on GPUs, where the host threads do not run the model.
     threads: tuple[int, ...] | Literal["auto"] = ()
+    #: Process environments (memory allocator, OpenMP wait policy; :mod:`autotune.core.process_env`) crossed
+    #: with the variants: ``"auto"`` is every allocator found on this machine. Empty: not searched, every
+    #: candidate runs with glibc's default malloc (and the field is left out of the JSON form, so older
+    #: recipes' reports and study fingerprints stay the same).
+    environments: tuple[str, ...] | Literal["auto"] = ()
     batch_sizes: tuple[int, ...] | Literal["auto"] = "auto"
     objective: str = "throughput"
     time_budget_s: float = 300.0
@@ -144,6 +157,10 @@ class Recipe:
         data.pop("data")
         if self.search.shapes == ("dynamic",):
             data["search"].pop("shapes")
+        if self.search.environments == ():
+            data["search"].pop("environments")
+        elif not isinstance(self.search.environments, str):
+            data["search"]["environments"] = list(self.search.environments)
         if self.data is not None:
             data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
                                 pad_values=dict(self.data.pad_values),
@@ -164,6 +181,9 @@ class Recipe:
         for key in ("variants", "precisions", "memory_formats", "shapes"):
             sd[key] = tuple(sd[key])
         sd.setdefault("threads", ())  # recipes stored before the field existed (report.json, a study)
+        sd.setdefault("environments", ())
+        if not isinstance(sd["environments"], str):
+            sd["environments"] = tuple(sd["environments"])
         for key in ("batch_sizes", "threads"):
             if not isinstance(sd[key], str):
                 sd[key] = tuple(sd[key])
