@@ -46,7 +46,8 @@ def recipe_text(base: str, *, name: str, slowed: bool, budget: float | None, var
     text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', base, count=1)  # the recipe's, not an input's
     if slowed:
         text = text.replace('factory = "torchvision.models:resnet18"', f'factory = "{SLOWED}:resnet18_slowed"')
-        text = text.replace("kwargs = { num_classes = 10 }", f"kwargs = {{ num_classes = 10, extra_blocks = {extra_blocks} }}")
+        text = text.replace("kwargs = { num_classes = 10 }",
+                            f"kwargs = {{ num_classes = 10, extra_blocks = {extra_blocks} }}")
         if "resnet18_slowed" not in text:
             raise SystemExit("the recipe does not name torchvision.models:resnet18: cannot slow it")
     if budget is not None:
