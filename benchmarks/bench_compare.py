@@ -17,7 +17,8 @@ CI; ``--json FILE`` writes it all. The run order is A, S, A2, so the two same-co
 time (a drift of the machine would show up as a false alarm, not be hidden).
 
     python benchmarks/bench_compare.py [--recipe recipes/quickstart.toml] [--out bench-out/compare]
-        [--budget SECONDS] [--variants eager,script] [--batch-sizes 16] [--rounds N] [--json FILE]
+        [--budget SECONDS] [--variants eager,script] [--batch-sizes 16] [--rounds N] [--extra-blocks 1]
+        [--json FILE]
 
 A small proof that it works (a few minutes on 2 cores): ``--budget 40 --variants eager,script,trace
 --batch-sizes 16``; the full run is without those options.
@@ -40,12 +41,13 @@ SLOWED = ROOT / "benchmarks" / "recipes" / "slowed.py"
 
 
 def recipe_text(base: str, *, name: str, slowed: bool, budget: float | None, variants: list[str] | None,
-                batch_sizes: list[int] | None, rounds: int | None) -> str:
+                batch_sizes: list[int] | None, rounds: int | None, extra_blocks: int = 1) -> str:
     """The quickstart recipe's text with the name, the model (slowed or not) and the small-run overrides."""
-    text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', base)
+    text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', base, count=1)  # the recipe's, not an input's
     if slowed:
         text = text.replace('factory = "torchvision.models:resnet18"', f'factory = "{SLOWED}:resnet18_slowed"')
-        text = text.replace("kwargs = { num_classes = 10 }", "kwargs = { num_classes = 10, extra_blocks = 1 }")
+        text = text.replace("kwargs = { num_classes = 10 }",
+                            f"kwargs = {{ num_classes = 10, extra_blocks = {extra_blocks} }}")
         if "resnet18_slowed" not in text:
             raise SystemExit("the recipe does not name torchvision.models:resnet18: cannot slow it")
     if budget is not None:
@@ -99,6 +101,8 @@ def main() -> int:
     p.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes (default: the recipe's)")
     p.add_argument("--rounds", type=int, default=None, help="measure.rounds of the showdown (default: the recipe's)")
     p.add_argument("--threshold", default="5%")
+    p.add_argument("--extra-blocks", type=int, default=1,
+                   help="BasicBlocks added to the slowed model (1: ~12.7%% more multiply-adds, about 10%% slower)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
 
@@ -111,7 +115,8 @@ def main() -> int:
     for name, slowed in (("A", False), ("S", True), ("A2", False)):
         recipe = args.out / f"{name}.toml"
         recipe.write_text(recipe_text(base, name=f"compare-{name}", slowed=slowed, budget=args.budget,
-                                      variants=variants, batch_sizes=batches, rounds=args.rounds))
+                                      variants=variants, batch_sizes=batches, rounds=args.rounds,
+                                      extra_blocks=args.extra_blocks))
         outs[name] = args.out / name
         print(f"run {name}{' (model slowed ~10%)' if slowed else ''} ...", flush=True)
         walls[name] = run(recipe, outs[name])

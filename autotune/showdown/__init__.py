@@ -67,7 +67,7 @@ Where each part lives (this package re-exports the public names):
 * :mod:`~autotune.showdown.rounds`: the orchestration: the staged workers, the interleaved rounds, the
   burn-in and disturbed rounds (:func:`run_showdown`).
 
-``rounds`` -> ``paired`` and ``verdict``, never back.
+``rounds`` -> ``paired`` -> ``verdict`` (and ``rounds`` -> ``verdict``), never back.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 from autotune.candidate import pessimistic_score
 from autotune.core.contention import DISTURBED_CORES
 from autotune.core.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
+from autotune.showdown.verdict import undecided_keys
 
 #: Finalists re-measured at least / at most (when that many feasible candidates exist).
 MIN_FINALISTS = 3
@@ -298,7 +299,7 @@ def recommendation(rows: Sequence[Mapping[str, Any]], showdown: Mapping[str, Any
                 "tie": verdict["tie"], "tied_with": [k for k in tied if k != verdict["pick"]],
                 "round_spread": standing["round_spread"], "process_spread": standing.get("process_spread"),
                 "margin": verdict["margin"], "rounds": verdict["rounds"],
-                "undecided": list(verdict.get("undecided") or []), "how_picked": verdict.get("how_picked")}}
+                "undecided": undecided_keys(verdict), "how_picked": verdict.get("how_picked")}}
             perf = [float(v) for v in standing.get("round_perf") or []]
             # round_perf is 1/latency under the latency objective: only a throughput showdown gives a rate
             if perf and (showdown or {}).get("objective") in ("throughput", "pareto"):
