@@ -49,7 +49,7 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
         # nan compares false with everything and inf never runs out: a budget of either measured nothing
         # (run) or polled the study forever (worker)
         if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive finite {noun}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}")
         return value
 
     return convert
@@ -79,7 +79,7 @@ def _threshold(text: str) -> float:
 
 
 _positive_int = _positive(int, "integer")
-_positive_float = _positive(float, "number")
+_positive_float = _positive(float, "finite number")
 
 
 class _Parser(argparse.ArgumentParser):
