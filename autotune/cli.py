@@ -196,13 +196,16 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
 
 def _check_out(out: Path) -> None:
     """``--out`` must be a directory or not exist yet: said before the model is validated (minutes on a big one)."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file, expected a directory (it is created if missing)")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"--out {out}: {parent} is a file, expected a directory")
-            break
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {out}: is a file, expected a directory (it is created if missing)")
+        for parent in out.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise InputError(f"--out {out}: {parent} is a file, expected a directory")
+                break
+    except OSError as exc:  # no permission to look, a name too long
+        raise InputError(f"--out {out}: cannot use it ({exc.strerror or exc})") from None
 
 
 class ProgressBar:
