@@ -49,7 +49,7 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
         # nan compares false with everything and inf never runs out: a budget of either measured nothing
         # (run) or polled the study forever (worker)
         if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive finite {noun}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}")
         return value
 
     return convert
@@ -79,7 +79,7 @@ def _threshold(text: str) -> float:
 
 
 _positive_int = _positive(int, "integer")
-_positive_float = _positive(float, "number")
+_positive_float = _positive(float, "finite number")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -196,13 +196,16 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
 
 def _check_out(out: Path) -> None:
     """``--out`` must be a directory or not exist yet: said before the model is validated (minutes on a big one)."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: is a file, expected a directory (it is created if missing)")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"--out {out}: {parent} is a file, expected a directory")
-            break
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {out}: is a file, expected a directory (it is created if missing)")
+        for parent in out.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise InputError(f"--out {out}: {parent} is a file, expected a directory")
+                break
+    except OSError as exc:  # no permission to look, a name too long
+        raise InputError(f"--out {out}: cannot use it ({exc.strerror or exc})") from None
 
 
 class ProgressBar:

@@ -253,6 +253,7 @@ def test_an_out_that_is_a_file_is_refused_before_the_model(tmp_path: Path) -> No
     target.write_text("x")
     assert_exit_2(cli("run", str(recipe), "--out", str(target)), "--out", "is a file")
     assert_exit_2(cli("run", str(recipe), "--out", str(target / "sub")), "--out", "is a file")
+    assert_exit_2(cli("run", str(recipe), "--out", str(tmp_path / ("y" * 300) / "x")), "--out", "too long")
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 100_000])
