@@ -60,12 +60,17 @@ def run_showdown(
     settings: ShowdownSettings,
     make_runner: Callable[[], Runner],
     on_progress: Callable[[str], None] | None = None,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Stage every finalist in its own worker, run the interleaved rounds, compare.
 
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
     why it dropped out), and the :class:`Verdict` (absent when fewer than two of several finalists lasted; a
     single finalist gets its rounds and a verdict of one).
+
+    ``on_round`` receives the document after every round, with the rounds so far, ``complete: false`` and no
+    verdict (a pick from a few rounds is not the showdown's): the run keeps it, so an interrupt keeps the rounds
+    that were run. An exception (Ctrl-C) kills the workers at once rather than waiting for their slices.
     """
     runners: dict[str, list[Runner]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
@@ -75,6 +80,7 @@ def run_showdown(
     foreign: dict[str, list[float | None]] = {}
     disturbed: list[bool] = []
     per_call = settings.objective == "latency"
+    finished = False
     try:
         for row in finalists:
             key = candidate_key(row)
@@ -136,26 +142,38 @@ def run_showdown(
                 if (latency_seconds := res.get("latency_seconds")) is not None:
                     latency[key].append(float(latency_seconds))
             disturbed.append(hit)
+            if on_round is not None:
+                on_round({**_document(finalists, staged, dropped, per_round, foreign, disturbed, settings),
+                          "complete": False})
+        finished = True
     finally:
         for group in runners.values():
             for runner in group:
-                runner.close()
-    burn_in = _burn_in(disturbed, settings)
-    used = _compared_rounds(disturbed, settings)
-    doc: dict[str, Any] = {
-        "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
-        "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
-        "finalists": [candidate_key(r) for r in finalists],
-        "seconds_per_call": {k: per_round[k] for k in staged},
-        "foreign_cores": {k: foreign[k] for k in staged},
-        "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
-        "burn_in_rounds": burn_in,
-        "rounds_compared": used,
-        "dropped": dropped, "verdict": None,
-    }
+                runner.recycle(kill=not finished)
+    doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, settings)
+    used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, settings, need=min(2, len(finalists)))
     doc["verdict"] = None if verdict is None else verdict.to_dict()
     return doc
+
+
+def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any], dropped: Mapping[str, str],
+              per_round: Mapping[str, list[float]], foreign: Mapping[str, list[float | None]],
+              disturbed: Sequence[bool], settings: ShowdownSettings) -> dict[str, Any]:
+    """The showdown's document without its verdict (the rounds so far; copies, so later rounds change nothing)."""
+    burn_in = _burn_in(disturbed, settings)
+    used = _compared_rounds(disturbed, settings)
+    return {
+        "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
+        "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
+        "finalists": [candidate_key(r) for r in finalists],
+        "seconds_per_call": {k: list(per_round[k]) for k in staged},
+        "foreign_cores": {k: list(foreign[k]) for k in staged},
+        "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
+        "burn_in_rounds": burn_in,
+        "rounds_compared": used,
+        "dropped": dict(dropped), "verdict": None,
+    }
 
 
 def _burn_in(disturbed: Sequence[bool], settings: ShowdownSettings) -> int:
