@@ -39,17 +39,17 @@ MARK = "AUTOTUNE_INTERRUPT_TEST"
 
 
 def _recipe(point: str) -> str:
-    """One eager variant: two candidates of ~1 s each, a three-round showdown; auto batch sizes only when the
+    """One eager variant: two candidates of ~0.6 s each, a two-round showdown; auto batch sizes only when the
     boundary search is the point (it costs fresh worker processes)."""
     text = tiny_recipe(variants='["eager"]', batch_sizes='"auto"' if point == "boundary" else "[1, 2]",
-                       max_seconds=1.0, ci_target=0.00001, rounds=3, round_seconds=0.5)
+                       max_seconds=0.6, ci_target=0.00001, rounds=2, round_seconds=0.2, time_budget_s=90)
     return text + "[batch]\nmax_batch_size = 2\n"
 
 
 #: What shows a point has been reached on the CLI's stderr (the progress lines of autotune.cli.ProgressBar).
 TRIGGERS = {
     "boundary": "batch boundary of eager",
-    "measurement": "now: eager@",
+    "measurement": "| best: eager@",  # the second candidate started: the first is measured, the second is not
     "showdown": "showdown: round 1",
     "artifact": "artifact and profile of",
 }
@@ -87,12 +87,13 @@ def _kill_marked(mark: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _measured(db: Path) -> list[tuple[str, int]]:
+def _measured(db: Path, *, finished: bool = True) -> list[tuple[str, int]]:
     """The (variant, batch) of every measurement the study holds (repeats told for the sampler left out), in trial
-    order: a combination measured twice would be there twice."""
+    order: a combination measured twice would be there twice. ``finished=False`` adds a trial a kill caught after
+    its row was stored but before it was told: the resumed run fails it as stale and keeps its row."""
     import optuna
 
-    from autotune.study.rows import is_repeat, stored_rows
+    from autotune.study.rows import ROW_ATTR, is_repeat, row_from_attrs
 
     if not db.exists():
         return []
@@ -100,7 +101,9 @@ def _measured(db: Path) -> list[tuple[str, int]]:
         study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{db}")
     except KeyError:  # killed before the study was made
         return []
-    return [(r["variant"], int(r["batch_size"])) for _, r in sorted(stored_rows(study).items()) if not is_repeat(r)]
+    rows = [row_from_attrs(t.user_attrs) for t in study.get_trials(deepcopy=False)
+            if ROW_ATTR in t.user_attrs and (t.state.is_finished() or not finished)]
+    return [(r["variant"], int(r["batch_size"])) for r in rows if not is_repeat(r)]
 
 
 @contextlib.contextmanager
@@ -164,21 +167,25 @@ def _check_point(point: str, sig: signal.Signals, tmp_path: Path, capsys: pytest
     with _run_until(recipe, out, point, sig) as proc:
         assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), proc.stderr
         assert _survivors(proc.mark) == []  # type: ignore[attr-defined]
-    assert not [p for p in out.glob(".*") if p.name != ".autotune.lock"] if out.exists() else True
-    before = _measured(db)
+    if sig == signal.SIGINT and out.exists():  # nothing temporary left (after a SIGKILL the next run cleans up)
+        assert not [p for p in out.glob(".*") if p.name != ".autotune.lock"]
+    before, stored = _measured(db), _measured(db, finished=False)
     if point == "validation":
         assert not (out / "report.json").exists()
     else:
         doc = load_report(out / "report.json")  # valid (validated when loaded)
         assert doc["complete"] is False and doc["phase"] == PHASES[point]
         assert doc["interrupted"] is (sig == signal.SIGINT)
-        assert [(c["variant"], c["batch_size"]) for c in doc["candidates"] if c["status"] == "ok"] == before
+        # what was measured: the study's rows (stored first), less at most one a kill caught between its storing
+        # and the report's write, which `autotune report` below brings in
+        shown = [(c["variant"], c["batch_size"]) for c in doc["candidates"] if c["status"] == "ok"]
+        assert shown == before[: len(shown)] and len(before) - len(shown) <= (1 if sig == signal.SIGKILL else 0)
         if point in ("showdown", "artifact"):
             assert len(before) == 2  # the search was over
         assert not (out / "artifact").exists()  # nothing half-made (this is the first run on OUT)
         assert main(["report", str(out)]) in (0, 1)  # 1: nothing measured yet, so nothing to recommend
         again = load_report(out / "report.json")
-        assert [c["trial"] for c in again["candidates"]] == [c["trial"] for c in doc["candidates"]]
+        assert [(c["variant"], c["batch_size"]) for c in again["candidates"] if c["status"] == "ok"] == before
         assert again["complete"] is False and again["phase"] == doc["phase"]
     capsys.readouterr()
 
@@ -188,7 +195,7 @@ def _check_point(point: str, sig: signal.Signals, tmp_path: Path, capsys: pytest
     assert done["complete"] is True and done["phase"] == "done" and done["interrupted"] is False
     after = _measured(db)
     assert sorted(after) == [("eager", 1), ("eager", 2)]  # each combination measured once, over both runs
-    assert after[: len(before)] == before and done["search"]["measured_this_run"] == 2 - len(before)
+    assert after[: len(stored)] == stored and done["search"]["measured_this_run"] == 2 - len(stored)
     assert done["artifact"]["status"] == "ok" and (out / "artifact" / "load.py").exists()
     assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name != ".autotune.lock"]
 
@@ -331,3 +338,37 @@ def test_report_takes_the_directory_lock(tmp_path: Path) -> None:
 
     with hold_out_dir(tmp_path), pytest.raises(InputError, match=r"DIR .*another autotune process"):
         rerender(tmp_path)
+
+
+# --------------------------------------------------------------------------- report rows
+
+
+def test_report_keeps_boundary_failures_when_another_machine_adds_trials(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A variant whose boundary search failed has a row but no trial; the study stores it (not report.json's trial
+    numbering, which placed it after the trials of its day), so ``autotune report`` keeps it after more trials."""
+    import optuna
+
+    from autotune.cli import main
+    from autotune.report import load_report
+
+    recipe = tmp_path / "recipe.toml"
+    text = tiny_recipe(kwargs='kwargs = { crash = "trace" }', variants='["eager", "trace"]', batch_sizes='"auto"',
+                       rounds=0, max_seconds=0.3)
+    recipe.write_text(text.replace("@MODELS@", str(ROOT / "tests" / "models")) + "[batch]\nmax_batch_size = 2\n")
+    out = tmp_path / "out"
+    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    first = load_report(out / "report.json")
+    failed = [c for c in first["candidates"] if c["variant"] == "trace"]
+    assert [c["status"] for c in failed] == ["failed"] and "probing batch" in str(failed[0]["reason"])
+
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{out / 'study.db'}")
+    for _ in range(2):  # another machine's trials (they failed: no rows of their own)
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    for _ in range(2):  # and the report is re-rendered more than once
+        assert main(["report", str(out)]) == 0
+    again = load_report(out / "report.json")
+    rows = [c for c in again["candidates"] if c["variant"] == "trace"]
+    assert [(c["status"], c["reason"]) for c in rows] == [(c["status"], c["reason"]) for c in failed]
+    assert rows[0]["trial"] == len(study.trials)  # numbered after every trial of the study, so it collides with none
+    assert len({c["trial"] for c in again["candidates"]}) == len(again["candidates"])

@@ -149,7 +149,10 @@ def run_showdown(
     finally:
         for group in runners.values():
             for runner in group:
-                runner.recycle(kill=not finished)
+                if finished:
+                    runner.close()
+                else:  # Ctrl-C: kill, never wait for a slice to end
+                    runner.recycle(kill=True)
     doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, settings)
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, settings, need=min(2, len(finalists)))
