@@ -140,7 +140,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
                                   on_event=options.on_event, on_round=progress.showdown_round)
         progress.showdown = showdown
-        if showdown is not None:
+        if showdown is not None or SHOWDOWN_ATTR in search.study.user_attrs:  # an earlier run's would be read back
             search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
         doc = progress.document()
         rec = doc["recommendation"]

@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotune.report import load_report, write_reports  # noqa: E402
-from autotune.report.write import write_report_json  # noqa: E402
+from autotune.report import load_report, write_reports
+from autotune.report.write import write_report_json
 
 
 def grown(doc: dict[str, Any], n: int) -> dict[str, Any]:

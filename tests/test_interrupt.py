@@ -187,6 +187,7 @@ def _check_point(point: str, sig: signal.Signals, tmp_path: Path, capsys: pytest
         again = load_report(out / "report.json")
         assert [(c["variant"], c["batch_size"]) for c in again["candidates"] if c["status"] == "ok"] == before
         assert again["complete"] is False and again["phase"] == doc["phase"]
+        assert "INCOMPLETE" in (out / "report.md").read_text()  # said where a reader looks first
     capsys.readouterr()
 
     code = main(["run", str(recipe), "--out", str(out), "--no-progress"])

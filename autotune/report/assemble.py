@@ -193,7 +193,7 @@ class RunDocument:
         phase(p):        self.phase = p; write(full)
         boundary(o):     self.boundaries = o; write(json)
         trial():         write(json, full if last full write > FULL_WRITE_EVERY_S ago)
-        showdown_round(d): self.showdown = d; write(json)
+        showdown_round(d): self.showdown = d; into the study; write(json)
         finish(interrupted): write(full, complete = not interrupted)
     """
 
@@ -238,7 +238,10 @@ class RunDocument:
         self.outcome = outcome
 
     def showdown_round(self, doc: dict[str, Any]) -> None:
+        """A round of the showdown ended: its rounds so far into the study (``autotune report`` reads them there)
+        and the report."""
         self.showdown = doc
+        self.study.set_user_attr(SHOWDOWN_ATTR, doc)
         self.write(full=False)
 
     def finish(self, *, interrupted: bool = False) -> ReportDocument:
