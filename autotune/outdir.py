@@ -53,7 +53,8 @@ def hold_out_dir(out: Path, *, label: str = "--out") -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise InputError(f"{label} {out}: another autotune process (pid {_holder(fd)}) is using this "
+            holder = "run" if label == "--out" else "run or report"
+            raise InputError(f"{label} {out}: another autotune {holder} (pid {_holder(fd)}) is using this "
                              f"directory; wait for it to finish, or use another {label}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)

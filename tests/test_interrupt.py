@@ -337,7 +337,7 @@ def test_report_takes_the_directory_lock(tmp_path: Path) -> None:
     from autotune.outdir import hold_out_dir
     from autotune.report.assemble import rerender
 
-    with hold_out_dir(tmp_path), pytest.raises(InputError, match=r"DIR .*another autotune process"):
+    with hold_out_dir(tmp_path), pytest.raises(InputError, match=r"DIR .*another autotune run or report"):
         rerender(tmp_path)
 
 
