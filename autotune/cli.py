@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -169,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Optuna's INFO line per trial is noise beside the progress bar. The library leaves Optuna's logging to
         # its caller: a notebook that calls autotune.tune keeps whatever verbosity it set.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # SIGTERM (`timeout`, a job scheduler, `kill`) ends a run as Ctrl-C does: the report of what was measured is
+    # written, the workers are stopped (they also die with this process: autotune.worker.lifeline)
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller): leave it as it is
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -177,6 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AutotuneError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------- run
@@ -270,7 +283,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"{int(artifact.get('size_bytes') or 0):,} bytes; load it with {artifact.get('loader')})")
         else:
             print(f"artifact: not written: {artifact.get('reason')}")
-    if doc["search"]["stopped_by"] == "interrupted":
+    if doc["search"]["stopped_by"] == "interrupted" or doc.get("interrupted"):
+        print("autotune: interrupted; the report holds what was measured (run again to resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE
 

@@ -13,8 +13,11 @@ A failure here (an export that does not serialise, a full disk, a crash) is repo
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,8 +45,10 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     say why): the run and its measurements stand.
 
     The worker writes into a fresh temporary directory next to ``artifact/``; it replaces ``artifact/`` only
-    once complete, so a failed build never leaves half an artifact, nor an old run's artifact beside a
-    report that recommends something else.
+    once complete and in one atomic exchange (:func:`swap_in`), so a failed build never leaves half an artifact,
+    nor an old run's artifact beside a report that recommends something else, and a kill leaves the old
+    artifact or the new one, never none. A Ctrl-C removes the staging directory; after a SIGKILL the next run
+    on this ``--out`` does (:func:`clean_staging`).
     """
     from autotune.client import WorkerClient
     from autotune.errors import AutotuneError
@@ -63,6 +68,9 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
                                                 timeout=timeout)
     except AutotuneError as exc:
         res = {"status": "failed", "reason": str(exc)}
+    except BaseException:  # Ctrl-C: the worker is killed (Runner); what it wrote so far goes, artifact/ stays
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     wall = time.monotonic() - t0
     if "status" in res:  # a CallFailure: the worker crashed, timed out or refused: nothing it wrote is trusted
         reason = f"the artifact worker failed: {res.get('reason') or 'no reason given'}"
@@ -74,7 +82,6 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
                    wall_seconds=round(wall, 3),
                    environment={"name": env.name, "description": describe(env), "variables": env.variables(),
                                 "run_script": RUN_SCRIPT_NAME})
-    shutil.rmtree(final, ignore_errors=True)
     if section.get("status") == "ok":
         try:
             staging.mkdir(parents=True, exist_ok=True)
@@ -84,13 +91,16 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
             run = staging / RUN_SCRIPT_NAME
             run.write_text(run_script(doc) or "", encoding="utf-8")
             run.chmod(0o755)
-            os.replace(staging, final)
+            swap_in(staging, final)
             section["files"] = directory_files(final)
             section["size_bytes"] = sum(f["bytes"] for f in section["files"]
                                         if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME))
             section["loader_code"] = text
         except OSError as exc:
             section = {**section, "status": "failed", "reason": f"writing {final} failed: {exc.strerror or exc}"}
+            _remove_dir(final)
+    else:  # a failed build: no artifact/ beside a report that says so (nor an older run's, recommending another)
+        _remove_dir(final)
     shutil.rmtree(staging, ignore_errors=True)
     # the worker's sections are plain dicts (ArtifactResult); ArtifactSection / ProfileSection are their shapes
     doc["artifact"] = cast("ArtifactSection", section)
@@ -102,4 +112,75 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
         doc["profile"] = profile_section
 
 
-__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "write_deployment"]
+#: ``renameat2``'s flag that swaps two paths atomically (Linux 3.15, glibc 2.28; ext4, xfs, btrfs, tmpfs, ...).
+RENAME_EXCHANGE = 2
+#: The staging directory's name (``.artifact.<pid>``) and a swapped-out artifact's (``.artifact.old.<pid>``).
+STAGING_NAME = re.compile(rf"\.{ARTIFACT_DIR}\.(old\.)?[0-9]+")
+
+
+def swap_in(staging: Path, final: Path) -> None:
+    """Put ``staging`` in place of ``final`` so that a kill at any moment leaves the old artifact or the new one.
+
+    Pseudo-code::
+
+        if final does not exist:            rename(staging, final)                  # atomic
+        elif renameat2(RENAME_EXCHANGE):    swap(staging, final); rmtree(staging)   # atomic; staging holds the old
+        else:                               rename(final, .artifact.old.<pid>); rename(staging, final); rmtree(old)
+
+    The fallback (no ``renameat2``, or a filesystem without the exchange) has a window between its two renames
+    in which ``artifact/`` is missing: :func:`clean_staging`, run by the next process that locks the directory,
+    puts ``.artifact.old.<pid>`` back then.
+    """
+    if not final.exists():
+        os.rename(staging, final)
+        return
+    if _exchange(staging, final):
+        _remove_dir(staging)
+        return
+    old = final.parent / f".{ARTIFACT_DIR}.old.{os.getpid()}"
+    _remove_dir(old)
+    os.rename(final, old)
+    os.rename(staging, final)
+    _remove_dir(old)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """``renameat2(a, b, RENAME_EXCHANGE)``; False where the system or the filesystem cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), RENAME_EXCHANGE)
+    return bool(rc == 0)
+
+
+def _remove_dir(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def clean_staging(out_dir: Path) -> list[Path]:
+    """What killed runs left of their artifact step in ``out_dir`` (call with its lock held: :mod:`autotune.outdir`).
+
+    A swapped-out artifact whose swap never finished (no ``artifact/``) is put back; every other staging or
+    swapped-out directory is removed. Returns the removed paths.
+    """
+    removed: list[Path] = []
+    final = out_dir / ARTIFACT_DIR
+    left = sorted(p for p in out_dir.glob(f".{ARTIFACT_DIR}.*") if STAGING_NAME.fullmatch(p.name))
+    for path in left:
+        if not final.exists() and ".old." in path.name and path.is_dir():
+            os.rename(path, final)
+            continue
+        _remove_dir(path)
+        removed.append(path)
+    return removed
+
+
+__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "clean_staging", "swap_in", "write_deployment"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +39,13 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def hold_out_dir(out: Path) -> Iterator[None]:
+def hold_out_dir(out: Path, *, label: str = "--out") -> Iterator[None]:
     """Hold ``out``'s lock for the block; :class:`InputError` if another process holds it.
 
     ``out`` must exist. An OSError creating or writing the lock file, or a file beside it (a read-only, immutable
-    or full ``--out``), goes on up: :func:`autotune.study.storage.storage_errors` turns it into a message.
+    or full ``--out``), goes on up: :func:`autotune.study.storage.storage_errors` turns it into a message. Once
+    held, what a killed holder left behind is cleaned up (:func:`clean_leftovers`): nobody else can be writing it.
+    ``label`` names the directory in the message (``DIR`` for ``autotune report DIR``).
     """
     path = out / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -50,14 +53,40 @@ def hold_out_dir(out: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise InputError(f"--out {out}: another autotune run (pid {_holder(fd)}) is using this directory; "
-                             "wait for it to finish, or use another --out") from None
+            holder = "run" if label == "--out" else "run or report"
+            raise InputError(f"{label} {out}: another autotune {holder} (pid {_holder(fd)}) is using this "
+                             f"directory; wait for it to finish, or use another {label}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         # The lock file may be left from an earlier run, so writing it proves nothing about the directory: a
         # read-only or immutable --out must fail now, not after the measurements when the reports are written.
         with tempfile.TemporaryFile(dir=out, prefix=".autotune-write-test-"):
             pass
+        clean_leftovers(out)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+#: What a killed run leaves in its ``--out``: the temporary files of the atomic report writes
+#: (:mod:`autotune.report.write`: ``.report.json.<random>.tmp``, and the plots' in ``plots/``); the artifact's
+#: staging and swapped-out directories are :mod:`autotune.deployment`'s (``.artifact.<pid>``).
+TEMP_FILE = re.compile(r"\.(report\.(json|md|html)|[a-z_]+\.png)\.[A-Za-z0-9_]+\.tmp")
+
+
+def clean_leftovers(out: Path) -> list[Path]:
+    """Remove what killed runs left in ``out`` (call with its lock held); returns what was removed.
+
+    Only names this tool makes are touched, so an ``--out`` that holds other files keeps them.
+    """
+    from autotune.deployment import clean_staging
+
+    removed = clean_staging(out)
+    for directory in (out, out / "plots"):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if TEMP_FILE.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

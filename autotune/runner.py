@@ -29,6 +29,7 @@ from typing import Literal, NotRequired, TypedDict, cast, overload
 from autotune.core.process_env import ENVIRONMENT_OPS, ProcessEnvironment, environment_of_variant
 from autotune.core.protocol import (
     HELLO,
+    PARENT_ENV,
     ROLE_OF_OP,
     ROLES,
     ArtifactRequest,
@@ -110,6 +111,7 @@ class WorkerProcess:
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         child_env = self.environment.apply(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
+        child_env[PARENT_ENV] = str(os.getpid())  # the worker dies with us (autotune.worker.lifeline)
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.worker", "--role", role],
@@ -117,7 +119,9 @@ class WorkerProcess:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=child_env,
-            start_new_session=True,  # a Ctrl-C in the terminal reaches the parent, which decides
+            # a Ctrl-C in the terminal reaches the parent, which decides; the worker still dies with the parent
+            # (PR_SET_PDEATHSIG and a watchdog: autotune.worker.lifeline)
+            start_new_session=True,
         )
         self._buffer = b""
         self._next_id = 0
@@ -137,14 +141,19 @@ class WorkerProcess:
         """Send one request, wait for its response; raise :class:`WorkerCrashed` on death or timeout."""
         self._next_id += 1
         rid = self._next_id
-        payload = (json.dumps({**message, "id": rid}) + "\n").encode()
+        # timeout_s: the worker ends itself a grace period past it, should we be unable to (autotune.worker.lifeline)
+        payload = (json.dumps({**message, "id": rid, "timeout_s": timeout}) + "\n").encode()
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(payload)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerCrashed(self._crash()) from None
-        line = self._read_line(deadline=time.monotonic() + timeout)
+        try:
+            line = self._read_line(deadline=time.monotonic() + timeout)
+        except BaseException:  # Ctrl-C while it works: its answer would come to nobody, and it may never end
+            self.kill()
+            raise
         if line is None:
             raise WorkerCrashed(self._crash(timeout=timeout))
         try:
@@ -263,11 +272,17 @@ class Runner:
             self.stats.startup_seconds.append(worker.startup_seconds)
         return worker
 
-    def recycle(self, role: Role | None = None) -> None:
-        """Close the worker of ``role`` (every worker when None); the next request starts a fresh one."""
+    def recycle(self, role: Role | None = None, *, kill: bool = False) -> None:
+        """Close the worker of ``role`` (every worker when None); the next request starts a fresh one.
+
+        ``kill``: SIGKILL it instead of closing its stdin and waiting (a worker in the middle of a request would
+        finish it first: seconds of a measurement, or forever for a hung candidate).
+        """
         for name in [role] if role is not None else list(self._workers):
             worker = self._workers.pop(name, None)
             if worker is not None:
+                if kill:
+                    worker.kill()
                 worker.close()
 
     # One overload per op: the request's TypedDict picks the result type (the worker's op function in
@@ -334,5 +349,6 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # leaving on an exception (Ctrl-C, SIGTERM, an error): stop the workers now, never wait on a request
+        self.recycle(kill=exc_type is not None)

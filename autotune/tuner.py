@@ -27,7 +27,7 @@ from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
 from autotune.core.variant_names import VariantSpec
 from autotune.errors import AutotuneError, InputError
 from autotune.outdir import hold_out_dir
-from autotune.report.assemble import SHOWDOWN_ATTR, build_document
+from autotune.report.assemble import SHOWDOWN_ATTR, RunDocument
 from autotune.runner import Runner
 from autotune.study import (
     Search,
@@ -49,12 +49,6 @@ from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_bounda
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
 
-TORCHSCRIPT_NOTE = (
-    "torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile and torch.export; "
-    "TorchScript variants are measured here because they still win on some CPU workloads."
-)
-
-
 @dataclass(frozen=True)
 class RunOptions:
     out_dir: Path
@@ -65,17 +59,6 @@ class RunOptions:
     #: Save the recommendation's deployable artifact into ``out_dir/artifact`` and profile it against eager
     #: (:mod:`autotune.deployment`); after the reports are written once, so a failure here loses nothing.
     artifact: bool = True
-
-
-def _failed_rows(failures: Mapping[str, tuple[str, str]], workload: ValidatedWorkload, recipe: Recipe,
-                 first_trial: int) -> list[dict[str, Any]]:
-    """Rows for variants whose boundary search ended them (no trial of the study ran them)."""
-    rows = []
-    for i, (variant, (status, reason)) in enumerate(failures.items()):
-        rows.append(candidate_record(trial=first_trial + i, variant=variant, spec=workload.specs[variant],
-                                     batch_size=1, result={"status": status, "reason": reason},
-                                     constraints=recipe.constraints))
-    return rows
 
 
 def run_tuning(recipe: Recipe, options: RunOptions) -> ReportDocument:
@@ -91,75 +74,91 @@ def run_tuning(recipe: Recipe, options: RunOptions) -> ReportDocument:
 
 
 def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: contextlib.ExitStack) -> ReportDocument:
-    from autotune.report import write_reports
+    """The phases, each written into the report as it goes (:class:`autotune.report.assemble.RunDocument`).
 
+    Ctrl-C (or SIGTERM, which the CLI turns into one) in any phase after validation ends the run with the
+    report of what was measured, marked ``interrupted`` and incomplete; the workers are killed on the way out
+    (:class:`autotune.runner.Runner`), and a SIGKILL leaves the last report written, whose workers die with us
+    (:mod:`autotune.worker.lifeline`). During validation nothing is written yet.
+    """
     t0 = time.monotonic()
     out = options.out_dir
     study_name = options.study_name or recipe.name
-    with Runner(fresh_measure=True) as runner:  # each candidate timed in a fresh process (ARCHITECTURE.md)
-        workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
-        emit(options.on_event, "validated", f"{recipe.name} on {workload.device}: {len(workload.variants)} variants",
-             device=workload.device, variants=workload.variants)
-        out.mkdir(parents=True, exist_ok=True)
-        held.enter_context(hold_out_dir(out))  # a second run on this --out is refused from here on
-        fingerprint = study_fingerprint(recipe, workload.device)
-        # then the study, before any probing: a bad --storage or a --study made for another model
-        # fails in seconds, and a resumed run takes the boundaries it already found
-        # (autotune.variant_boundaries: reuse rule)
-        study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0,
-                                     fingerprint=fingerprint), recipe_data=recipe.to_dict())
-        notes: list[str] = []
-        boundary = BoundaryOutcome({}, {}, {})
-        if recipe.search.batch_sizes == "auto":
-            boundary = find_boundaries(  # per base variant: its process environments share the boundary
-                runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR),
-                on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
-            runner.recycle("probe")  # its memory back before timing starts
-            batch_sizes = workload.spread(boundary.batch_sizes)
-            if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
-                batch_sizes = {v: refined_batch_sizes(b, granularity=_granularity(boundary, workload.base_of.get(v, v)))
-                               for v, b in batch_sizes.items()}
-        else:
-            fixed = tuple(recipe.search.batch_sizes)
-            batch_sizes = {v: fixed for v in workload.variants}
-        variants = tuple(v for v in workload.variants if batch_sizes.get(v))
-        space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
-        left = recipe.search.time_budget_s - (time.monotonic() - t0)
-        settings = _settings(recipe, storage=storage, study_name=study_name,
-                             time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
-                             fingerprint=fingerprint)
-        search = Search(space, settings, _evaluator(runner, recipe, workload.specs), recipe_data=recipe.to_dict(),
-                        specs=workload.specs)
-        search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
-        search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
-        if boundary.key is not None:  # the documents and what decided them, for the next resume
-            search.study.set_user_attr(STATE_ATTR, boundary.state())
-        outcome = _run_search(search, recipe, on_event=options.on_event)
-        worker_stats = runner.stats
-    showdown = None
-    if outcome.stopped_by != "interrupted":  # Ctrl-C means stop now, with what was measured
+    progress: RunDocument | None = None
+    try:
+        with Runner(fresh_measure=True) as runner:  # each candidate timed in a fresh process (ARCHITECTURE.md)
+            workload = validate(runner, recipe)  # first: a model that cannot run leaves no study or --out behind
+            emit(options.on_event, "validated",
+                 f"{recipe.name} on {workload.device}: {len(workload.variants)} variants",
+                 device=workload.device, variants=workload.variants)
+            out.mkdir(parents=True, exist_ok=True)
+            held.enter_context(hold_out_dir(out))  # a second run on this --out is refused from here on
+            fingerprint = study_fingerprint(recipe, workload.device)
+            # then the study, before any probing: a bad --storage or a --study made for another model
+            # fails in seconds, and a resumed run takes the boundaries it already found
+            # (autotune.variant_boundaries: reuse rule)
+            study = open_study(_settings(recipe, storage=storage, study_name=study_name, time_budget=0.0,
+                                         fingerprint=fingerprint), recipe_data=recipe.to_dict())
+            stats = runner.stats
+            progress = RunDocument(recipe, workload, out, study=study, storage=storage, study_name=study_name,
+                                   started=t0, worker_stats=lambda: {"workers_started": stats.workers_started,
+                                                                     "startup_seconds": stats.startup_seconds,
+                                                                     "crashes": stats.crashes})
+            progress.start("boundaries")
+            boundary = BoundaryOutcome({}, {}, {})
+            if recipe.search.batch_sizes == "auto":
+                boundary = find_boundaries(  # per base variant: its process environments share the boundary
+                    runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR),
+                    on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v),
+                    on_found=lambda o: progress.boundary(o.documents, o.failures) if progress else None)
+                runner.recycle("probe")  # its memory back before timing starts
+                batch_sizes = workload.spread(boundary.batch_sizes)
+                if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
+                    batch_sizes = {v: refined_batch_sizes(
+                        b, granularity=_granularity(boundary, workload.base_of.get(v, v)))
+                        for v, b in batch_sizes.items()}
+            else:
+                fixed = tuple(recipe.search.batch_sizes)
+                batch_sizes = {v: fixed for v in workload.variants}
+            progress.boundary(boundary.documents, boundary.failures)
+            progress.store_failures()
+            variants = tuple(v for v in workload.variants if batch_sizes.get(v))
+            space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
+            left = recipe.search.time_budget_s - (time.monotonic() - t0)
+            settings = _settings(recipe, storage=storage, study_name=study_name,
+                                 time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
+                                 fingerprint=fingerprint)
+            search = Search(space, settings, _evaluator(runner, recipe, workload.specs),
+                            recipe_data=recipe.to_dict(), specs=workload.specs, on_row=progress.trial)
+            search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
+            search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
+            if boundary.key is not None:  # the documents and what decided them, for the next resume
+                search.study.set_user_attr(STATE_ATTR, boundary.state())
+            progress.start("search")
+            outcome = _run_search(search, recipe, on_event=options.on_event)
+            progress.searched(outcome)
+        if outcome.stopped_by == "interrupted":  # Ctrl-C means stop now, with what was measured
+            return progress.finish(interrupted=True)
+        progress.start("showdown")
         showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
-                                  on_event=options.on_event)
-    if showdown is not None:
-        search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
-    rows = outcome.rows + _failed_rows(boundary.failures, workload, recipe, first_trial=outcome.trials)
-    if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
-        notes.append(TORCHSCRIPT_NOTE)
-    for u in workload.unavailable:
-        notes.append(f"{u['variant']} not available here: {u['reason']}")
-    doc = build_document(recipe, workload, rows, outcome, boundary.documents, notes=notes, showdown=showdown,
-                         storage=storage, study_name=study_name, wall_seconds=time.monotonic() - t0,
-                         worker_stats={"workers_started": worker_stats.workers_started,
-                                       "startup_seconds": worker_stats.startup_seconds,
-                                       "crashes": worker_stats.crashes})
-    write_reports(doc, out)
-    rec = doc["recommendation"]
-    if options.artifact and outcome.stopped_by != "interrupted" and rec is not None:
-        from autotune.deployment import write_deployment
+                                  on_event=options.on_event, on_round=progress.showdown_round)
+        progress.showdown = showdown
+        if showdown is not None or SHOWDOWN_ATTR in search.study.user_attrs:  # an earlier run's would be read back
+            search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
+        doc = progress.document()
+        rec = doc["recommendation"]
+        if options.artifact and rec is not None:
+            from autotune.deployment import write_deployment
 
-        emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
-        write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
-        write_reports(doc, out)
+            progress.start("artifact")  # the reports without the artifact, should it fail or be interrupted
+            emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
+            assert progress.doc is not None
+            write_deployment(recipe.to_dict(), progress.doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
+        doc = progress.finish()
+    except KeyboardInterrupt:
+        if progress is None:  # during validation: nothing written, nothing to keep
+            raise
+        return progress.finish(interrupted=True)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
 
@@ -168,8 +167,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
 SHOWDOWN_SHARE = 0.25
 
 
-def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None
-                   ) -> dict[str, Any] | None:
+def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None,
+                   on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
     """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide.
 
     Finalists are dropped from the end of the ranking while the showdown's estimated cost exceeds
@@ -200,7 +199,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
 
     t0 = time.monotonic()
     doc = run_showdown(finalists, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner,
-                       on_progress=say)
+                       on_progress=say, on_round=on_round)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
 

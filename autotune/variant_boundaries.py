@@ -219,11 +219,13 @@ def device_free_bytes(runner: Runner, recipe: Recipe) -> int | None:
 
 def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload, *,
                     on_variant: Callable[[str], None] | None = None,
+                    on_found: Callable[[BoundaryOutcome], None] | None = None,
                     stored_state: Any = None) -> BoundaryOutcome:
     """Per variant: the largest batch that fits, and the batch sizes the search may use.
 
     ``stored_state`` is a study's :data:`STATE_ATTR`: variants it answers under the same
     conditions are taken from it (their documents say ``reused_from_study``), the rest probed.
+    ``on_found`` gets the answers so far after each variant probed (the run's report is written then).
     """
     accelerator = is_accelerator(workload.device)
     device_free = device_free_bytes(runner, recipe) if accelerator else None
@@ -242,9 +244,13 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
                                     accelerator=accelerator)
         except BatchSearchError as exc:  # batch 1 does not fit
             failures[variant] = ("oom", str(exc))
+            if on_found is not None:
+                on_found(_in_order(sizes, docs, failures, key, workload.variants))
             continue
         except VariantError as exc:  # the variant cannot even be built or run
             failures[variant] = ("failed", str(exc))
+            if on_found is not None:
+                on_found(_in_order(sizes, docs, failures, key, workload.variants))
             continue
         usable = boundary.usable_max_batch_size(recipe.batch.headroom)
         sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
@@ -255,7 +261,15 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
         doc["footprint"] = FOOTPRINT_ACCELERATOR if accelerator else FOOTPRINT_HOST
         doc["confirmed_by"] = "probes at b and b + granularity, each in a fresh worker process"
         docs[variant] = doc
-    order = {v: i for i, v in enumerate(workload.variants)}
+        if on_found is not None:
+            on_found(_in_order(sizes, docs, failures, key, workload.variants))
+    return _in_order(sizes, docs, failures, key, workload.variants)
+
+
+def _in_order(sizes: dict[str, tuple[int, ...]], docs: dict[str, dict[str, Any]],
+              failures: dict[str, tuple[str, str]], key: Mapping[str, Any], variants: tuple[str, ...]
+              ) -> BoundaryOutcome:
+    order = {v: i for i, v in enumerate(variants)}
     return BoundaryOutcome(
         dict(sorted(sizes.items(), key=lambda kv: order[kv[0]])),
         dict(sorted(docs.items(), key=lambda kv: order[kv[0]])),

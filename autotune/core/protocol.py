@@ -11,7 +11,9 @@ The messages are TypedDicts, not dataclasses, because the JSON shape *is* the co
 import this module, so what goes over the pipe is what the types say, key for key. Requests are built in
 one place, :class:`autotune.client.WorkerClient` (one method per op); the one exception is :data:`HELLO`,
 the fixed handshake every new worker process answers first (:class:`autotune.runner.WorkerProcess`).
-``id`` is added by :meth:`autotune.runner.WorkerProcess.request`; callers leave it out. Each closed set of names
+``id`` and ``timeout_s`` (the parent's timeout for the request, which the worker enforces on itself a grace
+period later: :mod:`autotune.worker.lifeline`) are added by :meth:`autotune.runner.WorkerProcess.request`;
+callers leave them out. Each closed set of names
 (ops, roles, statuses) is a ``Literal`` type, and its tuple of values is read off that type, so each
 is written once. This module imports nothing beyond the standard library (the measurement record's
 type is imported for type checking only).
@@ -59,6 +61,9 @@ class HelloRequest(TypedDict):
     op: Literal["hello"]
     id: NotRequired[int]
 
+
+#: Environment variable through which the parent tells each worker its pid, so the worker dies with it.
+PARENT_ENV = "AUTOTUNE_PARENT_PID"
 
 #: The handshake: a request without fields, so a constant of the protocol rather than something built per
 #: call. :class:`autotune.runner.WorkerProcess` sends it to every worker it starts (the transport's own

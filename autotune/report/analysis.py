@@ -398,7 +398,12 @@ def _derived_notes(doc: Mapping[str, Any]) -> list[str]:
 
 def search_summary(doc: Mapping[str, Any]) -> str:
     search = doc.get("search") or {}
+    incomplete = None
+    if doc.get("complete") is False:  # a run's document as it goes (absent: an older report, complete)
+        how = "interrupted" if doc.get("interrupted") else "still running or killed"
+        incomplete = f"INCOMPLETE ({how} in its {doc.get('phase') or 'unknown'} phase)"
     parts = [
+        incomplete,
         f"{search['trials']} trials" if is_int(search.get("trials")) else None,
         f"in {fmt_seconds(search['wall_seconds'])}" if is_number(search.get("wall_seconds")) else None,
         f"sampler {search['sampler']}" if search.get("sampler") else None,

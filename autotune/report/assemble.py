@@ -1,19 +1,21 @@
 """The document of a run: assembled when a run ends, and again from the stored study.
 
-``autotune run`` builds it once from what it measured (:func:`build_document`, called by
-:mod:`autotune.tuner`); ``autotune report DIR`` rebuilds it from the study, which also holds the trials of
-every worker that joined (:func:`rerender`). One module so both ways pick the recommendation, the Pareto
+``autotune run`` builds it from what it measured (:func:`build_document`), and writes it as it goes
+(:class:`RunDocument`: after every phase and every trial, marked incomplete until the end, so an interrupt
+anywhere leaves a valid report); ``autotune report DIR`` rebuilds it from the study, which also holds the trials
+of every worker that joined (:func:`rerender`). One module so both ways pick the recommendation, the Pareto
 front and the stop counts by the same rules. No torch import.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from autotune.candidate import best_row, pareto_front
+from autotune.candidate import best_row, candidate_record, pareto_front
 from autotune.core.recipe import Recipe
 from autotune.errors import InputError
 from autotune.report.schema import SCHEMA_VERSION
@@ -43,8 +45,13 @@ def rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     names (:func:`report_storage`). A storage that fails while it is read, or a DIR that cannot be written, is an
     :class:`InputError`.
     """
+    from autotune.outdir import hold_out_dir
+
     with storage_errors(storage, out_dir=out_dir, out_label="DIR"):
-        return _rerender(out_dir, storage=storage)
+        if not out_dir.is_dir():  # the lock needs the directory; load_report says what is missing
+            return _rerender(out_dir, storage=storage)
+        with hold_out_dir(out_dir, label="DIR"):  # never beside a run (or another report) writing there
+            return _rerender(out_dir, storage=storage)
 
 
 def report_storage(out_dir: Path, recorded: str | None, explicit: str | None) -> str | None:
@@ -99,8 +106,9 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
         return doc
     recipe_data = {k: v for k, v in doc["recipe"].items() if k != "device_resolved"}
     recipe = Recipe.from_dict(recipe_data)
-    extra = [r for r in doc["candidates"] if r["trial"] >= len(study.trials)]  # boundary failures
-    rows: list[Mapping[str, Any]] = [*measured_rows(study), *extra]
+    measured = measured_rows(study)
+    rows: list[Mapping[str, Any]] = [*measured, *numbered(_boundary_failures(study, doc, measured),
+                                                         len(study.trials))]
     best = best_row(rows, objective=recipe.search.objective, constraints=recipe.constraints)
     showdown = study.user_attrs.get(SHOWDOWN_ATTR) or doc.get("showdown")
     # the study's rows are plain dicts read back from its JSON (autotune.candidate.candidate_record)
@@ -120,6 +128,17 @@ def _note(doc: ReportDocument, note: str) -> None:
     notes = doc.setdefault("notes", [])
     if note not in notes:
         notes.append(note)
+def _boundary_failures(study: Any, doc: Mapping[str, Any], measured: Sequence[Mapping[str, Any]]
+                       ) -> list[Mapping[str, Any]]:
+    """The rows of variants whose boundary search ended them: as the study stores them (:data:`FAILED_ROWS_ATTR`),
+    or, for a study an older autotune wrote, report.json's rows that no trial of the study holds (their trial
+    numbers were placed after the study's trials then, and collide with trials added since)."""
+    stored = study.user_attrs.get(FAILED_ROWS_ATTR)
+    if isinstance(stored, list):
+        return [r for r in stored if isinstance(r, Mapping)]
+    in_study = {(r.get("trial"), r.get("variant"), r.get("batch_size")) for r in measured}
+    return [r for r in doc.get("candidates") or []
+            if (r.get("trial"), r.get("variant"), r.get("batch_size")) not in in_study]
 
 
 def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[str, Any]], outcome: SearchOutcome,
@@ -168,3 +187,151 @@ def stop_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         if r.get("status") == "ok" and r.get("stopped_by"):
             counts[r["stopped_by"]] = counts.get(r["stopped_by"], 0) + 1
     return dict(sorted(counts.items()))
+
+
+# ----------------------------------------------------------------------------- the run's document as it goes
+
+#: Study attribute holding the rows of variants whose batch-boundary search ended them (no trial measured them):
+#: stored explicitly, so ``autotune report DIR`` keeps them whatever trials other machines add.
+FAILED_ROWS_ATTR = "boundary_failure_rows"
+#: Seconds after which a report.json-only write also renders report.md, report.html and the plots again.
+FULL_WRITE_EVERY_S = 60.0
+#: A note of the document when a TorchScript variant is among its rows.
+TORCHSCRIPT_NOTE = (
+    "torch.jit (script/trace/frozen) is deprecated upstream in favour of torch.compile and torch.export; "
+    "TorchScript variants are measured here because they still win on some CPU workloads."
+)
+
+
+def numbered(rows: Sequence[Mapping[str, Any]], first_trial: int) -> list[dict[str, Any]]:
+    """Boundary-failure rows numbered after the study's trials (they ran in none)."""
+    return [{**r, "trial": first_trial + i} for i, r in enumerate(rows)]
+
+
+def incomplete_note(phase: str, *, interrupted: bool) -> str:
+    how = "was interrupted" if interrupted else "had not finished (or was killed)"
+    return (f"incomplete: the run {how} in its {phase} phase; this report holds what was measured until then "
+            "(the same command resumes it and measures nothing twice)")
+
+
+class RunDocument:
+    """The report of one ``autotune run`` as it goes: valid after every phase and every trial, marked incomplete.
+
+    Why: a run stopped anywhere (Ctrl-C, SIGTERM, ``timeout``, SIGKILL, a lost machine) must leave a valid report
+    of what it measured, not nothing. The tuner tells this object each thing as it is found and it writes the
+    document each time, every file replaced atomically (a kill between two writes leaves the previous one):
+
+    - report.json alone after every boundary, measured trial and showdown round (its cost is validation and
+      serialisation, milliseconds to tens of milliseconds; ``benchmarks/bench_report_write.py``);
+    - the full set (report.md, report.html and the plots, which cost most of a second: matplotlib) when a phase
+      ends, and with report.json once :data:`FULL_WRITE_EVERY_S` passed since the last full write.
+
+    Until :meth:`finish` the document says ``complete: false``, the ``phase`` it was written in and
+    ``interrupted``; its rows are the study's (written there before this is told), so a resumed run measures
+    nothing twice. Pseudo-code::
+
+        phase(p):        self.phase = p; write(full)
+        boundary(o):     self.boundaries = o; write(json)
+        trial():         write(json, full if last full write > FULL_WRITE_EVERY_S ago)
+        showdown_round(d): self.showdown = d; into the study; write(json)
+        finish(interrupted): write(full, complete = not interrupted)
+    """
+
+    def __init__(self, recipe: Recipe, workload: ValidatedWorkload, out_dir: Path, *, study: Any, storage: str,
+                 study_name: str, started: float, worker_stats: Callable[[], WorkerStats],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.recipe, self.workload, self.out_dir, self.study = recipe, workload, out_dir, study
+        self.storage, self.study_name, self.started, self._worker_stats = storage, study_name, started, worker_stats
+        self.clock = clock
+        self.phase = "boundaries"
+        self.boundaries: Mapping[str, Any] = {}
+        self.failures: Mapping[str, tuple[str, str]] = {}
+        self.outcome: SearchOutcome | None = None
+        self.measured_this_run = 0
+        self.search_started: float | None = None
+        self.showdown: dict[str, Any] | None = None
+        self.doc: ReportDocument | None = None
+        self._full_at = -1e18
+
+    # -- what the tuner tells it ------------------------------------------------------------------
+    def start(self, phase: str) -> None:
+        """A phase begins: the full set, so report.md says where the run is."""
+        self.phase = phase
+        if phase == "search":
+            self.search_started = self.clock()
+        self.write(full=True)
+
+    def boundary(self, documents: Mapping[str, Any], failures: Mapping[str, tuple[str, str]]) -> None:
+        self.boundaries, self.failures = dict(documents), dict(failures)
+        self.write(full=False)
+
+    def store_failures(self) -> None:
+        """The boundary failures' rows into the study (:data:`FAILED_ROWS_ATTR`), replacing an earlier run's."""
+        self.study.set_user_attr(FAILED_ROWS_ATTR, self.failure_rows())
+
+    def trial(self, row: Mapping[str, Any] | None = None) -> None:
+        """A trial was told to the study (its row is there already)."""
+        self.measured_this_run += 1
+        self.write(full=self.clock() - self._full_at > FULL_WRITE_EVERY_S)
+
+    def searched(self, outcome: SearchOutcome) -> None:
+        self.outcome = outcome
+
+    def showdown_round(self, doc: dict[str, Any]) -> None:
+        """A round of the showdown ended: its rounds so far into the study (``autotune report`` reads them there)
+        and the report."""
+        self.showdown = doc
+        self.study.set_user_attr(SHOWDOWN_ATTR, doc)
+        self.write(full=False)
+
+    def finish(self, *, interrupted: bool = False) -> ReportDocument:
+        """The last write of the run: complete unless ``interrupted``."""
+        return self.write(full=True, complete=not interrupted, interrupted=interrupted)
+
+    # -- the document -------------------------------------------------------------------------
+    def failure_rows(self) -> list[dict[str, Any]]:
+        """Rows for variants whose boundary search ended them (numbered 0..; :func:`numbered` places them)."""
+        return [candidate_record(trial=i, variant=v, spec=self.workload.specs[v], batch_size=1,
+                                 result={"status": status, "reason": reason}, constraints=self.recipe.constraints)
+                for i, (v, (status, reason)) in enumerate(self.failures.items())]
+
+    def document(self, *, complete: bool = False, interrupted: bool = False) -> ReportDocument:
+        from autotune.study import measured_rows
+
+        outcome = self.outcome
+        if outcome is None:  # still searching, or before the search: the study's rows so far
+            since = self.search_started
+            outcome = SearchOutcome(
+                rows=measured_rows(self.study), stopped_by="interrupted" if interrupted else "running",
+                wall_seconds=0.0 if since is None else self.clock() - since,
+                sampler="none" if since is None else type(self.study.sampler).__name__,
+                measured_this_run=self.measured_this_run, trials=len(self.study.trials))
+        rows = outcome.rows + numbered(self.failure_rows(), outcome.trials)
+        notes = [] if complete else [incomplete_note(self.phase, interrupted=interrupted)]
+        if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
+            notes.append(TORCHSCRIPT_NOTE)
+        notes += [f"{u['variant']} not available here: {u['reason']}" for u in self.workload.unavailable]
+        doc = build_document(self.recipe, self.workload, rows, outcome, self.boundaries, notes=notes,
+                             showdown=self.showdown, storage=self.storage, study_name=self.study_name,
+                             wall_seconds=self.clock() - self.started, worker_stats=self._worker_stats())
+        doc["complete"] = complete
+        doc["phase"] = "done" if complete else self.phase
+        doc["interrupted"] = interrupted
+        if self.doc is not None:  # the deployment's sections, once written, stay
+            if "artifact" in self.doc:
+                doc["artifact"] = self.doc["artifact"]
+            if "profile" in self.doc:
+                doc["profile"] = self.doc["profile"]
+        return doc
+
+    def write(self, *, full: bool, complete: bool = False, interrupted: bool = False) -> ReportDocument:
+        from autotune.report import write_reports
+        from autotune.report.write import write_report_json
+
+        self.doc = self.document(complete=complete, interrupted=interrupted)
+        if full:
+            write_reports(self.doc, self.out_dir)
+            self._full_at = self.clock()
+        else:
+            write_report_json(self.doc, self.out_dir)
+        return self.doc

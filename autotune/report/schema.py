@@ -24,6 +24,8 @@ from autotune.errors import InputError
 SCHEMA_VERSION: Final = 2
 READ_VERSIONS = (1, 2)
 REPORT_FILES = ("report.json", "report.md", "report.html")
+#: The phases a run's document may say it was written in (``done``: complete); see ``report.assemble.RunDocument``.
+RUN_PHASES = ("boundaries", "search", "showdown", "artifact", "done")
 
 Checker = Callable[[Any, str], None]
 
@@ -463,6 +465,10 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "pareto": (_nullable(_list_of(_INT)), False),
     "notes": (_nullable(_list_of(_STR)), False),
     "data": (_nullable(_record(DATA_FIELDS)), False),
+    # a run's document as it goes (autotune.report.assemble.RunDocument); absent in older reports: complete
+    "complete": (_nullable(_BOOL), False),
+    "phase": (_nullable(_one_of(RUN_PHASES)), False),
+    "interrupted": (_nullable(_BOOL), False),
 }
 _DOCUMENT = _record(DOCUMENT_FIELDS)
 

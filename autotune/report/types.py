@@ -223,6 +223,11 @@ class ReportDocument(TypedDict):
     profile: NotRequired[ProfileSection | None]
     #: the traffic the candidates were measured on (written by versions that read a recipe's [data] table)
     data: NotRequired[DataSection | None]
+    #: a run's document as it goes (autotune.report.assemble.RunDocument): False, with the phase it was written in
+    #: (``done`` once complete), until the run ends; absent in older reports, which are complete
+    complete: NotRequired[bool]
+    phase: NotRequired[str]
+    interrupted: NotRequired[bool]
 
 
 __all__ = [

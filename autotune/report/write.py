@@ -42,6 +42,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def write_report_json(doc: Mapping[str, Any], out_dir: Path | str) -> Path:
+    """Validate ``doc`` and write report.json alone (atomically): the cheap write of a run in progress
+    (:class:`autotune.report.assemble.RunDocument`); report.md and report.html follow at the phase's end."""
+    plain = normalise_report(doc)
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / REPORT_FILES[0]
+    _atomic_write(path, report_json(plain).encode("utf-8"))
+    return path
+
+
 def write_reports(doc: Mapping[str, Any], out_dir: Path | str) -> dict[str, Path | list[Path]]:
     """Validate ``doc`` and write report.json, report.md, report.html and ``plots/*.png``.
 

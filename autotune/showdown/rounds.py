@@ -69,12 +69,17 @@ def run_showdown(
     settings: ShowdownSettings,
     make_runner: Callable[[], Runner],
     on_progress: Callable[[str], None] | None = None,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Stage every finalist in its own workers, run the interleaved rounds, compare.
 
     Returns a JSON-able document: the settings, per finalist its per-round seconds per call (or
     why it dropped out), which process timed each round, and the :class:`Verdict` with its text (absent when
     fewer than two of several finalists lasted; a single finalist gets its rounds and a verdict of one).
+
+    ``on_round`` receives the document after every round, with the rounds so far, ``complete: false`` and no
+    verdict (a pick from a few rounds is not the showdown's): the run keeps it, so an interrupt keeps the rounds
+    that were run. An exception (Ctrl-C) kills the workers at once rather than waiting for their slices.
     """
     runners: dict[str, list[Runner]] = {}
     staged: dict[str, Mapping[str, Any]] = {}
@@ -102,6 +107,7 @@ def run_showdown(
             return f"{res.get('status')}: {res.get('reason')}"
         return runner
 
+    finished = False
     try:
         for row in finalists:
             key = candidate_key(row)
@@ -219,30 +225,49 @@ def run_showdown(
                     latency[key].append(float(latency_seconds))
             disturbed.append(hit)
             round_process.append(process)
+            if on_round is not None:
+                on_round({**_document(finalists, staged, dropped, per_round, foreign, disturbed, round_process,
+                                      notes, settings, processes_used=settings.processes + added),
+                          "complete": False})
+        finished = True
     finally:
         for group in runners.values():
             for runner in group:
-                runner.close()
-    burn_in = _burn_in(disturbed, settings)
-    used = _compared_rounds(disturbed, settings)
-    doc: dict[str, Any] = {
-        "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
-        "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
-        "processes_used": settings.processes + added, "round_process": round_process,
-        "finalists": [candidate_key(r) for r in finalists],
-        "seconds_per_call": {k: per_round[k] for k in staged},
-        "foreign_cores": {k: foreign[k] for k in staged},
-        "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
-        "burn_in_rounds": burn_in,
-        "rounds_compared": used,
-        "dropped": dropped, "notes": notes, "verdict": None,
-    }
-    doc["contended"] = contended(doc)
+                if finished:
+                    runner.close()
+                else:  # Ctrl-C: kill, never wait for a slice to end
+                    runner.recycle(kill=True)
+    doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, round_process, notes, settings,
+                    processes_used=settings.processes + added)
+    used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))
     if verdict is not None:
         doc["verdict"] = verdict.to_dict()
         doc["verdict"]["text"] = verdict_text(doc)
+    return doc
+
+
+def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any], dropped: Mapping[str, str],
+              per_round: Mapping[str, list[float]], foreign: Mapping[str, list[float | None]],
+              disturbed: Sequence[bool], round_process: Sequence[int], notes: Sequence[str],
+              settings: ShowdownSettings, *, processes_used: int) -> dict[str, Any]:
+    """The showdown's document without its verdict (the rounds so far; copies, so later rounds change nothing)."""
+    burn_in = _burn_in(disturbed, settings)
+    used = _compared_rounds(disturbed, settings)
+    doc: dict[str, Any] = {
+        "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
+        "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
+        "processes_used": processes_used, "round_process": list(round_process),
+        "finalists": [candidate_key(r) for r in finalists],
+        "seconds_per_call": {k: list(per_round[k]) for k in staged},
+        "foreign_cores": {k: list(foreign[k]) for k in staged},
+        "disturbed_rounds": [i for i, d in enumerate(disturbed) if d], "rounds_run": len(disturbed),
+        "burn_in_rounds": burn_in,
+        "rounds_compared": used,
+        "dropped": dict(dropped), "notes": list(notes), "verdict": None,
+    }
+    doc["contended"] = contended(doc)
     return doc
 
 

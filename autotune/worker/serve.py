@@ -18,6 +18,7 @@ from autotune.core.process_env import ENVIRONMENT_OPS, check_worker_environment
 from autotune.core.protocol import ROLE_OPS, Response
 from autotune.core.variant_names import VariantSpec
 from autotune.errors import AutotuneError, InputError
+from autotune.worker.lifeline import Lifeline
 from autotune.worker.model import one_line
 from autotune.worker.ops import OPS
 from autotune.worker.state import WorkerState
@@ -60,8 +61,11 @@ def _pin_mmap_threshold() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, lifeline: Lifeline | None = None) -> int:
     """Serve requests; ``--role probe`` pins the allocator for memory probes (never for timing).
+
+    ``lifeline`` (tied by ``__main__`` before torch was imported) brackets each request with the deadline the
+    parent sent in its ``timeout_s`` field, so a request that hangs ends the worker even when the parent cannot.
 
     The pin disables glibc's dynamic mmap threshold for the life of the process (it cannot be
     undone), so every large free is an munmap and every large allocation a fresh page-faulting
@@ -81,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         line = line.strip()
         if not line:
             continue
-        resp = handle(state, json.loads(line))
+        req = json.loads(line)
+        if lifeline is not None:
+            lifeline.begin(req.get("timeout_s"), what=f"{req.get('id')} ({req.get('op')})")
+        resp = handle(state, req)
+        if lifeline is not None:
+            lifeline.end()
         proto.write(json.dumps(resp) + "\n")
         proto.flush()
     return 0
