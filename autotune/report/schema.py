@@ -341,6 +341,7 @@ SEARCH_FIELDS: dict[str, tuple[Checker, bool]] = {
     "study_name": (_nullable(_STR), False),
     "storage": (_nullable(_STR), False),
     "stopped_by": (_nullable(_STR), False),
+    "measurements_stopped_by": (_nullable(_dict_of(_INT)), False),
 }
 _SEARCH = _record(SEARCH_FIELDS)
 #: The deployable artifact's kinds (``autotune.worker.artifact.KINDS``' values) and the sections' statuses.
