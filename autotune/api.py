@@ -212,7 +212,7 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
     """
     from autotune.runner import Runner
     from autotune.validation import validate
-    from autotune.variant_boundaries import find_boundaries
+    from autotune.variant_boundaries import find_boundaries, probe_events
 
     rec = _with_device(_as_recipe(recipe), device)
     if memory_budget is not None:
@@ -222,7 +222,8 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
         if variant is not None:
             workload = replace(workload, variants=(resolve_variant(variant, workload),))
         outcome = find_boundaries(runner, rec, workload,
-                                  on_variant=lambda v: emit(on_event, "boundary", f"probing {v}", variant=v))
+                                  on_variant=lambda v: emit(on_event, "boundary", f"probing {v}", variant=v),
+                                  on_probe=probe_events(on_event))
     return BatchBoundaries(
         boundaries={v: BoundaryResult.from_document(v, d) for v, d in outcome.documents.items()},
         failures=dict(outcome.failures),

@@ -172,6 +172,18 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
     return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
 
 
+def print_step(event: Any) -> None:
+    """Print a step of the run as a line on stderr: boundary probes one line each, with or without the bar
+    (candidates are the bar's: :data:`STEP_KINDS` says which events are steps)."""
+    if event.kind in ("boundary_probe", "boundary_found"):
+        print(event.message, file=sys.stderr, flush=True)
+    elif event.kind in STEP_KINDS:
+        print(f"{event.message} ...", file=sys.stderr, flush=True)
+
+
+STEP_KINDS = ("boundary", "boundary_probe", "boundary_found", "showdown", "artifact")
+
+
 class ProgressBar:
     """The CLI's consumer of progress events (autotune.core.events): a tqdm bar of candidates, the current one
     and the best so far; boundary and showdown steps as lines on stderr."""
@@ -182,8 +194,8 @@ class ProgressBar:
 
     def __call__(self, event: Any) -> None:
         data = event.data
-        if event.kind in ("boundary", "showdown", "artifact"):
-            print(f"{event.message} ...", file=sys.stderr, flush=True)
+        if event.kind in STEP_KINDS:
+            print_step(event)
         elif event.kind == "candidate_start":
             self._bar(data["total"]).set_postfix_str(f"now: {event.message} | best: {self.best}", refresh=True)
         elif event.kind == "candidate_done":
@@ -217,7 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out or Path("out") / recipe.name
     bar = None if args.no_progress else ProgressBar()
     try:
-        result = tune(recipe, out=out, storage=args.storage, study=args.study, on_event=bar)
+        result = tune(recipe, out=out, storage=args.storage, study=args.study,
+                      on_event=bar if bar is not None else print_step)
     finally:
         if bar is not None:
             bar.close()
@@ -271,7 +284,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     recipe = _load(args.recipe, device=args.device)
     with _as_flags():
         found = find_batch_boundary(recipe, variant=args.variant, memory_budget=args.memory_budget,
-                                    on_event=lambda e: print(f"{e.message} ...", file=sys.stderr, flush=True))
+                                    on_event=print_step)
     documents = {v: b.document for v, b in found.boundaries.items()}
     if args.json:
         print(json.dumps({"batch_boundary": documents,

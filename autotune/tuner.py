@@ -42,7 +42,7 @@ from autotune.study import (
     verify_join,
 )
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
-from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
+from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries, probe_events
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -110,8 +110,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         boundary = BoundaryOutcome({}, {}, {})
         if recipe.search.batch_sizes == "auto":
             boundary = find_boundaries(
-                runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR),
-                on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v))
+                runner, recipe, workload, stored_state=study.user_attrs.get(STATE_ATTR), limited=True,
+                on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v),
+                on_probe=probe_events(options.on_event),
+                on_found=lambda v, found: store_found(study, v, found, options.on_event))
             runner.recycle("probe")  # its memory back before timing starts
             batch_sizes = boundary.batch_sizes
             if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
@@ -160,6 +162,19 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         write_reports(doc, out)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
+
+
+def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEvent | None) -> None:
+    """Store the boundaries found so far in the study at once (an interrupt keeps them; the next run reuses
+    them), and tell ``on_event`` about ``variant``'s, the one just found."""
+    study.set_user_attr(STATE_ATTR, found.state())
+    if variant in found.documents:
+        emit(on_event, "boundary_found", f"  {variant}: {found.documents[variant].get('summary', '')}",
+             variant=variant, document=found.documents[variant])
+    elif variant in found.failures:
+        status, reason = found.failures[variant]
+        emit(on_event, "boundary_found", f"  {variant}: {status}: {reason}", variant=variant,
+             failure=[status, reason])
 
 
 #: Share of the time left after the batch boundaries that is kept for the final showdown.

@@ -418,6 +418,7 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         accelerator: cap the allocator at the limit, so going over is the allocator's own OOM
         run probe_calls forward passes at b
         peak = backend peak
+        one more forward pass, timed: step_seconds (the steady cost of a step at b)
         host memory: peak -= the tool's imports beyond torch, the master if still held, and
                      the drift of this worker's baseline since its first probe
         fits = no OOM and (host memory: peak <= budget)
@@ -459,6 +460,14 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         finally:
             if capped:
                 backend.limit_memory(None)
+        # one more call, timed: the steady cost of a step at b (the calls above pay first-call costs), which
+        # the parent's boundary search uses to predict a probe's cost and see throughput saturate
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = built.fn(*prepared)
+            backend.synchronize()
+            del out
+        step_seconds = time.perf_counter() - started
         del built, prepared, example, traffic
         correction = 0 if backend.device_memory else TOOL_IMPORT_BYTES + held
         baseline -= correction
@@ -476,7 +485,8 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
         return ProbeOutcome(status="ok" if fits else "oom", reason=reason, fits=fits,
                             peak_memory_bytes=peak, baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak,
-                            drift_bytes=drift, excluded_bytes=correction)
+                            drift_bytes=drift, excluded_bytes=correction, step_seconds=step_seconds,
+                            forward_calls=backend.probe_calls + 1)
 
     try:
         result = _guarded(backend, body)
