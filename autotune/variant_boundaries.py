@@ -9,8 +9,9 @@ Limits (``batch_sizes = "auto"`` in a run; :mod:`autotune.batch.probe_cost`): a 
 its search can use. Each probe's cost is predicted from the previous ones and a probe whose forward passes
 would take longer than ``batch.max_probe_seconds`` (default :data:`DEFAULT_MAX_PROBE_SECONDS`) is not run;
 the boundary search as a whole gets ``batch.max_seconds`` (default :data:`DEFAULT_BOUNDARY_SHARE` of
-``search.time_budget_s``), each variant an even share of what is left when its turn comes; on a CPU it
-stops where throughput stopped growing. On an accelerator, where memory is usually what binds, only the
+``search.time_budget_s``), each variant a share of what is left when its turn comes (:func:`variant_share`); on a CPU it
+stops where throughput stopped growing (a later variant's probes jump to where an earlier one saw it
+stop: :func:`saturation_hint`). On an accelerator, where memory is usually what binds, only the
 caps apply. ``autotune batch`` (``limited=False``) finds the exact memory boundary: it applies the caps only
 when the recipe sets them, and never the saturation rule. A boundary that limits ended is a probed fit, not
 confirmed in fresh processes (it lies short of the limit), and its document says what ended it.
@@ -69,7 +70,7 @@ STATE_VERSION = 3  # 3: probe limits in the key; 2: deployment footprint (1 coun
 #: A run's per-probe cap when the recipe sets none: seconds of a probe's forward passes at one batch.
 DEFAULT_MAX_PROBE_SECONDS = 5.0
 #: A run's boundary search total when the recipe sets no ``batch.max_seconds``: this share of its time budget.
-DEFAULT_BOUNDARY_SHARE = 0.2
+DEFAULT_BOUNDARY_SHARE = 0.3
 
 
 #: Precisions whose kernels run best at batch multiples of the device's tensor-core width.
@@ -131,6 +132,7 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
     client, recipe_data = WorkerClient(runner), recipe.to_dict()
 
     def probe(batch_size: int) -> ProbeResult:
+        started = len(runner.stats.startup_seconds)
         res = client.probe(recipe_data, variant, batch_size, memory_budget_bytes=budget, fresh=fresh,
                            timeout=recipe.measure.timeout_s)
         crash = res.get("crash")
@@ -142,7 +144,8 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
         return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
                            error=res.get("reason") or None, baseline_bytes=res.get("baseline_bytes"),
                            step_seconds=float(step) if step is not None else None,
-                           forward_calls=int(res.get("forward_calls") or 1))
+                           forward_calls=int(res.get("forward_calls") or 1),
+                           overhead_seconds=sum(runner.stats.startup_seconds[started:]))
 
     return probe
 
@@ -314,9 +317,10 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
         now = time.monotonic()
         limits = ProbeLimits(
             max_probe_seconds=key["limits"]["max_probe_seconds"],
-            deadline=None if end is None else now + max(0.0, end - now) / (len(todo) - i),
+            deadline=None if end is None else now + variant_share(end - now, len(todo) - i),
             deadline_source=f"{total_source}, shared among the variants",
             stop_at_saturation=bool(key["limits"]["saturation"]),
+            hint=saturation_hint(docs),
         )
 
         def heard(record: ProbeRecord, predicted: float | None, variant: str = variant) -> None:
@@ -347,6 +351,22 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
         docs[variant] = doc
         _found(on_found, variant, sizes, docs, failures, key, workload.variants)
     return _ordered(sizes, docs, failures, key, workload.variants)
+
+
+def variant_share(left: float, variants_left: int) -> float:
+    """A variant's time from what is left of the boundary search: twice an even share, all of it for the last.
+
+    Twice: a variant's first probes cost the most (the worker's model, the variant's first build), and a
+    second probe (the jump to :func:`saturation_hint`) is what makes its batch sizes useful; what a cheap
+    variant leaves over goes to the later ones, and the total cap holds whatever the shares.
+    """
+    return max(0.0, left) * min(1.0, 2.0 / (variants_left + 1))
+
+
+def saturation_hint(documents: Mapping[str, Mapping[str, Any]]) -> int | None:
+    """The largest batch another variant probed up to before its throughput stopped growing, or None."""
+    found = [int(d["max_batch_size"]) for d in documents.values() if d.get("stopped_by") == "throughput"]
+    return max(found) if found else None
 
 
 def _ordered(sizes: dict[str, tuple[int, ...]], docs: dict[str, dict[str, Any]],

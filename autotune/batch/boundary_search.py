@@ -382,6 +382,7 @@ class _BoundarySearch:
                 baseline_bytes=result.baseline_bytes,
                 step_seconds=result.step_seconds,
                 forward_calls=result.forward_calls,
+                overhead_seconds=result.overhead_seconds,
             )
         )
         if self.on_probe is not None:

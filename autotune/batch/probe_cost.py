@@ -12,10 +12,12 @@ variant's build, first-call costs such as a compiler's recompilation at a new sh
 trip) plus ``calls`` forward passes at b; the worker times one steady pass (``step_seconds``), which is
 close to affine in b (``step(b) ≈ a + c·b``: per-call overhead, per-sample work)::
 
-    fixed     = the largest (seconds - calls · step) over the probes so far  # safe side: the dearest
-    step(b)   = max(least squares of step over b (>= 2 sizes, slope > 0),
-                    step_max · b / b_max)                  # through the origin at the largest probe:
-                                                           # too steep if the overhead is real (safe)
+    fixed     = the larger (seconds - overhead - calls · step) of the last two probes
+                # recent, and the dearer of two: a compiler's recompilation varies from probe to probe;
+                # overhead: what no later probe pays (the worker process started for the first)
+    step(b)   = least squares of step over b             (>= 2 sizes and a positive slope)
+                else step_max · b / b_max                # through the origin at the largest probe: too
+                                                         # steep if the per-call overhead is real (safe)
     seconds(b) = fixed + calls · step(b)
     Probes without a step reading (fake probes, old workers): fixed = 0 and the whole probe is
     treated as batch-dependent (step = seconds, calls = 1).
@@ -40,8 +42,9 @@ does. The curve has *stopped growing* past ``b_s`` when the probes above ``b_s``
 The boundary a run then uses is the largest probed batch (it fits; it lies at least SPAN times past
 where throughput peaked, so the search's candidates cover the plateau). The boundary of interest is
 thus the smaller of the memory limit and that batch: whichever the probes reach first ends the search.
-Probing grows geometrically meanwhile (at most ``growth`` times the largest fit per probe), so the
-throughput curve is sampled on a doubling grid.
+Probing grows geometrically meanwhile (at most SATURATION_GROWTH times the largest fit per probe), so
+the throughput curve is sampled on a geometric grid: 1, 4, 16, 64, ... with no memory failure in the way,
+and the rule then needs one probe past the best batch (a few probes in all: each one rebuilds the variant).
 """
 
 from __future__ import annotations
@@ -59,12 +62,12 @@ SATURATION_GAIN = 0.10
 #: How far past the best batch the probes must reach without that gain before the curve is called flat.
 SATURATION_SPAN = 4
 #: Largest factor between one probe and the next while the saturation rule is on (the doubling grid).
-SATURATION_GROWTH = 2
+SATURATION_GROWTH = 4
 
 
 @dataclass(frozen=True)
 class ProbeCost:
-    """``seconds(b) = fixed_seconds + calls · step(b)``, ``step(b) = max(fit, proportional)`` (see module)."""
+    """``seconds(b) = fixed_seconds + calls · step(b)``, ``step(b)``: the fitted line, else proportional (module)."""
 
     fixed_seconds: float
     calls: int
@@ -77,7 +80,7 @@ class ProbeCost:
         through_origin = self.proportional * batch_size
         if self.intercept is None or self.slope is None:
             return through_origin
-        return max(through_origin, self.intercept + self.slope * batch_size)
+        return self.intercept + self.slope * batch_size
 
     def batch_seconds(self, batch_size: float) -> float:
         """Predicted seconds of a probe's forward passes at ``batch_size`` (what the per-probe cap bounds)."""
@@ -109,12 +112,13 @@ def fit_probe_cost(records: Sequence[ProbeRecord]) -> ProbeCost | None:
     timed = [r for r in records if r.step_seconds is not None and r.step_seconds > 0]
     if not timed:  # no step readings: the whole probe is batch-dependent
         top = max(records, key=lambda r: r.batch_size)
-        line = least_squares([(float(r.batch_size), r.seconds) for r in records])
+        line = least_squares([(float(r.batch_size), r.seconds - r.overhead_seconds) for r in records])
         return ProbeCost(fixed_seconds=0.0, calls=1, intercept=None if line is None else line.intercept,
                          slope=None if line is None or line.slope <= 0 else line.slope,
-                         proportional=max(top.seconds, 0.0) / top.batch_size)
+                         proportional=max(top.seconds - top.overhead_seconds, 0.0) / top.batch_size)
     calls = max(1, max(r.forward_calls for r in timed))
-    fixed = max(0.0, max(r.seconds - r.forward_calls * float(r.step_seconds or 0.0) for r in timed))
+    fixed = max(0.0, max(r.seconds - r.overhead_seconds - r.forward_calls * float(r.step_seconds or 0.0)
+                         for r in timed[-2:]))
     top = max(timed, key=lambda r: r.batch_size)
     line = least_squares([(float(r.batch_size), float(r.step_seconds or 0.0)) for r in timed])
     usable = line is not None and line.slope > 0
@@ -154,13 +158,16 @@ class ProbeLimits:
     ``deadline``: no probe predicted to end after this clock reading (the total cap; ``deadline_source`` names
     it in the report: ``batch.max_seconds`` or the share of ``search.time_budget_s``);
     ``stop_at_saturation``: stop once throughput stopped growing (:func:`saturated_at`), probing on a
-    doubling grid meanwhile.
+    geometric grid meanwhile; ``hint``: a batch where another variant of the same model saw throughput
+    saturate (variants of one model saturate at similar batches): the grid may jump there at once, saving
+    the probes in between (each rebuilds the variant: seconds to a minute for a compiler).
     """
 
     max_probe_seconds: float | None = None
     deadline: float | None = None
     deadline_source: str = "batch.max_seconds"
     stop_at_saturation: bool = False
+    hint: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_probe_seconds is not None and not (self.max_probe_seconds > 0
@@ -187,7 +194,8 @@ def plan_probe(target: int, *, lo: int, hi: int, granularity: int, records: Sequ
     """Apply ``limits`` to the search's next ``target`` (lattice units, strictly inside (lo, hi))::
 
         if saturation is on, nothing failed yet and saturated_at(records) = b_s:  stop ("throughput")
-        if saturation is on and nothing failed yet: target = min(target, SATURATION_GROWTH · lo)
+        if saturation is on and nothing failed yet:
+            target = min(target, max(SATURATION_GROWTH · lo, hint))
         cost = fit_probe_cost(records)
         if max_probe_seconds and cost.batch_seconds(target·g) > cap:
             target = the largest k in (lo, target) within the cap, else stop ("probe_cap")
@@ -200,7 +208,8 @@ def plan_probe(target: int, *, lo: int, hi: int, granularity: int, records: Sequ
             return ProbePlan(None, None, "throughput",
                              f"throughput stopped growing past batch {b_s} (no gain over "
                              f"{SATURATION_GAIN:.0%} up to {max(r.batch_size for r in records if r.fits)})")
-        target = max(lo + 1, min(target, SATURATION_GROWTH * lo))
+        hint = 0 if limits.hint is None else limits.hint // g
+        target = max(lo + 1, min(target, max(SATURATION_GROWTH * lo, hint)))
     cost = fit_probe_cost(records)
     if cost is None:
         return ProbePlan(target, None)

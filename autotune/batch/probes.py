@@ -21,7 +21,8 @@ class ProbeResult:
     created (runtime and model): a direct reading of the intercept. ``error`` says why it did
     not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``. ``step_seconds`` is
     one steady forward pass at the batch and ``forward_calls`` the passes the probe ran in all: what
-    the cost model and the saturation rule read (:mod:`autotune.batch.probe_cost`; None: not timed).
+    the cost model and the saturation rule read (:mod:`autotune.batch.probe_cost`; None: not timed);
+    ``overhead_seconds`` the part of the probe's time no later probe pays (a worker process started for it).
     """
 
     fits: bool
@@ -30,6 +31,7 @@ class ProbeResult:
     baseline_bytes: int | None = None
     step_seconds: float | None = None
     forward_calls: int = 1
+    overhead_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ProbeRecord:
     phase: str = "search"  # "search" (the cheap probe) or "confirm" (refine_max_batch_size's probe)
     step_seconds: float | None = None
     forward_calls: int = 1
+    overhead_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         timed = {} if self.step_seconds is None else {"step_seconds": self.step_seconds}

@@ -61,7 +61,7 @@ def refine_max_batch_size(
             records.append(ProbeRecord(batch_size=b, fits=res.fits, peak_memory_bytes=res.peak_memory_bytes,
                                        seconds=clock() - t0, error=res.error, baseline_bytes=res.baseline_bytes,
                                        phase="confirm", step_seconds=res.step_seconds,
-                                       forward_calls=res.forward_calls))
+                                       forward_calls=res.forward_calls, overhead_seconds=res.overhead_seconds))
             if on_probe is not None:
                 on_probe(records[-1], None)
             known[b] = res
