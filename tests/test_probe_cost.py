@@ -113,7 +113,7 @@ def test_largest_within_a_cap() -> None:
 def test_saturation_needs_a_probe_span_times_past_the_best_without_the_gain() -> None:
     rising = [_record(b, 0.005 + 0.001 * b) for b in (1, 4, 16)]  # throughput 167, 444, 762/s: still growing
     assert saturated_at(rising) is None
-    flat = rising + [_record(64, 0.005 + 0.001 * 64), _record(256, 0.005 + 0.001 * 256)]  # 928, 981/s
+    flat = [*rising, _record(64, 0.005 + 0.001 * 64), _record(256, 0.005 + 0.001 * 256)]  # 928, 981/s
     assert saturated_at(flat) == 64  # 256 is within 10% of 64's 928/s (and 64 is 22% over 16)
     falling = [_record(b, s) for b, s in ((1, 0.01), (4, 0.012), (16, 0.03), (64, 0.2))]  # 100, 333, 533, 320/s
     assert saturated_at(falling) == 16
