@@ -87,6 +87,13 @@ def test_one_probe_extrapolates_through_the_origin_on_the_safe_side() -> None:
     assert cost.step_seconds(40) == pytest.approx(0.2)  # 10x the batch, 10x the step: at least the truth
 
 
+def test_the_first_probes_once_only_costs_are_not_a_later_probes() -> None:
+    # the first probe built the worker's model (20 s); the next ones cost 3 s whatever the batch
+    records = [_record(1, 0.01, seconds=20.0), _record(4, 0.02, seconds=3.04), _record(16, 0.04, seconds=3.08)]
+    cost = fit_probe_cost(records)
+    assert cost is not None and cost.fixed_seconds == pytest.approx(3.0)
+
+
 def test_a_noisy_negative_slope_falls_back_to_the_proportional_line() -> None:
     cost = fit_probe_cost([_record(1, 0.02), _record(2, 0.015)])
     assert cost is not None and cost.slope is None

@@ -12,9 +12,11 @@ variant's build, first-call costs such as a compiler's recompilation at a new sh
 trip) plus ``calls`` forward passes at b; the worker times one steady pass (``step_seconds``), which is
 close to affine in b (``step(b) ≈ a + c·b``: per-call overhead, per-sample work)::
 
-    fixed     = the larger (seconds - overhead - calls · step) of the last two probes
-                # recent, and the dearer of two: a compiler's recompilation varies from probe to probe;
-                # overhead: what no later probe pays (the worker process started for the first)
+    fixed     = the larger (seconds - overhead - calls · step) of the last two probes after the first
+                (the first alone while it is the only one)
+                # the first pays once-only costs (the worker's copy of the model, the variant's first
+                # build); recent, and the dearer of two: a compiler's recompilation varies from probe to
+                # probe; overhead: what no later probe pays (a worker process started for it)
     step(b)   = least squares of step over b             (>= 2 sizes and a positive slope)
                 else step_max · b / b_max                # through the origin at the largest probe: too
                                                          # steep if the per-call overhead is real (safe)
@@ -117,8 +119,9 @@ def fit_probe_cost(records: Sequence[ProbeRecord]) -> ProbeCost | None:
                          slope=None if line is None or line.slope <= 0 else line.slope,
                          proportional=max(top.seconds - top.overhead_seconds, 0.0) / top.batch_size)
     calls = max(1, max(r.forward_calls for r in timed))
+    recent = timed[1:][-2:] if len(timed) > 1 else timed
     fixed = max(0.0, max(r.seconds - r.overhead_seconds - r.forward_calls * float(r.step_seconds or 0.0)
-                         for r in timed[-2:]))
+                         for r in recent))
     top = max(timed, key=lambda r: r.batch_size)
     line = least_squares([(float(r.batch_size), float(r.step_seconds or 0.0)) for r in timed])
     usable = line is not None and line.slope > 0
