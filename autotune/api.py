@@ -78,13 +78,15 @@ class BoundaryResult:
     memory_limit_bytes: int | None
     hit_upper_bound: bool
     document: Mapping[str, Any]
+    #: what ended the search: memory (exact), upper_bound, or in a run throughput / probe_cap / time_cap
+    stopped_by: str = "memory"
 
     @classmethod
     def from_document(cls, variant: str, doc: Mapping[str, Any]) -> BoundaryResult:
         return cls(variant=variant, max_batch_size=int(doc["max_batch_size"]),
                    usable_max_batch_size=int(doc["usable_max_batch_size"]), granularity=int(doc["granularity"]),
                    memory_limit_bytes=doc.get("memory_limit_bytes"), hit_upper_bound=bool(doc["hit_upper_bound"]),
-                   document=doc)
+                   document=doc, stopped_by=str(doc.get("stopped_by") or "memory"))
 
 
 @dataclass(frozen=True)

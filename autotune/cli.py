@@ -298,6 +298,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"\n{variant}: max batch size {doc['max_batch_size']}"
               f"{' (upper bound reached, no OOM)' if doc['hit_upper_bound'] else ''}; usable with "
               f"{doc['headroom']:.0%} headroom: {doc['usable_max_batch_size']}")
+        if doc.get("stopped_by") in ("throughput", "probe_cap", "time_cap"):  # the recipe's caps ended it
+            print(f"  {doc.get('summary')}")
         print(f"  memory limit: {format_size(limit) if limit else 'unknown'}; measured by {doc['memory_measured_by']}")
         if doc.get("confirmed_by"):
             print(f"  confirmed by {doc['confirmed_by']}")

@@ -11,8 +11,8 @@ would take longer than ``batch.max_probe_seconds`` (default :data:`DEFAULT_MAX_P
 the boundary search as a whole gets ``batch.max_seconds`` (default :data:`DEFAULT_BOUNDARY_SHARE` of
 ``search.time_budget_s``), each variant a share of what is left when its turn comes (:func:`variant_share`); on a CPU it
 stops where throughput stopped growing (a later variant's probes jump to where an earlier one saw it
-stop: :func:`saturation_hint`). On an accelerator, where memory is usually what binds, only the
-caps apply. ``autotune batch`` (``limited=False``) finds the exact memory boundary: it applies the caps only
+stop: :func:`saturation_hint`). On an accelerator, where memory is usually what binds and probes are
+fast, a run searches as before: only caps the recipe sets apply. ``autotune batch`` (``limited=False``) finds the exact memory boundary: it applies the caps only
 when the recipe sets them, and never the saturation rule. A boundary that limits ended is a probed fit, not
 confirmed in fresh processes (it lies short of the limit), and its document says what ended it.
 
@@ -170,18 +170,19 @@ class BoundaryOutcome:
         return {"version": STATE_VERSION, "key": dict(self.key or {}), "variants": variants}
 
 
-def max_probe_seconds(recipe: Recipe, *, limited: bool) -> float | None:
-    """The per-probe cap: the recipe's, else (in a run) :data:`DEFAULT_MAX_PROBE_SECONDS`."""
+def max_probe_seconds(recipe: Recipe, *, limited: bool, accelerator: bool = False) -> float | None:
+    """The per-probe cap: the recipe's, else (in a run on a CPU) :data:`DEFAULT_MAX_PROBE_SECONDS`."""
     if recipe.batch.max_probe_seconds is not None:
         return recipe.batch.max_probe_seconds
-    return DEFAULT_MAX_PROBE_SECONDS if limited else None
+    return DEFAULT_MAX_PROBE_SECONDS if limited and not accelerator else None
 
 
-def total_seconds(recipe: Recipe, *, limited: bool) -> tuple[float | None, str]:
-    """The boundary search's total time and where it comes from (the report names it)."""
+def total_seconds(recipe: Recipe, *, limited: bool, accelerator: bool = False) -> tuple[float | None, str]:
+    """The boundary search's total time and where it comes from (the report names it): the recipe's, else
+    (in a run on a CPU) :data:`DEFAULT_BOUNDARY_SHARE` of the time budget."""
     if recipe.batch.max_seconds is not None:
         return recipe.batch.max_seconds, f"batch.max_seconds = {recipe.batch.max_seconds:g}"
-    if not limited:
+    if not limited or accelerator:
         return None, ""
     share = DEFAULT_BOUNDARY_SHARE * recipe.search.time_budget_s
     return share, f"{DEFAULT_BOUNDARY_SHARE:.0%} of search.time_budget_s = {share:g} s"
@@ -191,7 +192,9 @@ def boundary_key(recipe: Recipe, workload: ValidatedWorkload, *, device_free: in
                  limited: bool = False) -> dict[str, Any]:
     """Everything besides the model that decides a boundary answer."""
     return {
-        "limits": {"limited": limited, "max_probe_seconds": max_probe_seconds(recipe, limited=limited),
+        "limits": {"limited": limited,
+                   "max_probe_seconds": max_probe_seconds(recipe, limited=limited,
+                                                          accelerator=is_accelerator(workload.device)),
                    "saturation": limited and not is_accelerator(workload.device)},
         "device": workload.device,
         "granularity": recipe.batch.granularity,
@@ -307,7 +310,7 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
     known = reusable_outcome(stored_state, key, workload.variants)
     limit = key["memory_limit_bytes"]
     sizes, docs, failures = dict(known.batch_sizes), dict(known.documents), dict(known.failures)
-    total, total_source = total_seconds(recipe, limited=limited)
+    total, total_source = total_seconds(recipe, limited=limited, accelerator=accelerator)
     end = None if total is None else time.monotonic() + total
     todo = [v for v in workload.variants if v not in sizes and v not in failures]
     for i, variant in enumerate(todo):
