@@ -5,16 +5,18 @@ connects it to real workers (the probe is a worker call, a worker killed by the 
 "does not fit") and to the study, so that a resumed ``autotune run`` does not spend minutes
 probing again for an answer it already has.
 
-Limits (``batch_sizes = "auto"`` in a run; :mod:`autotune.batch.probe_cost`): a run probes only as far as
-its search can use. Each probe's cost is predicted from the previous ones and a probe whose forward passes
-would take longer than ``batch.max_probe_seconds`` (default :data:`DEFAULT_MAX_PROBE_SECONDS`) is not run;
-the boundary search as a whole gets ``batch.max_seconds`` (default :data:`DEFAULT_BOUNDARY_SHARE` of
-``search.time_budget_s``), each variant a share of what is left when its turn comes (:func:`variant_share`); on a CPU it
-stops where throughput stopped growing (a later variant's probes jump to where an earlier one saw it
-stop: :func:`saturation_hint`). On an accelerator, where memory is usually what binds and probes are
-fast, a run searches as before: only caps the recipe sets apply. ``autotune batch`` (``limited=False``) finds the exact memory boundary: it applies the caps only
-when the recipe sets them, and never the saturation rule. A boundary that limits ended is a probed fit, not
-confirmed in fresh processes (it lies short of the limit), and its document says what ended it.
+Limits (``batch_sizes = "auto"`` in a run; :mod:`autotune.batch.probe_cost`): a run probes only as
+far as its search can use. Each probe's cost is predicted from the previous ones, and a probe whose
+forward passes would take longer than ``batch.max_probe_seconds`` (default
+:data:`DEFAULT_MAX_PROBE_SECONDS`) is not run; the boundary search as a whole gets ``batch.max_seconds``
+(default :data:`DEFAULT_BOUNDARY_SHARE` of ``search.time_budget_s``), each variant a share of what is
+left when its turn comes (:func:`variant_share`); on a CPU it stops where throughput stopped growing (a
+later variant's probes jump to where an earlier one saw it stop: :func:`saturation_hint`). On an
+accelerator, where memory is usually what binds and probes are fast, a run searches as before: only caps
+the recipe sets apply. ``autotune batch`` (``limited=False``) finds the exact memory boundary: it applies
+the caps only when the recipe sets them, and never the saturation rule. A boundary that limits ended is
+a probed fit, not confirmed in fresh processes (it lies short of the limit), and its document says what
+ended it.
 
 Each variant's answer is handed to ``on_found`` as soon as it is known (the tuner stores it in the study),
 so an interrupted run keeps the boundaries it found and the next run reuses them.
@@ -22,8 +24,7 @@ so an interrupted run keeps the boundaries it found and the next run reuses them
 Reuse rule: the stored answer is reused for a variant when everything that decided it is
 unchanged: device, granularity, upper bound, headroom, the probe limits (whether limited, the
 per-probe cap and the saturation rule; not the time cap, which moves with the machine's load)
-and the memory limit. An explicit
-budget must be equal; a limit read off the machine when the run started (host memory
+and the memory limit. An explicit budget must be equal; a limit read off the machine when the run started (host memory
 available, or accelerator memory free to a fresh process) moves with other processes, so it
 may differ by at most the headroom fraction (the headroom is the margin the answer already
 keeps). Anything else is probed again. The study's recipe fingerprint already guarantees the
