@@ -251,3 +251,24 @@ def test_batch_limits_round_trip_and_stay_out_of_the_json_form_unset(write_recip
     recipe = load_recipe(write_recipe(text))
     assert (recipe.batch.max_probe_seconds, recipe.batch.max_seconds) == (2.5, 30.0)
     assert Recipe.from_dict(recipe.to_dict()) == recipe
+
+
+# ----------------------------------------------------------------------------- a run's shares and hints
+
+
+def test_variant_share_is_twice_an_even_share_and_all_for_the_last() -> None:
+    from autotune.variant_boundaries import variant_share
+
+    assert variant_share(90.0, 7) == pytest.approx(90.0 * 2 / 8)
+    assert variant_share(30.0, 1) == pytest.approx(30.0)
+    assert variant_share(-5.0, 3) == 0.0
+
+
+def test_saturation_hint_is_the_largest_batch_a_saturated_variant_probed() -> None:
+    from autotune.variant_boundaries import saturation_hint
+
+    docs = {"eager": {"stopped_by": "throughput", "max_batch_size": 256},
+            "trace": {"stopped_by": "time_cap", "max_batch_size": 1024},  # cut short: says nothing of throughput
+            "script": {"stopped_by": "throughput", "max_batch_size": 64}}
+    assert saturation_hint(docs) == 256
+    assert saturation_hint({"eager": {"stopped_by": "memory", "max_batch_size": 40}}) is None
