@@ -183,6 +183,7 @@ def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_p
     path = write_recipe(text + "[batch]\nmax_batch_size = 40\nheadroom = 0.25\n")
     code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
     assert code == 0, err
+    assert "  eager: search probe b=1 fits (" in err  # one line per probe, without a progress bar too
     doc = json.loads((out / "report.json").read_text())
     boundary = doc["batch_boundary"]["eager"]
     assert boundary["max_batch_size"] == 40 and boundary["hit_upper_bound"]
