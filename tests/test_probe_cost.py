@@ -272,3 +272,19 @@ def test_saturation_hint_is_the_largest_batch_a_saturated_variant_probed() -> No
             "script": {"stopped_by": "throughput", "max_batch_size": 64}}
     assert saturation_hint(docs) == 256
     assert saturation_hint({"eager": {"stopped_by": "memory", "max_batch_size": 40}}) is None
+
+
+def test_the_smallest_probes_one_reading_needs_two_probes_to_call_the_curve_flat() -> None:
+    lucky = [_record(1, 0.01), _record(4, 0.06)]  # 100/s at 1 (a lucky reading), 67/s at 4
+    assert saturated_at(lucky) is None
+    assert saturated_at([*lucky, _record(16, 0.2)]) == 1  # 80/s at 16: two probes agree
+
+
+def test_one_slow_first_reading_does_not_end_the_search_on_the_probe_cap() -> None:
+    first = [_record(1, 4.0)]  # a disturbed first step: 4 s at batch 1
+    plan = plan_probe(64, lo=1, hi=65537, granularity=1, records=first, limits=ProbeLimits(max_probe_seconds=5.0),
+                      now=lambda: 0.0, bracketed=False)
+    assert plan.target == 2 and plan.stopped_by is None
+    plan = plan_probe(64, lo=2, hi=65537, granularity=1, records=[*first, _record(2, 8.0)],
+                      limits=ProbeLimits(max_probe_seconds=5.0), now=lambda: 0.0, bracketed=False)
+    assert plan.target is None and plan.stopped_by == "probe_cap"

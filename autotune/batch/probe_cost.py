@@ -37,7 +37,8 @@ does. The curve has *stopped growing* past ``b_s`` when the probes above ``b_s``
     for b_s in the probed batches, ascending:
         best = max T(b) for b <= b_s
         above = probes with b > b_s
-        if max b in above >= SATURATION_SPAN · b_s and max T in above <= (1 + SATURATION_GAIN) · best:
+        if max b in above >= SATURATION_SPAN · b_s and max T in above <= (1 + SATURATION_GAIN) · best
+           and (b_s is not the smallest probe or above holds two probes):
             return b_s
     return None
 
@@ -148,7 +149,8 @@ def saturated_at(records: Sequence[ProbeRecord], *, gain: float = SATURATION_GAI
     for i, (b_s, t_s) in enumerate(points):
         best = max(best, t_s)
         above = points[i + 1:]
-        if above and above[-1][0] >= span * b_s and max(t for _, t in above) <= (1 + gain) * best:
+        enough = len(above) >= 2 or i > 0  # the smallest probe's one noisy reading needs two to refute it
+        if above and enough and above[-1][0] >= span * b_s and max(t for _, t in above) <= (1 + gain) * best:
             return b_s
     return None
 
@@ -201,7 +203,8 @@ def plan_probe(target: int, *, lo: int, hi: int, granularity: int, records: Sequ
             target = min(target, max(SATURATION_GROWTH · lo, hint))
         cost = fit_probe_cost(records)
         if max_probe_seconds and cost.batch_seconds(target·g) > cap:
-            target = the largest k in (lo, target) within the cap, else stop ("probe_cap")
+            target = the largest k in (lo, target) within the cap, else lo + 1 after the first probe
+                     (one reading does not end a search), else stop ("probe_cap")
         if deadline and now + cost.seconds(target·g) > deadline: stop ("time_cap")
     """
     g = granularity
@@ -220,6 +223,8 @@ def plan_probe(target: int, *, lo: int, hi: int, granularity: int, records: Sequ
     if cap is not None and cost.batch_seconds(target * g) > cap:
         within = cost.largest_within(cap, lo=lo * g, hi=target * g)
         k = None if within is None else within // g
+        if (k is None or k <= lo) and len(records) < 2:
+            k = lo + 1  # one step reading (the first, the noisiest) does not end a search: the next batch up
         if k is None or k <= lo:
             return ProbePlan(None, cost.seconds(target * g), "probe_cap",
                              f"a probe at batch {(lo + 1) * g} would run its forward passes for about "
