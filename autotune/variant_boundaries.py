@@ -343,8 +343,14 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
             _found(on_found, variant, sizes, docs, failures, key, workload.variants)
             continue
         usable = boundary.usable_max_batch_size(recipe.batch.headroom)
-        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
         doc = boundary.to_dict(headroom=recipe.batch.headroom)
+        extended = extended_batch(boundary, hint=limits.hint, headroom=recipe.batch.headroom)
+        if extended is not None:
+            usable = extended
+            doc["searched_up_to"] = extended
+            doc["summary"] += (f"; batch sizes searched up to {extended}: where another variant's throughput "
+                               "stopped growing, within the memory model's safe side (not probed)")
+        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
         doc["memory_measured_by"] = workload.memory_method
         doc["granularity_source"] = granularity_source
         doc["limit_source"] = key["limit_source"]
@@ -365,6 +371,26 @@ def variant_share(left: float, variants_left: int) -> float:
     variant leaves over goes to the later ones, and the total cap holds whatever the shares.
     """
     return max(0.0, left) * min(1.0, 2.0 / (variants_left + 1))
+
+
+def extended_batch(boundary: BatchBoundary, *, hint: int | None, headroom: float) -> int | None:
+    """The batch a capped variant's search may still go up to, or None: its own probes only.
+
+    A variant the time cap ended short (its probes are dear: an export or a compile each) would otherwise be
+    searched only up to the few batches it probed, though another variant of the same model saw where
+    throughput stops growing (``hint``). It is searched up to that batch when the memory model's safe side
+    (the band's edge, less the headroom) is beyond it: a prediction, said so in the report, never a probe::
+
+        if stopped by time_cap (not probe_cap: larger batches are too slow), a hint and a predicted limit exist:
+            b = min(hint, floor((1 - headroom) · predicted low edge)) rounded down to the granularity
+            return b if b > the usable batch from the probes
+    """
+    if boundary.stopped_by != "time_cap" or hint is None or boundary.predicted_limit is None:
+        return None
+    g = boundary.granularity
+    low = boundary.predicted_limit[0]
+    b = (min(hint, int((1 - headroom) * low)) // g) * g
+    return b if b > boundary.usable_max_batch_size(headroom) else None
 
 
 def saturation_hint(documents: Mapping[str, Mapping[str, Any]]) -> int | None:

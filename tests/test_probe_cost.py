@@ -288,3 +288,18 @@ def test_one_slow_first_reading_does_not_end_the_search_on_the_probe_cap() -> No
     plan = plan_probe(64, lo=2, hi=65537, granularity=1, records=[*first, _record(2, 8.0)],
                       limits=ProbeLimits(max_probe_seconds=5.0), now=lambda: 0.0, bracketed=False)
     assert plan.target is None and plan.stopped_by == "probe_cap"
+
+
+def test_a_time_capped_variant_is_searched_up_to_the_hint_within_the_models_safe_side() -> None:
+    from autotune.batch import MemoryModel
+    from autotune.variant_boundaries import extended_batch
+
+    def capped(stopped_by: str, low: float) -> BatchBoundary:
+        return BatchBoundary(max_batch_size=1, granularity=1, upper_bound=65536, hit_upper_bound=False, probes=(),
+                             model=MemoryModel(800e6, 1e6), memory_limit_bytes=int(800e6 + 1e6 * low),
+                             stopped_by=stopped_by, predicted_limit=(low, low * 2))
+
+    assert extended_batch(capped("time_cap", 173.0), hint=64, headroom=0.1) == 64
+    assert extended_batch(capped("time_cap", 50.0), hint=64, headroom=0.1) == 45  # the safe side, less headroom
+    assert extended_batch(capped("probe_cap", 173.0), hint=64, headroom=0.1) is None  # bigger is too slow
+    assert extended_batch(capped("time_cap", 173.0), hint=None, headroom=0.1) is None
