@@ -78,13 +78,15 @@ class BoundaryResult:
     memory_limit_bytes: int | None
     hit_upper_bound: bool
     document: Mapping[str, Any]
+    #: what ended the search: memory (exact), upper_bound, or in a run throughput / probe_cap / time_cap
+    stopped_by: str = "memory"
 
     @classmethod
     def from_document(cls, variant: str, doc: Mapping[str, Any]) -> BoundaryResult:
         return cls(variant=variant, max_batch_size=int(doc["max_batch_size"]),
                    usable_max_batch_size=int(doc["usable_max_batch_size"]), granularity=int(doc["granularity"]),
                    memory_limit_bytes=doc.get("memory_limit_bytes"), hit_upper_bound=bool(doc["hit_upper_bound"]),
-                   document=doc)
+                   document=doc, stopped_by=str(doc.get("stopped_by") or "memory"))
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,7 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
     """
     from autotune.runner import Runner
     from autotune.validation import validate
-    from autotune.variant_boundaries import find_boundaries
+    from autotune.variant_boundaries import find_boundaries, probe_events
 
     rec = _with_device(_as_recipe(recipe), device)
     if memory_budget is not None:
@@ -230,7 +232,8 @@ def find_batch_boundary(recipe: Recipe | str | Path, *, variant: str | None = No
         if variant is not None:
             workload = replace(workload, variants=(resolve_variant(variant, workload),))
         outcome = find_boundaries(runner, rec, workload,
-                                  on_variant=lambda v: emit(on_event, "boundary", f"probing {v}", variant=v))
+                                  on_variant=lambda v: emit(on_event, "boundary", f"probing {v}", variant=v),
+                                  on_probe=probe_events(on_event))
     return BatchBoundaries(
         boundaries={v: BoundaryResult.from_document(v, d) for v, d in outcome.documents.items()},
         failures=dict(outcome.failures),

@@ -219,6 +219,16 @@ def _check_out(out: Path) -> None:
                 break
     except OSError as exc:  # no permission to look, a name too long
         raise InputError(f"--out {out}: cannot use it ({exc.strerror or exc})") from None
+def print_step(event: Any) -> None:
+    """Print a step of the run as a line on stderr: boundary probes one line each, with or without the bar
+    (candidates are the bar's: :data:`STEP_KINDS` says which events are steps)."""
+    if event.kind in ("boundary_probe", "boundary_found"):
+        print(event.message, file=sys.stderr, flush=True)
+    elif event.kind in STEP_KINDS:
+        print(f"{event.message} ...", file=sys.stderr, flush=True)
+
+
+STEP_KINDS = ("boundary", "boundary_probe", "boundary_found", "showdown", "artifact")
 
 
 class ProgressBar:
@@ -231,8 +241,8 @@ class ProgressBar:
 
     def __call__(self, event: Any) -> None:
         data = event.data
-        if event.kind in ("boundary", "showdown", "artifact"):
-            print(f"{event.message} ...", file=sys.stderr, flush=True)
+        if event.kind in STEP_KINDS:
+            print_step(event)
         elif event.kind == "candidate_start":
             self._bar(data["total"]).set_postfix_str(f"now: {event.message} | best: {self.best}", refresh=True)
         elif event.kind == "candidate_done":
@@ -269,7 +279,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_out(out)
     bar = None if args.no_progress else ProgressBar()
     try:
-        result = tune(recipe, out=out, storage=args.storage, study=args.study, on_event=bar)
+        result = tune(recipe, out=out, storage=args.storage, study=args.study,
+                      on_event=bar if bar is not None else print_step)
     finally:
         if bar is not None:
             bar.close()
@@ -324,7 +335,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     recipe = _load(args.recipe, device=args.device)
     with _as_flags():
         found = find_batch_boundary(recipe, variant=args.variant, memory_budget=args.memory_budget,
-                                    on_event=lambda e: print(f"{e.message} ...", file=sys.stderr, flush=True))
+                                    on_event=print_step)
     documents = {v: b.document for v, b in found.boundaries.items()}
     if args.json:
         print(json.dumps({"batch_boundary": documents,
@@ -338,6 +349,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"\n{variant}: max batch size {doc['max_batch_size']}"
               f"{' (upper bound reached, no OOM)' if doc['hit_upper_bound'] else ''}; usable with "
               f"{doc['headroom']:.0%} headroom: {doc['usable_max_batch_size']}")
+        if doc.get("stopped_by") in ("throughput", "probe_cap", "time_cap"):  # the recipe's caps ended it
+            print(f"  {doc.get('summary')}")
         print(f"  memory limit: {format_size(limit) if limit else 'unknown'}; measured by {doc['memory_measured_by']}")
         if doc.get("confirmed_by"):
             print(f"  confirmed by {doc['confirmed_by']}")

@@ -44,7 +44,7 @@ from autotune.study import (
     verify_join,
 )
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
-from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries
+from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries, probe_events
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -108,9 +108,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             boundary = BoundaryOutcome({}, {}, {})
             if recipe.search.batch_sizes == "auto":
                 boundary = find_boundaries(  # per base variant: its process environments share the boundary
-                    runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR),
+                    runner, recipe, workload.bases(), stored_state=study.user_attrs.get(STATE_ATTR), limited=True,
                     on_variant=lambda v: emit(options.on_event, "boundary", f"batch boundary of {v}", variant=v),
-                    on_found=lambda o: progress.boundary(o.documents, o.failures) if progress else None)
+                    on_probe=probe_events(options.on_event),
+                    on_found=lambda v, found: _found(progress, study, v, found, options.on_event))
                 runner.recycle("probe")  # its memory back before timing starts
                 batch_sizes = workload.spread(boundary.batch_sizes)
                 if recipe.search.strategy == "bracket":  # points between powers of two for its refinement
@@ -161,6 +162,27 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         return progress.finish(interrupted=True)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
+
+
+def _found(progress: RunDocument | None, study: Any, variant: str, found: BoundaryOutcome,
+           on_event: OnEvent | None) -> None:
+    """A variant's boundary is known: stored in the study, then in the report written as the run goes."""
+    store_found(study, variant, found, on_event)
+    if progress is not None:
+        progress.boundary(found.documents, found.failures)
+
+
+def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEvent | None) -> None:
+    """Store the boundaries found so far in the study at once (an interrupt keeps them; the next run reuses
+    them), and tell ``on_event`` about ``variant``'s, the one just found."""
+    study.set_user_attr(STATE_ATTR, found.state())
+    if variant in found.documents:
+        emit(on_event, "boundary_found", f"  {variant}: {found.documents[variant].get('summary', '')}",
+             variant=variant, document=found.documents[variant])
+    elif variant in found.failures:
+        status, reason = found.failures[variant]
+        emit(on_event, "boundary_found", f"  {variant}: {status}: {reason}", variant=variant,
+             failure=[status, reason])
 
 
 #: Share of the time left after the batch boundaries that is kept for the final showdown.

@@ -18,6 +18,7 @@ from autotune.variant_boundaries import (
 )
 
 KEY: dict[str, Any] = {
+    "limits": {"limited": True, "max_probe_seconds": 5.0, "saturation": True},
     "device": "cpu",
     "granularity": 1,
     "max_batch_size": 4096,
@@ -62,6 +63,9 @@ def test_state_round_trips_for_the_same_conditions() -> None:
         ({"device": "cuda:0"}, False),
         ({"limit_source": "budget"}, False),
         ({"memory_limit_bytes": None}, False),
+        # an exact boundary (autotune batch) is not a limited run's, nor one under another per-probe cap
+        ({"limits": {"limited": False, "max_probe_seconds": None, "saturation": False}}, False),
+        ({"limits": {"limited": True, "max_probe_seconds": 2.0, "saturation": True}}, False),
     ],
 )
 def test_reuse_rule(change: dict[str, Any], reused: bool) -> None:

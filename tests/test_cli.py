@@ -180,9 +180,12 @@ def test_warmup_bad_file(tmp_path: Path) -> None:
 def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     text = TINY.format(kwargs="", variants='["eager"]').replace("batch_sizes = [1, 4]", 'batch_sizes = "auto"')
-    path = write_recipe(text + "[batch]\nmax_batch_size = 40\nheadroom = 0.25\n")
+    # caps far out of the way: a busy machine must not end the search before the upper bound this test is about
+    path = write_recipe(text + "[batch]\nmax_batch_size = 40\nheadroom = 0.25\nmax_seconds = 900\n"
+                        "max_probe_seconds = 120\n")
     code, _, err = run_cli("run", str(path), "--out", str(out), "--no-progress")
     assert code == 0, err
+    assert "  eager: search probe b=1 fits (" in err  # one line per probe, without a progress bar too
     doc = json.loads((out / "report.json").read_text())
     boundary = doc["batch_boundary"]["eager"]
     assert boundary["max_batch_size"] == 40 and boundary["hit_upper_bound"]

@@ -40,7 +40,7 @@ def _data(recipe: str) -> Callable[..., Any]:
 
 
 def test_the_shipped_data_recipes_are_the_expected_ones() -> None:
-    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "timm_cnn.toml"]
+    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "timm_cnn.toml", "timm_cnn_auto.toml"]
 
 
 @pytest.mark.parametrize("path", DATA_RECIPES, ids=lambda p: p.name)

@@ -12,6 +12,8 @@ from autotune.errors import InputError
 
 DEFAULT_MAX_BATCH_SIZE = 65536
 DEFAULT_HEADROOM = 0.10
+#: What may end a limited search before the memory boundary (see :attr:`BatchBoundary.stopped_by`).
+EARLY_STOPS = ("throughput", "probe_cap", "time_cap")
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:
@@ -27,6 +29,13 @@ class BatchBoundary:
     granularity`` was probed and did not fit. ``upper_bound`` is the largest batch the search
     was allowed to try (the requested maximum rounded down to the granularity). ``anomalies``
     lists probes that contradicted the known limit (see the module docstring).
+
+    ``stopped_by`` says what ended the search: ``memory`` (the exact boundary: b fits, b + g does
+    not), ``upper_bound``, or, when the search was limited (:class:`autotune.batch.probe_cost.ProbeLimits`),
+    ``throughput`` (it stopped growing), ``probe_cap`` (the next probe was predicted too long) or
+    ``time_cap`` (the boundary search's time ran out). In those three ``max_batch_size`` is the largest
+    batch probed to fit, not a boundary; ``predicted_limit`` is where the memory model's line
+    (``center``) and the safe edge of its band (``low``) reach the limit, when a limit and a model exist.
     """
 
     max_batch_size: int
@@ -37,6 +46,14 @@ class BatchBoundary:
     model: MemoryModel | None
     memory_limit_bytes: int | None
     anomalies: tuple[str, ...] = ()
+    stopped_by: str = "memory"
+    stop_detail: str = ""
+    predicted_limit: tuple[float, float] | None = None  # (low, center), batch units
+
+    @property
+    def stopped_early(self) -> bool:
+        """True when limits ended the search before the memory boundary (or the upper bound) was reached."""
+        return self.stopped_by in EARLY_STOPS
 
     def usable_max_batch_size(self, headroom: float = DEFAULT_HEADROOM) -> int:
         """The largest batch size the tuner should recommend, ``headroom`` below the boundary.
@@ -56,13 +73,35 @@ class BatchBoundary:
         if not 0 <= headroom < 1:
             raise InputError(f"headroom: must be in [0, 1), got {headroom!r}")
         boundary = float(self.max_batch_size)
-        if self.hit_upper_bound and self.model is not None and self.memory_limit_bytes is not None:
+        open_ended = self.hit_upper_bound or self.stopped_early
+        if open_ended and self.model is not None and self.memory_limit_bytes is not None:
             # capped where the result is the upper bound anyway, so a huge prediction stays finite
             cap = self.upper_bound / (1 - headroom) + self.granularity
             boundary = max(boundary, min(self.model.boundary(self.memory_limit_bytes), cap))
+        # stopped early: the probed batch fit, and when no model says the limit is near, nothing says it is
         steps = math.floor((1 - headroom) * boundary / self.granularity + 1e-9)
         usable = min(self.max_batch_size, steps * self.granularity)
+        if self.stopped_early and self.model is None:
+            usable = self.max_batch_size
         return max(self.granularity, usable)
+
+    def summary(self) -> str:
+        """One honest sentence: what was proved, and what the model only predicts."""
+        b = self.max_batch_size
+        if self.stopped_by == "memory":
+            return f"largest batch that fits: {b} ({b + self.granularity} does not)"
+        if self.stopped_by == "upper_bound":
+            return f"fits up to the upper bound {b} (probed; no out-of-memory below it)"
+        text = f"fits up to {b} (probed); stopped by {self.stopped_by}"
+        if self.stop_detail:
+            text += f": {self.stop_detail}"
+        if self.predicted_limit is not None:
+            low, center = self.predicted_limit
+            text += (f"; the memory model predicts the limit near {center:,.0f} "
+                     f"(safe side {low:,.0f})")
+        elif self.memory_limit_bytes is None:
+            text += "; no memory limit is known"
+        return text
 
     def to_dict(self, *, headroom: float = DEFAULT_HEADROOM) -> dict[str, Any]:
         return {
@@ -76,6 +115,10 @@ class BatchBoundary:
             "probes": [record.to_dict() for record in self.probes],
             "model": None if self.model is None else self.model.to_dict(),
             "anomalies": list(self.anomalies),
+            "stopped_by": self.stopped_by,
+            "summary": self.summary(),
+            **({"predicted_limit": {"low": self.predicted_limit[0], "center": self.predicted_limit[1]}}
+               if self.predicted_limit is not None else {}),
         }
 
 

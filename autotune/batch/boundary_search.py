@@ -51,8 +51,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from autotune.batch.boundary import DEFAULT_MAX_BATCH_SIZE, BatchBoundary, _check_int
+from autotune.batch.boundary import DEFAULT_MAX_BATCH_SIZE, EARLY_STOPS, BatchBoundary, _check_int
 from autotune.batch.memory_model import BandedLine, BoundaryEstimate, fit_memory_model, least_squares
+from autotune.batch.probe_cost import ProbeLimits, fit_probe_cost, plan_probe
 from autotune.batch.probes import ProbeRecord, ProbeResult
 from autotune.core.sizes import format_size
 from autotune.errors import BatchSearchError, InputError
@@ -77,6 +78,8 @@ def find_max_batch_size(
     memory_limit_bytes: int | None = None,
     noise_bytes: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    limits: ProbeLimits | None = None,
+    on_probe: Callable[[ProbeRecord, float | None], None] | None = None,
 ) -> BatchBoundary:
     """Find the exact largest batch size (a multiple of ``granularity``) for which ``probe`` fits.
 
@@ -116,7 +119,12 @@ def find_max_batch_size(
                     ceil(log2(hi - lo)) + SLACK set then: t in [hi - 2^(m-1), lo + 2^(m-1)]
                     (either outcome leaves a bracket bisection can finish in m - 1 probes)
             t = clamp(t, lo + 1, hi - 1); probe t; if it fits: lo = t else: hi = t
-        answer lo · granularity; hi = lo + 1 was probed and failed unless lo == K
+            limits (when given, autotune.batch.probe_cost.plan_probe): before each probe after the
+                    first, t may be lowered (the doubling grid while saturation is watched; the
+                    per-probe cap) or the search ends: stopped_by = throughput | probe_cap | time_cap
+        answer lo · granularity; hi = lo + 1 was probed and failed unless lo == K or the limits
+        ended the search (then lo is the largest batch probed to fit, and the memory model's
+        estimate of the boundary goes with it: BatchBoundary.predicted_limit)
 
     Why aim low before the first failure: a probe above the boundary is the costliest there is
     (probe time grows with the batch) and on CPU it may be killed by the kernel; one aimed at
@@ -131,7 +139,8 @@ def find_max_batch_size(
     ``noise_bytes`` is the standard deviation of one peak (and baseline) reading; by default
     DEFAULT_NOISE_FRACTION of the limit. ``probe`` may raise for errors other than running out
     of memory; that propagates (the caller reports the candidate as failed). ``clock`` times
-    each probe (ProbeRecord.seconds).
+    each probe (ProbeRecord.seconds). ``on_probe(record, predicted_seconds)`` is told about each
+    probe as it ends (progress; the prediction is the cost model's, None before the first probe).
     """
     _check_int("granularity", granularity, minimum=1)
     _check_int("max_batch_size", max_batch_size, minimum=granularity)
@@ -148,8 +157,15 @@ def find_max_batch_size(
         limit=memory_limit_bytes,
         noise=float(noise_bytes),
         clock=clock,
+        limits=limits if limits is not None and not limits.unlimited else None,
+        on_probe=on_probe,
     )
     search.run()
+    predicted = None
+    if search.stopped_by in EARLY_STOPS:
+        estimate = search._estimate()
+        if estimate is not None:
+            predicted = (estimate.low, estimate.center)
     return BatchBoundary(
         max_batch_size=search.lo * granularity,
         granularity=granularity,
@@ -159,6 +175,9 @@ def find_max_batch_size(
         model=fit_memory_model(search.records),
         memory_limit_bytes=memory_limit_bytes,
         anomalies=tuple(search.anomalies),
+        stopped_by=search.stopped_by if search.stopped_by else ("upper_bound" if search.lo == search.top else "memory"),
+        stop_detail=search.stop_detail,
+        predicted_limit=predicted,
     )
 
 
@@ -172,6 +191,10 @@ class _BoundarySearch:
     limit: int | None
     noise: float
     clock: Callable[[], float]
+    limits: ProbeLimits | None = None
+    on_probe: Callable[[ProbeRecord, float | None], None] | None = None
+    stopped_by: str = ""
+    stop_detail: str = ""
     lo: int = 0
     hi: int = 0
     records: list[ProbeRecord] = field(default_factory=list)
@@ -188,7 +211,19 @@ class _BoundarySearch:
         self.lo = 1
         while self.hi - self.lo > 1:
             target, expect_fit = self._next()
-            result = self._probe(target, expect_fit=expect_fit)
+            cost = fit_probe_cost(self.records)
+            predicted = None if cost is None else cost.seconds(target * self.granularity)
+            if self.limits is not None:
+                plan = plan_probe(target, lo=self.lo, hi=self.hi, granularity=self.granularity,
+                                  records=self.records, limits=self.limits, now=self.clock,
+                                  bracketed=self.hi <= self.top)
+                if plan.target is None:
+                    self.stopped_by, self.stop_detail = plan.stopped_by or "time_cap", plan.detail
+                    return
+                if plan.target != target:  # lowered: the model's expectation was for the old target
+                    target, expect_fit = plan.target, (True if expect_fit else None)
+                predicted = plan.predicted_seconds
+            result = self._probe(target, expect_fit=expect_fit, predicted=predicted)
             if result.fits:
                 self.lo = target
             else:
@@ -330,7 +365,7 @@ class _BoundarySearch:
                 return record
         return None
 
-    def _probe(self, k: int, *, expect_fit: bool | None) -> ProbeResult:
+    def _probe(self, k: int, *, expect_fit: bool | None, predicted: float | None = None) -> ProbeResult:
         batch_size = k * self.granularity
         start = self.clock()
         result = self.probe(batch_size)
@@ -345,8 +380,13 @@ class _BoundarySearch:
                 seconds=seconds,
                 error=result.error,
                 baseline_bytes=result.baseline_bytes,
+                step_seconds=result.step_seconds,
+                forward_calls=result.forward_calls,
+                overhead_seconds=result.overhead_seconds,
             )
         )
+        if self.on_probe is not None:
+            self.on_probe(self.records[-1], predicted)
         self._note_anomaly(batch_size, result)
         if result.fits:
             self.fails_against_model = 0

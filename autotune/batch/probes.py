@@ -19,13 +19,19 @@ class ProbeResult:
     full peak, while an out-of-memory error stops the run part-way (its peak is partial and at
     most the limit). ``baseline_bytes`` is the memory held right before the batch's inputs were
     created (runtime and model): a direct reading of the intercept. ``error`` says why it did
-    not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``.
+    not fit, e.g. ``"CUDA out of memory"`` or ``"over budget: 3.1 GiB > 2 GiB"``. ``step_seconds`` is
+    one steady forward pass at the batch and ``forward_calls`` the passes the probe ran in all: what
+    the cost model and the saturation rule read (:mod:`autotune.batch.probe_cost`; None: not timed);
+    ``overhead_seconds`` the part of the probe's time no later probe pays (a worker process started for it).
     """
 
     fits: bool
     peak_memory_bytes: int | None = None
     error: str | None = None
     baseline_bytes: int | None = None
+    step_seconds: float | None = None
+    forward_calls: int = 1
+    overhead_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +45,12 @@ class ProbeRecord:
     error: str | None
     baseline_bytes: int | None = None
     phase: str = "search"  # "search" (the cheap probe) or "confirm" (refine_max_batch_size's probe)
+    step_seconds: float | None = None
+    forward_calls: int = 1
+    overhead_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        timed = {} if self.step_seconds is None else {"step_seconds": self.step_seconds}
         return {
             "phase": self.phase,
             "batch_size": self.batch_size,
@@ -49,4 +59,5 @@ class ProbeRecord:
             "baseline_bytes": self.baseline_bytes,
             "seconds": self.seconds,
             "error": self.error,
+            **timed,
         }

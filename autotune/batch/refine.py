@@ -16,6 +16,7 @@ def refine_max_batch_size(
     boundary: BatchBoundary,
     *,
     clock: Callable[[], float] = time.perf_counter,
+    on_probe: Callable[[ProbeRecord, float | None], None] | None = None,
 ) -> BatchBoundary:
     """Re-confirm a boundary with another (more expensive, more faithful) probe, fixing it locally.
 
@@ -41,6 +42,9 @@ def refine_max_batch_size(
             whatever the peaks say)
         if lo is unknown after stepping down to g: raise BatchSearchError (batch g does not fit)
 
+    Only for a boundary the search reached (``stopped_by`` memory or upper_bound): one that limits
+    ended early is a probed fit far from the limit, and there is nothing to confirm.
+
     Every verdict is a probe, so the answer is exact whatever the estimates are (and a probe that
     is not monotone still yields a confirmed local boundary).
     """
@@ -56,7 +60,10 @@ def refine_max_batch_size(
             res = probe(b)
             records.append(ProbeRecord(batch_size=b, fits=res.fits, peak_memory_bytes=res.peak_memory_bytes,
                                        seconds=clock() - t0, error=res.error, baseline_bytes=res.baseline_bytes,
-                                       phase="confirm"))
+                                       phase="confirm", step_seconds=res.step_seconds,
+                                       forward_calls=res.forward_calls, overhead_seconds=res.overhead_seconds))
+            if on_probe is not None:
+                on_probe(records[-1], None)
             known[b] = res
         return known[b]
 
@@ -116,4 +123,5 @@ def refine_max_batch_size(
         model=boundary.model,
         memory_limit_bytes=boundary.memory_limit_bytes,
         anomalies=boundary.anomalies,
+        stopped_by="upper_bound" if hit_upper else "memory",
     )

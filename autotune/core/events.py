@@ -13,7 +13,11 @@ from typing import Any, Literal
 
 #: What happened. ``candidate_start`` / ``candidate_done`` carry ``variant``, ``batch_size``,
 #: ``total`` (candidates in the space) and, when done, ``row`` (the candidate record) and ``best``.
-EventKind = Literal["validated", "boundary", "candidate_start", "candidate_done", "showdown", "artifact", "done"]
+#: ``boundary`` starts a variant's boundary search; ``boundary_probe`` is one of its probes (``variant``,
+#: ``batch_size``, ``phase``, ``predicted_seconds`` or None, ``seconds``, ``fits``); ``boundary_found`` its
+#: answer (``variant``, ``document`` or ``failure``), stored in the study at once.
+EventKind = Literal["validated", "boundary", "boundary_probe", "boundary_found", "candidate_start",
+                    "candidate_done", "showdown", "artifact", "done"]
 
 
 @dataclass(frozen=True)

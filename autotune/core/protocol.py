@@ -280,6 +280,10 @@ class ProbeOutcome(Outcome, total=False):
     raw_peak_memory_bytes: int
     drift_bytes: int
     excluded_bytes: int
+    #: wall seconds of one steady forward pass at the batch (after the probe's own calls), and how many
+    #: forward passes the probe ran in all (the boundary search's cost and saturation rules)
+    step_seconds: float | None
+    forward_calls: int
 
 
 class ArtifactResult(TypedDict):

@@ -267,6 +267,7 @@ PROBE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "peak_memory_bytes": (_nullable(_NUMBER), False),
     "seconds": (_nullable(_NUMBER), False),
     "error": (_nullable(_STR), False),
+    "step_seconds": (_nullable(_NUMBER), False),
 }
 _PROBE = _record(PROBE_FIELDS)
 BOUNDARY_FIELDS: dict[str, tuple[Checker, bool]] = {
@@ -283,6 +284,9 @@ BOUNDARY_FIELDS: dict[str, tuple[Checker, bool]] = {
         _nullable(_record({"intercept_bytes": (_NUMBER, True), "bytes_per_sample": (_NUMBER, True)})),
         False,
     ),
+    "stopped_by": (_nullable(_STR), False),
+    "summary": (_nullable(_STR), False),
+    "predicted_limit": (_nullable(_record({"low": (_NUMBER, True), "center": (_NUMBER, True)})), False),
 }
 _BOUNDARY = _record(BOUNDARY_FIELDS)
 RECIPE_FIELDS: dict[str, tuple[Checker, bool]] = {

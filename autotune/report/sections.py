@@ -292,7 +292,9 @@ def recipe_rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def boundary_summary(variant: str, entry: Mapping[str, Any]) -> str:
     parts = []
-    if is_int(entry.get("max_batch_size")):
+    if entry.get("stopped_by") in ("throughput", "probe_cap", "time_cap") and entry.get("summary"):
+        parts.append(str(entry["summary"]))  # a limited search: what was probed, what only the model predicts
+    elif is_int(entry.get("max_batch_size")):
         parts.append(f"largest batch that fits: **{entry['max_batch_size']}**")
     else:
         parts.append("largest batch that fits: unknown")

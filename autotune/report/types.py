@@ -76,6 +76,8 @@ class ProbeEntry(TypedDict):
     baseline_bytes: int | None
     seconds: float | None
     error: str | None
+    #: one steady forward pass at the batch (the cost and saturation rules; absent in older reports)
+    step_seconds: NotRequired[float]
 
 
 class BoundarySection(TypedDict):
@@ -99,6 +101,11 @@ class BoundarySection(TypedDict):
     confirmed_by: str
     #: set when the answer was taken from the study of an earlier run under the same conditions
     reused_from_study: NotRequired[bool]
+    #: what ended the search (memory, upper_bound; in a run throughput, probe_cap, time_cap), one honest
+    #: sentence, and for an early stop the memory model's estimate of the limit ({low, center}, batches)
+    stopped_by: NotRequired[str]
+    summary: NotRequired[str]
+    predicted_limit: NotRequired[dict[str, float]]
 
 
 class ShowdownStanding(TypedDict):

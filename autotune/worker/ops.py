@@ -423,6 +423,10 @@ def op_device_memory(state: WorkerState, req: DeviceMemoryRequest) -> DeviceMemo
             "total_bytes": backend.total_memory_bytes(), "device_memory": backend.device_memory}
 
 
+#: Timed forward passes after a probe's own: the fastest is its step time (the parent's cost and saturation rules).
+STEP_CALLS = 2
+
+
 def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
     """Does ``batch_size`` fit? The peak a deployment process would hold at that batch.
 
@@ -440,6 +444,7 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         accelerator: cap the allocator at the limit, so going over is the allocator's own OOM
         run probe_calls forward passes at b
         peak = backend peak
+        STEP_CALLS more forward passes, timed: step_seconds, the fastest (the steady cost of a step at b)
         host memory: peak -= the tool's imports beyond torch, the master if still held, and
                      the drift of this worker's baseline since its first probe
         fits = no OOM and (host memory: peak <= budget)
@@ -481,6 +486,17 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         finally:
             if capped:
                 backend.limit_memory(None)
+        # one more call, timed: the steady cost of a step at b (the calls above pay first-call costs), which
+        # the parent's boundary search uses to predict a probe's cost and see throughput saturate
+        steps = []
+        for _ in range(STEP_CALLS):
+            started = time.perf_counter()
+            with torch.inference_mode():
+                out = built.fn(*prepared)
+                backend.synchronize()
+                del out
+            steps.append(time.perf_counter() - started)
+        step_seconds = min(steps)  # the least disturbed of the calls: one reading decides how far to probe
         del built, prepared, example, traffic
         correction = 0 if backend.device_memory else TOOL_IMPORT_BYTES + held
         baseline -= correction
@@ -498,7 +514,8 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         reason = "" if fits else f"over budget: peak {peak} bytes > budget {budget} bytes"
         return ProbeOutcome(status="ok" if fits else "oom", reason=reason, fits=fits,
                             peak_memory_bytes=peak, baseline_bytes=baseline - drift, raw_peak_memory_bytes=raw_peak,
-                            drift_bytes=drift, excluded_bytes=correction)
+                            drift_bytes=drift, excluded_bytes=correction, step_seconds=step_seconds,
+                            forward_calls=backend.probe_calls + STEP_CALLS)
 
     try:
         result = _guarded(backend, body)

@@ -62,6 +62,9 @@ The format (every field documented in README.md)::
     memory_budget = "8GiB"                 # CPU: default a safe fraction of available memory; GPU: a cap
                                            # below the memory free at the start (the default limit)
     headroom = 0.10                        # margin below the boundary for recommended batch sizes
+    max_probe_seconds = 5.0                # "auto" runs: no probe whose forward passes are predicted longer
+    max_seconds = 60.0                     # "auto" runs: the boundary search's total (default: a share of
+                                           # search.time_budget_s); `autotune batch` uses them only if set
 
     [measure]
     mode = "throughput"                    # throughput | latency

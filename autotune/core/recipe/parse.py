@@ -371,7 +371,8 @@ def _parse_constraints(path: Path, table: dict[str, Any]) -> Constraints:
 
 
 def _parse_batch(path: Path, table: dict[str, Any]) -> BatchSpec:
-    r = TableReader(path, table, "batch.", ("max_batch_size", "granularity", "memory_budget", "headroom"))
+    r = TableReader(path, table, "batch.", ("max_batch_size", "granularity", "memory_budget", "headroom",
+                                            "max_probe_seconds", "max_seconds"))
     headroom = r.get("headroom", float, 0.10)
     if not 0.0 <= headroom < 1.0:
         raise r.error("headroom", f"must be in [0, 1), got {headroom!r}")
@@ -380,6 +381,8 @@ def _parse_batch(path: Path, table: dict[str, Any]) -> BatchSpec:
         granularity=r.positive("granularity", int, None),
         memory_budget_bytes=r.size("memory_budget"),
         headroom=headroom,
+        max_probe_seconds=r.positive("max_probe_seconds", float, None),
+        max_seconds=r.positive("max_seconds", float, None),
     )
 
 

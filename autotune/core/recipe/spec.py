@@ -150,6 +150,11 @@ class BatchSpec:
     granularity: int | None = None  # None: the device's default (see autotune.variant_boundaries.granularity_for)
     memory_budget_bytes: int | None = None
     headroom: float = 0.10
+    #: ``batch_sizes = "auto"``: the longest a boundary probe's forward passes may be predicted to take, and
+    #: the boundary search's total seconds (None: the defaults of autotune.variant_boundaries; ``autotune
+    #: batch`` applies them only when set)
+    max_probe_seconds: float | None = None
+    max_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,9 @@ class Recipe:
             data["search"].pop("environments")
         elif not isinstance(self.search.environments, str):
             data["search"]["environments"] = list(self.search.environments)
+        for key in ("max_probe_seconds", "max_seconds"):
+            if data["batch"][key] is None:
+                data["batch"].pop(key)
         if self.data is not None:
             data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
                                 pad_values=dict(self.data.pad_values),
