@@ -35,7 +35,7 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
                        {"foreign_cores", "repeat_of_trial", "fidelity", "search_action", "search_seconds"}),
     "recipe": (RecipeSection, schema.RECIPE_FIELDS, {"search", "batch", "measure", "device_resolved"}),
     "search": (SearchSection, schema.SEARCH_FIELDS,
-               {"measured_this_run", "search_seconds", "workers", "measurements_stopped_by"}),
+               {"measured_this_run", "search_seconds", "workers"}),
     "batch_boundary": (BoundarySection, schema.BOUNDARY_FIELDS,
                        {"granularity", "upper_bound", "hit_upper_bound", "anomalies", "confirmed_by",
                         "reused_from_study"}),
