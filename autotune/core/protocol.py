@@ -248,6 +248,9 @@ class MeasureOutcome(Outcome, total=False):
     load: dict[str, Any]  # CpuLoad.to_dict()
     correctness: dict[str, Any]  # GateResult.to_dict()
     notes: list[str]
+    #: the model's size on disk in bytes where the build knows it (ONNX file, OpenVINO IR, an int8 torch
+    #: model's state_dict: autotune.worker.variants.BuiltVariant.model_bytes); absent otherwise
+    model_bytes: int
 
 
 class StageOutcome(Outcome, total=False):

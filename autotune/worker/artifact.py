@@ -73,6 +73,23 @@ def kind_of(compiler: str) -> str:
     return KINDS.get(compiler, "code")
 
 
+def format_of(kind: str, precision: str, compiler: str) -> str:
+    """What the saved artifact is, precision included: a quantized build's file *is* the int8 model."""
+    if precision in ("int8", "int8-static"):
+        return {
+            "onnx": ("ONNX model quantized by onnxruntime.quantization (" + (
+                "QDQ, static: calibrated scales" if precision == "int8-static" else "dynamic: int8 weights, "
+                "activations quantized per call") + "), run by ONNX Runtime"),
+            "openvino": "OpenVINO IR with int8 weights and FakeQuantize nodes (NNCF nncf.quantize; openvino.save_model)",
+            "torchscript": "TorchScript (torch.jit.save) of the torch.ao dynamically quantized model (int8 Linear)",
+            "code": "no file form: the code that builds it and quantizes it on load (torchao quantize_"
+                    + (", torch.compile)" if compiler == "compile" else ")"),
+        }.get(kind, FORMATS[kind])
+    if kind == "openvino" and precision in ("bf16", "fp16"):
+        return f"OpenVINO IR (openvino.save_model, fp32 weights), compiled with INFERENCE_PRECISION_HINT={precision}"
+    return FORMATS[kind]
+
+
 def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims: Any = None) -> dict[str, Any]:
     """Write ``built.artifact`` (a :class:`autotune.worker.variants.BuiltVariant` built with ``keep_artifact``) into
     ``directory``; return the kind, the files written and the runtime options a loader needs.
@@ -129,7 +146,7 @@ def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims
         runtime["buckets"] = {**plan.describe(), "inputs": [
             {"name": n, "dims": list(d), "pad_value": v}
             for n, d, v in zip(plan.layout.names, plan.dynamic_dims, plan.pad_values, strict=True) if d]}
-    return {"kind": kind, "format": FORMATS[kind], "files": directory_files(directory),
+    return {"kind": kind, "format": format_of(kind, spec.precision, spec.compiler), "files": directory_files(directory),
             "save_seconds": time.perf_counter() - t0, "threads": threads, "runtime": runtime}
 
 
@@ -206,14 +223,16 @@ def describe_interface(traffic: Any, model: Any) -> dict[str, Any]:
 
 
 def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, directory: str | None,
-           profile: bool, iterations: int, traffic: Any = None, plan: Any = None) -> dict[str, Any]:
+           profile: bool, iterations: int, traffic: Any = None, plan: Any = None,
+           calibration: Any = None) -> dict[str, Any]:
     """Build ``spec`` once (``keep_artifact``), save it into ``directory`` (None: no artifact), profile it and
     eager (with the same threads) at the same batch; each part fails on its own, with its reason.
 
     ``inputs`` are the example batch (fp32, on the device) the measurement built the variant on (padded to
     its bucket for a ``+buckets`` variant); ``traffic`` (:class:`autotune.worker.traffic.Traffic`) gives the
     dynamic dims and input names it was built with and the interface ``load.py`` offers
-    (:func:`describe_interface`); ``plan`` the bucket padding. Without ``traffic`` every shape is static.
+    (:func:`describe_interface`); ``plan`` the bucket padding; ``calibration`` the batches an int8 variant is
+    calibrated on (as measured). Without ``traffic`` every shape is static.
     Returns ``{"artifact": {...} | None, "profile": {...} | None}``.
     """
     import torch
@@ -229,7 +248,8 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
         with torch.inference_mode():
             built = build_variant(spec, model, inputs, device=str(device), keep_artifact=directory is not None,
                                   dynamic_dims=dynamic_dims,
-                                  input_names=traffic.layout.names if traffic is not None else None)
+                                  input_names=traffic.layout.names if traffic is not None else None,
+                                  calibration=calibration)
             prepared = built.prepare_inputs(inputs)
             built.fn(*prepared)  # the first call: torch.compile compiles here, like the measured one
             backend.synchronize()
@@ -279,4 +299,4 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
     return out
 
 
-__all__ = ["FORMATS", "KINDS", "deploy", "describe_interface", "kind_of", "save_artifact"]
+__all__ = ["FORMATS", "KINDS", "deploy", "describe_interface", "format_of", "kind_of", "save_artifact"]

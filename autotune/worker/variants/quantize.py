@@ -78,6 +78,28 @@ class Calibration:
                 "factory, so the quantization ranges and the accuracy check did not see real data")
 
 
+#: Seeds of the random calibration batches (no ``[data]`` factory): apart from the build's and the gate's.
+CALIBRATION_SEED = 7_000
+#: How many random batches calibrate when there is no ``[data]`` factory.
+RANDOM_CALIBRATION_BATCHES = 4
+
+
+def calibration_for(spec: Any, recipe: Any, traffic: Any, *, batch_size: int, device: Any) -> Calibration | None:
+    """The calibration of ``spec`` (None unless it is an int8 variant): the first :data:`CALIBRATION_BATCHES`
+    of the traffic (a :class:`autotune.worker.traffic.Traffic`) when it is the ``[data]`` factory's, else
+    :data:`RANDOM_CALIBRATION_BATCHES` random batches of ``batch_size`` from the recipe's ``[[inputs]]``."""
+    if not spec.is_quantized:
+        return None
+    if traffic.source == "factory":
+        return Calibration(tuple(traffic.batches[:CALIBRATION_BATCHES]), "factory")
+    from autotune.worker.traffic import random_batch
+
+    batches = tuple(tuple(t.to(device) for t in random_batch(recipe.inputs, batch_size=batch_size,
+                                                               seed=CALIBRATION_SEED + i))
+                    for i in range(RANDOM_CALIBRATION_BATCHES))
+    return Calibration(batches, "inputs")
+
+
 def _found(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -258,6 +280,7 @@ __all__ = [
     "QUANT_INSTALL",
     "TORCH_INT8_METHOD",
     "Calibration",
+    "calibration_for",
     "directory_bytes",
     "openvino_kernels",
     "quantize_onnx",
