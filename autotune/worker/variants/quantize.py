@@ -172,12 +172,17 @@ def quantize_torch(compiler: str, model: Any, notes: list[str]) -> Any:
     return quantized
 
 
-def torch_model_bytes(model: Any) -> int:
-    """The size of ``model``'s ``state_dict`` as ``torch.save`` writes it (what its weights take on disk)."""
+def torch_model_bytes(model: Any) -> int | None:
+    """The size of ``model``'s ``state_dict`` as ``torch.save`` writes it (what its weights take on disk); None
+    when it cannot be serialised. Outside inference mode: detaching torchao's tensors inside it fails."""
     import torch
 
     buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
+    try:
+        with torch.inference_mode(False):
+            torch.save(model.state_dict(), buffer)
+    except Exception:
+        return None
     return buffer.tell()
 
 
