@@ -80,7 +80,7 @@ def format_of(kind: str, precision: str, compiler: str) -> str:
             "onnx": ("ONNX model quantized by onnxruntime.quantization (" + (
                 "QDQ, static: calibrated scales" if precision == "int8-static" else "dynamic: int8 weights, "
                 "activations quantized per call") + "), run by ONNX Runtime"),
-            "openvino": "OpenVINO IR with int8 weights and FakeQuantize nodes (NNCF nncf.quantize; openvino.save_model)",
+            "openvino": "OpenVINO IR with int8 weights and FakeQuantize nodes (NNCF nncf.quantize, save_model)",
             "torchscript": "TorchScript (torch.jit.save) of the torch.ao dynamically quantized model (int8 Linear)",
             "code": "no file form: the code that builds it and quantizes it on load (torchao quantize_"
                     + (", torch.compile)" if compiler == "compile" else ")"),
@@ -146,7 +146,8 @@ def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims
         runtime["buckets"] = {**plan.describe(), "inputs": [
             {"name": n, "dims": list(d), "pad_value": v}
             for n, d, v in zip(plan.layout.names, plan.dynamic_dims, plan.pad_values, strict=True) if d]}
-    return {"kind": kind, "format": format_of(kind, spec.precision, spec.compiler), "files": directory_files(directory),
+    return {"kind": kind, "format": format_of(kind, spec.precision, spec.compiler),
+            "files": directory_files(directory),
             "save_seconds": time.perf_counter() - t0, "threads": threads, "runtime": runtime}
 
 

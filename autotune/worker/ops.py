@@ -308,7 +308,7 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             extra.update(first_pass_seconds=first_pass, warmup_recompiles=first_recompiles,
                          shape_policy="buckets" if spec.buckets else "dynamic")
             m = dataclasses.replace(m, extra={**m.extra, **extra})
-        return MeasureOutcome(
+        outcome = MeasureOutcome(
             status="ok", reason="",
             measurement=m.to_dict(),
             build_seconds=built.build_seconds,
@@ -321,8 +321,10 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             load=load.to_dict(),
             correctness=gate.to_dict(),
             notes=list(built.notes),
-            **({"model_bytes": built.model_bytes} if built.model_bytes is not None else {}),
         )
+        if built.model_bytes is not None:
+            outcome["model_bytes"] = built.model_bytes
+        return outcome
 
     try:
         return _guarded(backend, body)

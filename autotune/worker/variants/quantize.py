@@ -207,7 +207,13 @@ def quantize_onnx(precision: str, source: str, target: str, input_names: Sequenc
                   calibration: Calibration | None, notes: list[str]) -> None:
     """Write the int8 model of the fp32 ``source`` file to ``target`` (``int8``: dynamic; ``int8-static``: QDQ
     calibrated on ``calibration``)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = os.path.join(os.path.dirname(source), "preprocessed.onnx")
