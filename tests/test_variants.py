@@ -198,7 +198,7 @@ def test_direct_construction_is_validated() -> None:
     with pytest.raises(InputError):
         VariantSpec(compiler="eager", compile_mode="default")
     with pytest.raises(InputError):
-        VariantSpec(precision="int8")
+        VariantSpec(precision="int4")
     with pytest.raises(InputError):
         VariantSpec(threads=0)
     with pytest.raises(InputError):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -246,7 +246,7 @@ def cpu_native_precision(precision: str) -> bool | None:
         caps = get_caps()
     except Exception:
         return None
-    if not isinstance(caps, dict) or "avx2" not in caps:
+    if not isinstance(caps, Mapping) or "avx2" not in caps:  # torch returns a mappingproxy
         return None  # not an x86 capability report
     if reduced == "bf16":
         return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
