@@ -25,6 +25,15 @@ What is saved, per compiler (``KINDS``):
 * ``eager`` / ``compile`` have no file form: the artifact is the code (:mod:`autotune.report.loader`
   writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
 
+An int8 or bf16 winner's artifact is the model that was measured at that precision (:func:`format_of` says
+which): ``onnx+int8`` / ``+int8-static`` save the quantized ``.onnx`` (ONNX Runtime's dynamic or QDQ model,
+alone in its directory), ``openvino+int8`` the IR with NNCF's FakeQuantize nodes and int8 weights (``bf16`` the
+fp32 IR compiled with ``INFERENCE_PRECISION_HINT=bf16``, in the loader's config), ``script`` / ``trace`` /
+``frozen`` ``+int8`` the TorchScript of the ``torch.ao`` dynamically quantized model, and ``eager`` /
+``compile`` ``+int8`` the code that builds the model and quantizes it on load (torchao ``quantize_``). The
+static quantizations are calibrated on the same traffic batches as the measured build, so the file is that
+build's model.
+
 Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
 parent from the document (:mod:`autotune.deployment`, which also puts this worker's directory in place), so
 ``autotune report`` shows the same text (:mod:`autotune.report.loader`).

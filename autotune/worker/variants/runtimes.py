@@ -47,9 +47,12 @@ What a built runtime variant is, and why:
   explicitly: ``f32`` for fp32 variants (on a CPU with native bf16, OpenVINO's default would silently be
   bf16), ``bf16`` / ``f16`` only for ``openvino+bf16`` / ``+fp16`` and only where the CPU has the native
   instructions *and* the plugin lists the precision (its ``OPTIMIZATION_CAPABILITIES`` lists BF16 even on
-  AVX2 CPUs, where it is emulated). ONNX Runtime variants are fp32 only (an fp16 ONNX graph would be a
-  different model conversion). ``channels_last``, ``autocast-*`` and ``cudagraphs`` are torch mechanisms
-  and do not apply.
+  AVX2 CPUs, where it is emulated). ONNX Runtime variants are fp32 or int8 (an fp16 ONNX graph would be a
+  different model conversion). ``int8`` / ``int8-static`` quantize the exported / converted model before the
+  session or compile (:mod:`autotune.worker.variants.quantize`: ORT dynamic or static QDQ, NNCF), calibrated on
+  the traffic; the quantized file is what runs and what the artifact saves. A non-fp32 build names the kernels
+  OpenVINO picked (the executed graph's primitive types after one inference: ``brgemm_avx512_amx_I8``...).
+  ``channels_last``, ``autocast-*`` and ``cudagraphs`` are torch mechanisms and do not apply.
 
 ONNX export, pseudo-code::
 
