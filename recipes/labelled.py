@@ -65,7 +65,7 @@ def _markers(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids[:20], ids[20:]
 
 
-def text_task(n: int, *, seq_min: int = 16, seq_max: int = 64, vocab_size: int = 30522, seed: int = 0
+def text_task(n: int, *, seq_min: int = 16, seq_max: int = 64, vocab_size: int = 8192, seed: int = 0
               ) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
     """``n`` sentences as one dict per sample (unpadded ``input_ids``), and their labels (n,) int64."""
     g = torch.Generator().manual_seed(seed)
@@ -163,7 +163,7 @@ def trained_cnn(classes: int = 10, size: int = 32, width: int = 32, steps: int =
                     lambda s: image_task(64, size=size, classes=classes, seed=seed * 7919 + s))
 
 
-def trained_bert(vocab_size: int = 30522, hidden_size: int = 128, layers: int = 2, heads: int = 2,
+def trained_bert(vocab_size: int = 8192, hidden_size: int = 128, layers: int = 2, heads: int = 2,
                  intermediate_size: int = 512, steps: int = 150, seed: int = 0) -> nn.Module:
     """BERT-tiny's shape (``recipes/models.py:bert_classifier``) trained on :func:`text_task` (2 labels)."""
     from transformers import BertConfig, BertForSequenceClassification
