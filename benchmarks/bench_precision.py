@@ -137,7 +137,8 @@ def accuracies(model: str, recipe_path: Path, variants: list[str], *, samples: i
     eager = adapt(net, traffic.layout)
     kwargs = tomllib.loads((ROOT / MODELS[model][0]).read_text())["data"].get("kwargs", {})
     task_kwargs = ({"seq_min": kwargs.get("seq_min", 16), "seq_max": kwargs.get("seq_max", 64)} if task == "text"
-                   else {"size": kwargs.get("size", 32), "classes": kwargs.get("classes", 10)})
+                   else {"size": kwargs.get("size", 32), "classes": kwargs.get("classes", 10),
+                         "noise": kwargs.get("noise", 0.5)})
     held = labelled.labelled_set(task, samples=samples, batch_size=batch, seed=1, **task_kwargs)
 
     def flat(x: Any) -> tuple[Any, ...]:

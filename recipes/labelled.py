@@ -40,8 +40,11 @@ HELD_OUT = 1_000_000
 # ---- tasks -------------------------------------------------------------------------------------------------
 
 
-def image_task(n: int, *, size: int = 32, classes: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` images (n, 3, size, size) float32, normalised, and their labels (n,) int64."""
+def image_task(n: int, *, size: int = 32, classes: int = 10, noise: float = 0.5, seed: int = 0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` images (n, 3, size, size) float32, normalised, and their labels (n,) int64. ``noise`` is the pixel
+    noise's standard deviation against a pattern amplitude of about 0.25: high enough that the task is not solved
+    perfectly, so an accuracy drop can show."""
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, classes, (n,), generator=g)
     angle = labels.float() * (math.pi / classes)
@@ -53,7 +56,7 @@ def image_task(n: int, *, size: int = 32, classes: int = 10, seed: int = 0) -> t
     pattern = torch.sin(freq[:, None, None] * proj + phase[:, None, None])
     contrast = 0.5 + torch.rand(n, 1, 1, generator=g)
     tint = 0.6 + 0.8 * torch.rand(n, 3, 1, 1, generator=g)
-    images = 0.5 + 0.25 * (contrast * pattern)[:, None] * tint + 0.15 * torch.randn(n, 3, size, size, generator=g)
+    images = 0.5 + 0.25 * (contrast * pattern)[:, None] * tint + noise * torch.randn(n, 3, size, size, generator=g)
     mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
     return ((images - mean) / std).float(), labels
@@ -154,13 +157,14 @@ def small_cnn(classes: int = 10, width: int = 32) -> nn.Module:
                          nn.Linear(width * 4, classes))
 
 
-def trained_cnn(classes: int = 10, size: int = 32, width: int = 32, steps: int = 120, seed: int = 0) -> nn.Module:
+def trained_cnn(classes: int = 10, size: int = 32, width: int = 32, noise: float = 0.5, steps: int = 120,
+                seed: int = 0) -> nn.Module:
     """:func:`small_cnn` trained on :func:`image_task`."""
     torch.manual_seed(seed)
     model = small_cnn(classes, width)
-    config = {"classes": classes, "size": size, "width": width, "steps": steps, "seed": seed}
+    config = {"classes": classes, "size": size, "width": width, "noise": noise, "steps": steps, "seed": seed}
     return _trained("cnn-stripes", config, model, steps,
-                    lambda s: image_task(64, size=size, classes=classes, seed=seed * 7919 + s))
+                    lambda s: image_task(64, size=size, classes=classes, noise=noise, seed=seed * 7919 + s))
 
 
 def trained_bert(vocab_size: int = 8192, hidden_size: int = 128, layers: int = 2, heads: int = 2,
@@ -218,10 +222,11 @@ def labelled_set(task: str, *, samples: int = 256, batch_size: int = 32, seed: i
     return out
 
 
-def labelled_image_batches(batch_size: int, size: int = 32, classes: int = 10, samples: int = 256, seed: int = 0
-                           ) -> Iterator[torch.Tensor]:
+def labelled_image_batches(batch_size: int, size: int = 32, classes: int = 10, noise: float = 0.5,
+                           samples: int = 256, seed: int = 0) -> Iterator[torch.Tensor]:
     """The images of :func:`labelled_set` ``("images")`` (a data factory: one positional tensor per batch)."""
-    for x, _ in labelled_set("images", samples=samples, batch_size=batch_size, seed=seed, size=size, classes=classes):
+    for x, _ in labelled_set("images", samples=samples, batch_size=batch_size, seed=seed, size=size, classes=classes,
+                             noise=noise):
         yield x
 
 
