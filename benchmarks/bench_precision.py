@@ -25,8 +25,8 @@ is slower than the same runtime's fp32 (int8 is, on some CPUs and models).
         [--max-seconds 3] [--samples 512] [--out bench-out/precision] [--json out.json]
 
 Small run (proves the script; numbers are noise on a loaded machine):
-    .venv/bin/python benchmarks/bench_precision.py --models cnn --rounds 2 --round-seconds 0.2 --max-seconds 1 \
-        --samples 64
+    .venv/bin/python benchmarks/bench_precision.py --models cnn --bases eager,onnx,openvino --rounds 2 \
+        --round-seconds 0.2 --max-seconds 1 --samples 64
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def _absolute(factory: str, base: Path) -> str:
     return f"{(base / target).resolve()}:{attr}" if target.endswith(".py") else factory
 
 
-def precision_recipe(model: str, *, max_seconds: float) -> str:
+def precision_recipe(model: str, *, max_seconds: float, bases: tuple[str, ...] = BASES,
+                     precisions: tuple[str, ...] = PRECISIONS, extra: tuple[str, ...] = EXTRA) -> str:
     """The model's recipe at one batch size, every base crossed with every precision (absolute factory paths)."""
     rel, batch, _ = MODELS[model]
     path = ROOT / rel
@@ -92,8 +93,8 @@ def precision_recipe(model: str, *, max_seconds: float) -> str:
     for key in ("max_batches", "pad_values"):
         if key in data["data"]:
             lines.append(f"{key} = {_toml_value(data['data'][key])}")
-    lines += ["", "[search]", f"variants = {_toml_value([*BASES, *EXTRA])}",
-              f"precisions = {_toml_value(list(PRECISIONS))}", f"batch_sizes = [{batch}]",
+    lines += ["", "[search]", f"variants = {_toml_value([*bases, *extra])}",
+              f"precisions = {_toml_value(list(precisions))}", f"batch_sizes = [{batch}]",
               'objective = "throughput"', "time_budget_s = 3600", "",
               "[measure]", 'mode = "throughput"', "ci_target = 0.02", f"max_seconds = {max_seconds}",
               "rounds = 0", "timeout_s = 900"]
@@ -189,7 +190,9 @@ def run_model(model: str, args: argparse.Namespace) -> dict[str, Any]:
     out = args.out / model
     out.mkdir(parents=True, exist_ok=True)
     recipe = out / "recipe.toml"
-    recipe.write_text(precision_recipe(model, max_seconds=args.max_seconds))
+    recipe.write_text(precision_recipe(model, max_seconds=args.max_seconds, bases=tuple(args.bases),
+                                       precisions=tuple(args.precisions),
+                                       extra=tuple(e for e in EXTRA if e.split("+")[0] in args.bases)))
     t0 = time.perf_counter()
     proc = subprocess.run([str(Path(sys.executable).parent / "autotune"), "run", str(recipe), "--out",
                            str(out / "run")], capture_output=True, text=True, cwd=ROOT)
@@ -282,10 +285,14 @@ def main() -> int:
     ap.add_argument("--round-seconds", type=float, default=0.5)
     ap.add_argument("--samples", type=int, default=512, help="labelled samples the accuracy is scored on")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bases", default=",".join(BASES), help="compilers crossed with the precisions")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--out", type=Path, default=ROOT / "bench-out" / "precision")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.bases = [b.strip() for b in args.bases.split(",") if b.strip()]
+    args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
