@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e '.[dev,onnx,openvino,hf]'
+	$(PY) -m pip install -q -e '.[dev,onnx,openvino,hf,quant]'
 	if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 		cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
 	else \

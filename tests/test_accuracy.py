@@ -282,3 +282,11 @@ def test_a_run_reports_precision_accuracy_and_the_cost_of_its_pick(tmp_path: Pat
         assert "Accuracy cost: labelled.py:metric" in md and "on 8 batches of the data (256 samples)" in md
     else:
         assert "Costs no accuracy: it runs in fp32" in md
+
+
+def test_every_precision_has_a_closeness_budget() -> None:
+    """A precision the grammar accepts (int8-static came with the quantizers) must have default thresholds."""
+    from autotune.core.variant_names import PRECISIONS
+    from autotune.worker.accuracy import CLOSENESS
+
+    assert set(PRECISIONS) <= set(CLOSENESS)

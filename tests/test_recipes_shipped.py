@@ -8,6 +8,7 @@ recipes parse is ``tests/test_recipe.py::test_shipped_recipes_parse``.
 from __future__ import annotations
 
 import inspect
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,8 @@ def _data(recipe: str) -> Callable[..., Any]:
 
 
 def test_the_shipped_data_recipes_are_the_expected_ones() -> None:
-    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "timm_cnn.toml", "timm_cnn_auto.toml"]
+    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "precision_bert.toml", "precision_cnn.toml", "timm_cnn.toml",
+                                              "timm_cnn_auto.toml"]
 
 
 @pytest.mark.parametrize("path", DATA_RECIPES, ids=lambda p: p.name)
@@ -169,3 +171,32 @@ def test_timm_cnn_runs_on_image_batches() -> None:
     batch = next(iter(data_factory(batch_size=2, **data_kwargs)))
     with torch.inference_mode():
         assert model(batch).shape == (2, 10)
+
+
+# ---------------------------------------------------------------------------- labelled.py (precision recipes)
+
+
+def test_labelled_factories_serve_the_held_out_split_with_its_labels(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data factory yields exactly the inputs of ``labelled_set``; a trained model scores well on them (the
+    point of the module: a classifier with a margin) and loads from its cache the second time."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = ModelSpec(factory="labelled.py:trained_mlp", kwargs={}, base_dir=str(RECIPES))
+    trained_mlp = resolve_factory(spec, recipe_path=str(RECIPES / "precision_cnn.toml"))
+    module = sys.modules[trained_mlp.__module__]
+    batches = list(module.labelled_cluster_batches(batch_size=32, samples=80, seed=2))
+    labelled = module.labelled_set("clusters", samples=80, batch_size=32, seed=2)
+    assert [b.shape[0] for b in batches] == [32, 32, 16]
+    assert all(torch.equal(b, x) for b, (x, _) in zip(batches, labelled, strict=True))
+    model = trained_mlp()
+    assert len(list((tmp_path / "autotune-recipes").glob("mlp-clusters-*.pt"))) == 1
+    with torch.inference_mode():
+        accuracy = sum(int((model(x).argmax(1) == y).sum()) for x, y in labelled) / 80
+        again = trained_mlp()  # from the cache: the same weights
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(),
+                                                      strict=True))
+    assert accuracy > 0.9
+    texts = list(module.labelled_text_batches(batch_size=8, samples=16))
+    assert {tuple(sorted(t)) for t in texts} == {("attention_mask", "input_ids", "token_type_ids")}
+    images = list(module.labelled_image_batches(batch_size=8, samples=8))
+    assert images[0].shape == (8, 3, 32, 32)

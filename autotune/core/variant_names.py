@@ -24,7 +24,13 @@ RUNTIMES: tuple[str, ...] = ("onnx", "openvino")
 #: ``max-autotune-no-cudagraphs`` is the latter without CUDA graphs. (``lite`` exists too but only
 #: disables optimisations, so it is never faster and is left out.)
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16", "int8")
+#: ``int8``: int8 weights, activations quantized per call where the runtime can (torchao's dynamic int8 for
+#: torch, ``onnxruntime.quantization.quantize_dynamic`` for onnx) and calibrated on the data for OpenVINO (NNCF,
+#: its only post-training int8); ``int8-static``: activations' scales calibrated on the data ahead of time
+#: (ONNX Runtime's QDQ static quantization). :mod:`autotune.worker.variants.quantize` builds them.
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16", "int8", "int8-static")
+#: The precisions whose build quantizes the model (calibrated on the traffic where the method needs it).
+QUANTIZED_PRECISIONS: tuple[str, ...] = ("int8", "int8-static")
 MEMORY_FORMATS: tuple[str, ...] = ("contiguous", "channels_last")
 #: ONNX Runtime options: ``default`` runs the graph's nodes one after another (``ORT_SEQUENTIAL``, all
 #: intra-op threads on each node); ``parallel`` (``ORT_PARALLEL``) also runs independent branches at once.
@@ -150,6 +156,11 @@ class VariantSpec:
     @property
     def is_torchscript(self) -> bool:
         return self.compiler in _TORCHSCRIPT
+
+    @property
+    def is_quantized(self) -> bool:
+        """An int8 variant: the build quantizes the model (:data:`QUANTIZED_PRECISIONS`)."""
+        return self.precision in QUANTIZED_PRECISIONS
 
     @property
     def is_runtime(self) -> bool:

@@ -155,6 +155,25 @@ def _compiler_lines(compiler: str, mode: str | None, *, dynamic: bool | None = F
     return [f"# compiler {compiler!r} is not known to this report version: apply it here"]
 
 
+def _int8_lines(compiler: str, precision: str) -> list[str]:
+    """Quantize ``model`` as ``autotune.worker.variants.quantize`` does (torch); for a runtime, say where the
+    quantized model is (its calibration needs the data, so the artifact's file is the model)."""
+    if compiler in ("eager", "compile"):
+        return ["# int8: torchao's dynamic int8 (int8 weights per channel, activations quantized per call) on the",
+                "# Linear layers, as autotune measured it",
+                "from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_",
+                "",
+                "quantize_(model, Int8DynamicActivationInt8WeightConfig())"]
+    if compiler in ("script", "trace", "frozen"):
+        return ["# int8: torch.ao's dynamic quantization of the Linear layers (TorchScript cannot hold torchao's)",
+                "model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)"]
+    if compiler in _RUNTIMES:
+        return [f"# {precision}: autotune quantized the exported model ("
+                + ("onnxruntime.quantization" if compiler == "onnx" else "NNCF") + ", calibrated on the data where "
+                "static); the artifact's model file is that model: load it rather than this fp32 export"]
+    return [f"# {precision}: not offered for {compiler}"]
+
+
 def _runtime_lines(compiler: str, mode: str | None, precision: str, device: str) -> list[str]:
     """Export / convert the fp32 ``model`` and load it in the runtime as autotune measured it (``predict``)."""
     if compiler == "onnx":
@@ -328,9 +347,11 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
         "",
         "",
     ]
-    if precision not in ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16"):
+    if precision not in ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16", "int8", "int8-static"):
         lines.append(f"# precision {precision!r} is not known to this report version: apply it here")
     lines += [f"model = {py_call(callee, model_spec.get('kwargs'))}", "model = model.eval().to(device)"]
+    if precision.startswith("int8"):
+        lines += _int8_lines(compiler, precision)
     if reduced and not autocast:
         lines.append(f"model = model.to({reduced})  # {precision}: weights and float inputs")
     if memory_format == "channels_last":

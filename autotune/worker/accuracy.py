@@ -84,6 +84,7 @@ CLOSENESS: dict[str, Closeness] = {
     "bf16": Closeness(0.05, 0.998),
     "autocast-bf16": Closeness(0.05, 0.998),
     "int8": Closeness(0.10, 0.99),
+    "int8-static": Closeness(0.10, 0.99),
     # fp32 rows are scored only for the report (the strict gate decides them)
     "fp32": Closeness(1e-4, 0.99999),
 }

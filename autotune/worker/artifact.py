@@ -25,6 +25,15 @@ What is saved, per compiler (``KINDS``):
 * ``eager`` / ``compile`` have no file form: the artifact is the code (:mod:`autotune.report.loader`
   writes it from the recipe: factory import, kwargs, precision, memory format, compile mode, threads).
 
+An int8 or bf16 winner's artifact is the model that was measured at that precision (:func:`format_of` says
+which): ``onnx+int8`` / ``+int8-static`` save the quantized ``.onnx`` (ONNX Runtime's dynamic or QDQ model,
+alone in its directory), ``openvino+int8`` the IR with NNCF's FakeQuantize nodes and int8 weights (``bf16`` the
+fp32 IR compiled with ``INFERENCE_PRECISION_HINT=bf16``, in the loader's config), ``script`` / ``trace`` /
+``frozen`` ``+int8`` the TorchScript of the ``torch.ao`` dynamically quantized model, and ``eager`` /
+``compile`` ``+int8`` the code that builds the model and quantizes it on load (torchao ``quantize_``). The
+static quantizations are calibrated on the same traffic batches as the measured build, so the file is that
+build's model.
+
 Every kind gets ``load.py`` (the loader snippet: load, one batch, print the output shapes) written by the
 parent from the document (:mod:`autotune.deployment`, which also puts this worker's directory in place), so
 ``autotune report`` shows the same text (:mod:`autotune.report.loader`).
@@ -71,6 +80,23 @@ FORMATS: dict[str, str] = {
 
 def kind_of(compiler: str) -> str:
     return KINDS.get(compiler, "code")
+
+
+def format_of(kind: str, precision: str, compiler: str) -> str:
+    """What the saved artifact is, precision included: a quantized build's file *is* the int8 model."""
+    if precision in ("int8", "int8-static"):
+        return {
+            "onnx": ("ONNX model quantized by onnxruntime.quantization (" + (
+                "QDQ, static: calibrated scales" if precision == "int8-static" else "dynamic: int8 weights, "
+                "activations quantized per call") + "), run by ONNX Runtime"),
+            "openvino": "OpenVINO IR with int8 weights and FakeQuantize nodes (NNCF nncf.quantize, save_model)",
+            "torchscript": "TorchScript (torch.jit.save) of the torch.ao dynamically quantized model (int8 Linear)",
+            "code": "no file form: the code that builds it and quantizes it on load (torchao quantize_"
+                    + (", torch.compile)" if compiler == "compile" else ")"),
+        }.get(kind, FORMATS[kind])
+    if kind == "openvino" and precision in ("bf16", "fp16"):
+        return f"OpenVINO IR (openvino.save_model, fp32 weights), compiled with INFERENCE_PRECISION_HINT={precision}"
+    return FORMATS[kind]
 
 
 def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims: Any = None) -> dict[str, Any]:
@@ -129,7 +155,8 @@ def save_artifact(built: Any, directory: Path, *, plan: Any = None, dynamic_dims
         runtime["buckets"] = {**plan.describe(), "inputs": [
             {"name": n, "dims": list(d), "pad_value": v}
             for n, d, v in zip(plan.layout.names, plan.dynamic_dims, plan.pad_values, strict=True) if d]}
-    return {"kind": kind, "format": FORMATS[kind], "files": directory_files(directory),
+    return {"kind": kind, "format": format_of(kind, spec.precision, spec.compiler),
+            "files": directory_files(directory),
             "save_seconds": time.perf_counter() - t0, "threads": threads, "runtime": runtime}
 
 
@@ -206,14 +233,16 @@ def describe_interface(traffic: Any, model: Any) -> dict[str, Any]:
 
 
 def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, directory: str | None,
-           profile: bool, iterations: int, traffic: Any = None, plan: Any = None) -> dict[str, Any]:
+           profile: bool, iterations: int, traffic: Any = None, plan: Any = None,
+           calibration: Any = None) -> dict[str, Any]:
     """Build ``spec`` once (``keep_artifact``), save it into ``directory`` (None: no artifact), profile it and
     eager (with the same threads) at the same batch; each part fails on its own, with its reason.
 
     ``inputs`` are the example batch (fp32, on the device) the measurement built the variant on (padded to
     its bucket for a ``+buckets`` variant); ``traffic`` (:class:`autotune.worker.traffic.Traffic`) gives the
     dynamic dims and input names it was built with and the interface ``load.py`` offers
-    (:func:`describe_interface`); ``plan`` the bucket padding. Without ``traffic`` every shape is static.
+    (:func:`describe_interface`); ``plan`` the bucket padding; ``calibration`` the batches an int8 variant is
+    calibrated on (as measured). Without ``traffic`` every shape is static.
     Returns ``{"artifact": {...} | None, "profile": {...} | None}``.
     """
     import torch
@@ -229,7 +258,8 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
         with torch.inference_mode():
             built = build_variant(spec, model, inputs, device=str(device), keep_artifact=directory is not None,
                                   dynamic_dims=dynamic_dims,
-                                  input_names=traffic.layout.names if traffic is not None else None)
+                                  input_names=traffic.layout.names if traffic is not None else None,
+                                  calibration=calibration)
             prepared = built.prepare_inputs(inputs)
             built.fn(*prepared)  # the first call: torch.compile compiles here, like the measured one
             backend.synchronize()
@@ -279,4 +309,4 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
     return out
 
 
-__all__ = ["FORMATS", "KINDS", "deploy", "describe_interface", "kind_of", "save_artifact"]
+__all__ = ["FORMATS", "KINDS", "deploy", "describe_interface", "format_of", "kind_of", "save_artifact"]

@@ -89,7 +89,7 @@ def tolerance_for(precision: str, *, device: str = "cpu", tf32: bool | None = No
         return _BF16
     if precision in ("fp16", "autocast-fp16"):
         return _FP16
-    if precision == "int8":
+    if precision in ("int8", "int8-static"):
         return _INT8
     if precision != "fp32":
         from autotune.errors import InputError

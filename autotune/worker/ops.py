@@ -97,6 +97,7 @@ from autotune.worker.variants import (  # noqa: E402
     reset_compiler_state,
     thread_counts,
 )
+from autotune.worker.variants.quantize import calibration_for  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _T0
 #: Resident memory the tool's own modules added beyond torch (measured once at start-up): a
@@ -174,7 +175,8 @@ def _build_candidate(lw: LoadedWorkload, spec: VariantSpec, batch: int, *, model
     device = lw.device
     traffic, eager, plan, example = _candidate_inputs(lw, spec, batch, model=model)
     built = build_variant(spec, eager, example, device=str(device), keep_artifact=keep_artifact,
-                          dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names)
+                          dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names,
+                          calibration=calibration_for(spec, lw.recipe, traffic, batch_size=batch, device=device))
     if plan is not None:
         built = dataclasses.replace(built, fn=plan.wrap(built.fn),
                                     notes=(*built.notes, f"inputs padded to buckets {list(plan.buckets)} "
@@ -465,7 +467,9 @@ def op_probe(state: WorkerState, req: ProbeRequest) -> ProbeOutcome:
         assert master.model is not None
         with torch.inference_mode():
             built = build_variant(spec, adapt(master.model, traffic.layout), example, device=str(device),
-                                  dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names)
+                                  dynamic_dims=traffic.build_dims(), input_names=traffic.layout.names,
+                                  calibration=calibration_for(spec, master.recipe, traffic, batch_size=batch,
+                                                              device=device))
             prepared = built.prepare_inputs(example)
         held = 0 if backend.device_memory else master.weight_bytes()
         if fresh:
@@ -584,7 +588,9 @@ def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
         traffic, eager, plan, example = _candidate_inputs(lw, spec, int(req["batch_size"]))
         result = deploy(eager, example, spec=spec, device=lw.device,
                         backend=lw.backend, directory=req.get("directory"), profile=bool(req.get("profile", True)),
-                        iterations=int(req.get("iterations") or 10), traffic=traffic, plan=plan)
+                        iterations=int(req.get("iterations") or 10), traffic=traffic, plan=plan,
+                        calibration=calibration_for(spec, lw.recipe, traffic, batch_size=int(req["batch_size"]),
+                                                    device=lw.device))
         return cast(ArtifactResult, result)
     finally:
         torch.set_num_threads(state.default_threads)

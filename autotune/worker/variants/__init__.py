@@ -9,7 +9,9 @@ A *variant* is one point in a small product space of independent dimensions:
   the deployment runtimes ``onnx`` (ONNX Runtime, option ``default`` / ``parallel``) and ``openvino``
   (option ``latency`` / ``throughput``, OpenVINO's performance hint), built in :mod:`autotune.worker.variants.runtimes`;
 * **precision** — ``fp32``, pure ``bf16`` / ``fp16`` (weights and floating inputs cast), or
-  ``autocast-bf16`` / ``autocast-fp16`` (fp32 weights, ``torch.autocast`` picks per-op dtypes);
+  ``autocast-bf16`` / ``autocast-fp16`` (fp32 weights, ``torch.autocast`` picks per-op dtypes), or ``int8`` /
+  ``int8-static`` (the model quantized in the build, calibrated on the traffic where the method needs it:
+  :mod:`autotune.worker.variants.quantize` says which quantizer serves which compiler, and why);
 * **memory format** — ``contiguous`` or ``channels_last`` (4-D float inputs and conv weights);
 * **cudagraphs** — an explicit ``torch.cuda.CUDAGraph`` capture around the call (CUDA only);
 * **threads** — ``torch.set_num_threads(N)`` while the variant runs (CPU only).

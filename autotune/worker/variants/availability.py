@@ -166,8 +166,14 @@ def available(
             )
 
     # precision
-    if spec.precision == "int8":  # the grammar knows it; its builders (torchao, ORT, NNCF) come with issue 19's int8
-        return Availability(False, "int8 variants are not built by this version of autotune")
+    if spec.is_quantized:
+        if kind != "cpu":
+            return Availability(False, f"{spec.precision} variants are built for the CPU here, not for {kind}")
+        from autotune.worker.variants.quantize import torch_int8_unavailable_reason
+
+        reason = torch_int8_unavailable_reason(spec.compiler, spec.precision)
+        if reason is not None:
+            return Availability(False, reason)
     reduced = _reduced_dtype(spec.precision)
     if reduced is not None:
         if spec.precision.startswith("autocast"):

@@ -19,6 +19,8 @@ from autotune.core.variant_names import VariantSpec
 from autotune.errors import VariantError
 from autotune.worker.variants.availability import _device_type, _reduced_dtype, cpu_native_precision
 from autotune.worker.variants.build_stage import silenced_build
+from autotune.worker.variants.quantize import Calibration, quantize_torch
+from autotune.worker.variants.quantize import torch_model_bytes as quantize_model_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -208,6 +210,7 @@ def build_variant(
     keep_artifact: bool = False,
     dynamic_dims: Sequence[Sequence[int]] | None = None,
     input_names: Sequence[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> BuiltVariant:
     """Build ``spec`` from ``model`` (never mutated) for inputs like ``example_inputs`` (fp32, on device).
 
@@ -216,6 +219,7 @@ def build_variant(
         m = deepcopy(model).eval(), parameters requires_grad=False, on device  (grad mode off,
                                                                                  inference mode off)
         m = m.to(bf16|fp16) for pure precisions; m.to(channels_last) for channels_last
+        int8 (torch compilers): m = torchao quantize_ (eager, compile) | torch.ao quantize_dynamic (TorchScript)
         x = prepare_inputs(example_inputs)
         autocast: trace/frozen/compile/export wrap m in a module whose forward enters autocast (baked
                   into the graph); eager/script enter autocast around every call instead
@@ -226,6 +230,8 @@ def build_variant(
                 | ONNX Runtime / OpenVINO session on an export of m, dynamic in dynamic_dims  (variants.runtimes)
         cudagraphs: capture inner(x) into a CUDA graph; calls copy inputs in and replay
         fn = inference_mode + (runtime autocast) + (threads) around inner
+        bf16/fp16/int8 on CPU, not compile/runtimes: one call on x with oneDNN's verbose log -> a note naming
+            the kernels (AMX / AVX512-BF16 / VNNI) it ran (variants.isa)
 
     Building happens with inference mode switched *off* (the caller may be inside it): TorchScript
     freezing and export need ordinary tensors, and a deep copy made in inference mode would turn the
@@ -242,6 +248,10 @@ def build_variant(
     ``input_names`` (the traffic layout's names) name the runtimes' graph inputs, so a deployment feeds them
     by the names of the user's batch.
 
+    ``calibration`` (:class:`autotune.worker.variants.quantize.Calibration`: the traffic's batches) calibrates the
+    static int8 quantizations (``onnx+int8-static``, ``openvino+int8``); quantizing and calibrating are part of
+    the build, so of ``build_seconds``.
+
     Availability is not checked here (call :func:`available` first); whatever torch can build is
     built. Raises :class:`VariantError` with a one-line summary when a stage fails;
     ``torch.OutOfMemoryError`` propagates unchanged so the caller can classify it as ``oom``.
@@ -253,6 +263,7 @@ def build_variant(
     notes: list[str] = []
     keepalive: list[Any] = []
     artifact: Any = None
+    model_bytes: int | None = None
     reduced = _dtype_of(spec.precision)
     autocast = spec.precision.startswith("autocast")
     t0 = time.perf_counter()
@@ -275,6 +286,8 @@ def build_variant(
             return m
 
         m = silenced_build("preparing the model copy", notes, copy_model)
+        if spec.is_quantized and not spec.is_runtime:
+            m = quantize_torch(spec.compiler, m, notes)
         example = _prepare(spec, example_inputs, device=device)
         runtime_autocast: tuple[str, torch.dtype] | None = None
         target: Any = m
@@ -326,9 +339,9 @@ def build_variant(
         elif spec.is_runtime:
             from autotune.worker.variants.runtimes import build_runtime
 
-            inner, kept, artifact = build_runtime(spec, m, example, device=device, notes=notes,
-                                                  keep_artifact=keep_artifact, dynamic_dims=dynamic_dims,
-                                                  input_names=input_names)
+            inner, kept, artifact, model_bytes = build_runtime(
+                spec, m, example, device=device, notes=notes, keep_artifact=keep_artifact,
+                dynamic_dims=dynamic_dims, input_names=input_names, calibration=calibration)
             keepalive.extend(kept)
         else:  # pragma: no cover - VariantSpec validates the compiler
             raise VariantError(f"unknown compiler {spec.compiler!r}")
@@ -357,7 +370,15 @@ def build_variant(
             inner = captured
             notes.append("CUDA graph: outputs are static buffers, overwritten by the next call")
 
+    if (kind == "cpu" and spec.precision != "fp32" and not spec.is_runtime and spec.compiler != "compile"
+            and not spec.cuda_graphs):
+        from autotune.worker.variants.isa import onednn_kernels
+
+        fn0 = _Runner(inner, autocast=runtime_autocast, threads=spec.threads)
+        notes.append(silenced_build("oneDNN verbose call", notes, lambda: onednn_kernels(lambda: fn0(*example))))
     build_seconds = time.perf_counter() - t0
+    if spec.is_quantized and not spec.is_runtime:
+        model_bytes = quantize_model_bytes(m)
     return BuiltVariant(
         spec=spec,
         fn=_Runner(inner, autocast=runtime_autocast, threads=spec.threads),
@@ -366,6 +387,7 @@ def build_variant(
         device=str(dev),
         shape_specialized=spec.compiler in ("compile", "export") or spec.is_runtime or spec.cuda_graphs,
         artifact=artifact,
+        model_bytes=model_bytes,
         _keepalive=tuple(keepalive),
     )
 

@@ -47,9 +47,12 @@ What a built runtime variant is, and why:
   explicitly: ``f32`` for fp32 variants (on a CPU with native bf16, OpenVINO's default would silently be
   bf16), ``bf16`` / ``f16`` only for ``openvino+bf16`` / ``+fp16`` and only where the CPU has the native
   instructions *and* the plugin lists the precision (its ``OPTIMIZATION_CAPABILITIES`` lists BF16 even on
-  AVX2 CPUs, where it is emulated). ONNX Runtime variants are fp32 only (an fp16 ONNX graph would be a
-  different model conversion). ``channels_last``, ``autocast-*`` and ``cudagraphs`` are torch mechanisms
-  and do not apply.
+  AVX2 CPUs, where it is emulated). ONNX Runtime variants are fp32 or int8 (an fp16 ONNX graph would be a
+  different model conversion). ``int8`` / ``int8-static`` quantize the exported / converted model before the
+  session or compile (:mod:`autotune.worker.variants.quantize`: ORT dynamic or static QDQ, NNCF), calibrated on
+  the traffic; the quantized file is what runs and what the artifact saves. A non-fp32 build names the kernels
+  OpenVINO picked (the executed graph's primitive types after one inference: ``brgemm_avx512_amx_I8``...).
+  ``channels_last``, ``autocast-*`` and ``cudagraphs`` are torch mechanisms and do not apply.
 
 ONNX export, pseudo-code::
 
@@ -97,6 +100,13 @@ from typing import Any, Protocol
 from autotune.errors import VariantError
 from autotune.worker.devices import cpu_native_precision
 from autotune.worker.variants.build_stage import silenced_build
+from autotune.worker.variants.quantize import (
+    Calibration,
+    directory_bytes,
+    openvino_kernels,
+    quantize_onnx,
+    quantize_openvino,
+)
 
 #: The packages each runtime needs, and the command that installs them (the "unavailable" reason).
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -109,7 +119,9 @@ INSTALL: dict[str, str] = {
 }
 #: Opset for the TorchScript fallback exporter (the newest it supports well; dynamo picks its own >= 18).
 TORCHSCRIPT_OPSET = 17
-_OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+#: int8 (NNCF's FakeQuantize nodes run as int8 kernels) keeps f32 for what is not quantized: the CPU plugin
+#: would otherwise pick bf16 for the rest on a CPU with native bf16, mixing two precision changes.
+_OV_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 _OV_CAPABILITY = {"bf16": "BF16", "fp16": "FP16"}
 
 
@@ -172,8 +184,9 @@ def static_unavailable_reason(spec: RuntimeSpec) -> str | None:
         return (f"autocast is a torch mechanism; {spec.compiler} runs the exported fp32 graph"
                 + (" (use openvino+bf16 / +fp16 for its inference precision)" if spec.compiler == "openvino"
                    else ""))
-    if spec.compiler == "onnx" and spec.precision != "fp32":
-        return "onnx variants run the fp32 graph (an fp16 ONNX model would be another conversion)"
+    if spec.compiler == "onnx" and spec.precision not in ("fp32", "int8", "int8-static"):
+        return ("onnx variants run the fp32 graph or its int8 quantization (an fp16 ONNX model would be another "
+                "conversion)")
     return None
 
 
@@ -193,6 +206,12 @@ def runtime_unavailable_reason(spec: RuntimeSpec, *, device: str, input_ndims: S
     kind = _device_type(device)
     if spec.threads is not None and kind != "cpu":
         return f"threads=N is a CPU knob; not used on {kind}"
+    if spec.precision in ("int8", "int8-static"):
+        from autotune.worker.variants.quantize import runtime_int8_unavailable_reason
+
+        if kind != "cpu":
+            return f"{spec.precision} variants are built for the CPU here, not for {kind}"
+        return runtime_int8_unavailable_reason(spec.compiler, spec.precision)
     if spec.compiler == "onnx":
         if kind == "cpu":
             return None
@@ -230,7 +249,8 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
                   notes: list[str], keep_artifact: bool = False,
                   dynamic_dims: Sequence[Sequence[int]] | None = None,
                   input_names: Sequence[str] | None = None,
-                  ) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
+                  calibration: Calibration | None = None,
+                  ) -> tuple[Callable[..., Any], tuple[Any, ...], Any, int | None]:
     """Export ``model`` (an fp32 eval copy on ``device``) for ``example``'s shapes, dynamic in ``dynamic_dims``
     (per input; None: every dim static), and load it in the runtime; return the inner callable (torch tensors
     in, the eager output structure out), what must stay alive with it (the temporary directory holding the
@@ -239,6 +259,11 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
 
     The graph's inputs are named ``input_names`` (the traffic layout's names; default ``input0``...) and its
     outputs after their pytree paths (:func:`autotune.worker.traffic.output_paths`: ``logits``, ``output_0``...).
+
+    ``int8`` / ``int8-static`` quantize the exported model (:mod:`autotune.worker.variants.quantize`), calibrated
+    on ``calibration`` where the method needs it; the session, and the artifact, are the quantized model. The
+    last value returned is the model's size on disk in bytes (the ONNX file and its data; the OpenVINO IR as
+    ``save_model`` writes it, only for int8 builds and artifacts), or None.
 
     Raises :class:`VariantError` with a one-line summary when a stage fails.
     """
@@ -269,12 +294,17 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
     if len(graph.inputs) != len(example) or (graph.dynamic is not None and len(graph.dynamic) != len(example)):
         raise VariantError(f"{spec.name}: {len(example)} inputs, but {len(graph.inputs)} names and "
                            f"{len(graph.dynamic or example)} dynamic-dim entries")
+    model_bytes: int | None
     if spec.compiler == "onnx":
-        inner, kept = _build_onnx(spec, model, example, device=device, threads=threads, notes=notes, graph=graph)
-        artifact = os.path.join(kept[0].name, "model.onnx") if keep_artifact else None
+        inner, kept, path = _build_onnx(spec, model, example, device=device, threads=threads, notes=notes,
+                                        graph=graph, calibration=calibration)
+        artifact = path if keep_artifact else None
+        model_bytes = directory_bytes(os.path.dirname(path))
     else:
-        inner, kept = _build_openvino(spec, model, example, threads=threads, notes=notes, graph=graph)
+        inner, kept = _build_openvino(spec, model, example, threads=threads, notes=notes, graph=graph,
+                                      calibration=calibration)
         artifact = kept[-1] if keep_artifact else None
+        model_bytes = _openvino_bytes(kept[-1]) if keep_artifact or spec.precision == "int8" else None
         kept = kept[:-1]
     n_out = len(flat_ref)
 
@@ -284,7 +314,19 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
             raise VariantError(f"{spec.name}: the runtime returned {len(flat)} outputs, eager {n_out}")
         return pytree.tree_unflatten(flat, treespec)
 
-    return call, kept, artifact
+    return call, kept, artifact, model_bytes
+
+
+def _openvino_bytes(converted: Any) -> int | None:
+    """The IR's size as ``save_model`` writes it (``compress_to_fp16=False``, as the artifact is saved)."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory(prefix="autotune-ov-size-") as tmp:
+        try:
+            ov.save_model(converted, os.path.join(tmp, "model.xml"), compress_to_fp16=False)
+        except Exception:
+            return None
+        return directory_bytes(tmp)
 
 
 @dataclass(frozen=True)
@@ -380,7 +422,10 @@ def onnx_session_options(spec: RuntimeSpec, threads: int) -> Any:
 
 
 def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, device: str, threads: int,
-                notes: list[str], graph: _GraphNames) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
+                notes: list[str], graph: _GraphNames, calibration: Calibration | None = None
+                ) -> tuple[Callable[..., list[Any]], tuple[Any, ...], str]:
+    """The run function, what it keeps alive, and the path of the model file the session runs (in a directory
+    of its own: an int8 build's quantized file, alone, so the artifact is that model and nothing else)."""
     import onnxruntime as ort
     import torch
 
@@ -388,6 +433,17 @@ def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, devi
     try:
         path = os.path.join(tmp.name, "model.onnx")
         export_onnx(model, example, path, notes, graph=graph)
+        if spec.precision in ("int8", "int8-static"):
+            fp32_dir = os.path.join(tmp.name, "fp32")
+            os.mkdir(fp32_dir)
+            for name in os.listdir(tmp.name):
+                if name != "fp32":
+                    os.replace(os.path.join(tmp.name, name), os.path.join(fp32_dir, name))
+            quantize_onnx(spec.precision, os.path.join(fp32_dir, "model.onnx"), path, graph.inputs, calibration,
+                          notes)
+            import shutil
+
+            shutil.rmtree(fp32_dir)
         opts = onnx_session_options(spec, threads)
         dev = torch.device(device)
         providers: list[Any] = ["CPUExecutionProvider"]
@@ -415,13 +471,13 @@ def _build_onnx(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, devi
         if used[0] != "CUDAExecutionProvider":
             tmp.cleanup()
             raise VariantError(f"{spec.name}: ONNX Runtime did not take the CUDA provider ({used})")
-        return _onnx_cuda_call(session, names, dev, notes), (tmp, session)
+        return _onnx_cuda_call(session, names, dev, notes), (tmp, session), path
 
     def run(*args: Any) -> list[Any]:
         feeds = {n: a.contiguous().numpy() for n, a in zip(names, args, strict=True)}
         return [torch.from_numpy(o) for o in session.run(None, feeds)]
 
-    return run, (tmp, session)
+    return run, (tmp, session), path
 
 
 def _onnx_shape_note(session: Any, graph: _GraphNames) -> str:
@@ -541,7 +597,8 @@ def _chunks(rows: int, k: int) -> list[tuple[int, int]]:
 
 
 def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, threads: int,
-                    notes: list[str], graph: _GraphNames) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
+                    notes: list[str], graph: _GraphNames, calibration: Calibration | None = None
+                    ) -> tuple[Callable[..., list[Any]], tuple[Any, ...]]:
     """The run function and what it keeps alive; the last kept item is the converted ``ov.Model`` (reshaped
     to the compiled shapes), which :func:`build_runtime` drops unless an artifact is wanted."""
     import openvino as ov
@@ -556,6 +613,8 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
         port.get_tensor().set_names({name})
     for port, name in zip(converted.outputs, graph.outputs, strict=False):
         port.get_tensor().set_names({name})
+    if spec.precision == "int8":
+        converted = quantize_openvino(converted, calibration, notes)
     dynamic_batch = graph.dynamic is not None and all(0 in d for d in graph.dynamic)
 
     def compile_for(batch: int) -> Any:
@@ -565,6 +624,12 @@ def _build_openvino(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, 
 
     b = int(example[0].shape[0]) if example and example[0].dim() > 0 else 1
     compiled = compile_for(b)
+    if spec.precision != "fp32":  # kernels are picked at the first inference (dynamic shapes): run one
+        silenced_build("openvino kernels probe", notes, lambda: compiled.create_infer_request().infer(
+            [x.contiguous().numpy() for x in example]))
+        kernels = openvino_kernels(compiled)
+        if kernels:
+            notes.append(kernels)
     n_requests = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
     streams = compiled.get_property("NUM_STREAMS")
     shapes = ("fixed shapes" if graph.dynamic is None else
