@@ -507,6 +507,7 @@ def _slowable_recipe(write_recipe, name: str, *, slow: bool) -> Path:
 
 
 @pytest.mark.worker
+@pytest.mark.slow  # two real runs (~35 s); the fresh-process statistics are tested in test_compare_fresh.py
 def test_compare_flags_a_deliberately_slowed_model(write_recipe, tmp_path: Path) -> None:
     start = time.monotonic()
     a_out, b_out = tmp_path / "A", tmp_path / "B"

@@ -201,7 +201,8 @@ def _check_point(point: str, sig: signal.Signals, tmp_path: Path, capsys: pytest
     assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name != ".autotune.lock"]
 
 
-@pytest.mark.parametrize(("point", "sig"), [("measurement", signal.SIGKILL), ("showdown", signal.SIGINT)])
+@pytest.mark.parametrize(("point", "sig"), [("measurement", signal.SIGKILL),
+                                            pytest.param("showdown", signal.SIGINT, marks=pytest.mark.slow)])
 def test_an_interrupted_run_leaves_its_report_and_no_worker(point: str, sig: signal.Signals, tmp_path: Path,
                                                             short_heartbeat: None,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
