@@ -44,10 +44,10 @@ $(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 	fi
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) allocators
 	$(VENV)/bin/autotune run recipes/quickstart.toml --out $(DEMO_OUT)
 
-test: $(STAMP)
+test: $(STAMP) allocators
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop.
@@ -55,7 +55,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and not worker" $(PYTEST_ARGS)
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) allocators
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
