@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.runner import Runner  # noqa: E402
 from autotune.showdown import ShowdownSettings, run_showdown  # noqa: E402
-from autotune.showdown.paired import _bootstrap_median_ci  # noqa: E402
+from autotune.showdown.paired import hierarchical_median_ci  # noqa: E402
 
 #: model -> (recipe, batch size, labelled task)
 MODELS: dict[str, tuple[str, int, str]] = {
@@ -229,7 +229,7 @@ def paired_to_best_fp32(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     out = {}
     for i, (k, p) in enumerate(perf.items()):
         d = np.log(p) - np.log(perf[best])
-        lo, hi = _bootstrap_median_ci(d, seed=i) if d.size > 1 else (float(d[0]), float(d[0]))
+        lo, hi = hierarchical_median_ci(d, seed=i) if d.size > 1 else (float(d[0]), float(d[0]))
         out[k] = {"throughput": float(np.median(p)), "ratio": math.exp(float(np.median(d))),
                   "ratio_ci": (math.exp(lo), math.exp(hi)), "best_fp32": best}
     return out
