@@ -42,6 +42,7 @@ Pseudo-code of the runtimes' part::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import os
@@ -206,7 +207,18 @@ class _Reader:
 def quantize_onnx(precision: str, source: str, target: str, input_names: Sequence[str],
                   calibration: Calibration | None, notes: list[str]) -> None:
     """Write the int8 model of the fp32 ``source`` file to ``target`` (``int8``: dynamic; ``int8-static``: QDQ
-    calibrated on ``calibration``)."""
+    calibrated on ``calibration``).
+
+    Run from ``source``'s directory: onnxruntime's symbolic shape inference and the quantizers write temporary
+    files (``sym_shape_infer_temp.onnx``, ``<uuid>.data`` external data) into the current directory, which is the
+    user's (a run left them beside the recipe)."""
+    with contextlib.chdir(os.path.dirname(os.path.abspath(source))):
+        _quantize_onnx(precision, os.path.abspath(source), os.path.abspath(target), input_names, calibration,
+                       notes)
+
+
+def _quantize_onnx(precision: str, source: str, target: str, input_names: Sequence[str],
+                   calibration: Calibration | None, notes: list[str]) -> None:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
