@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.engine
+import sqlalchemy.event
 import sqlalchemy.exc
 from optuna.exceptions import ExperimentalWarning, StorageInternalError
 
@@ -140,7 +142,7 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeat_interval is "experimental" since 2.9
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url,
                 heartbeat_interval=heartbeat.HEARTBEAT_INTERVAL_S,
                 grace_period=heartbeat.HEARTBEAT_GRACE_S,
@@ -148,6 +150,34 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
             )
     except _OPEN_ERRORS as exc:
         raise _storage_error(url, exc) from None
+    if url.startswith("sqlite"):
+        serialize_sqlite_transactions(storage.engine)
+    return storage
+
+
+def serialize_sqlite_transactions(engine: sqlalchemy.engine.Engine) -> None:
+    """Make every SQLite transaction take the write lock when it begins (``BEGIN IMMEDIATE``).
+
+    Why: Optuna hands out a WAITING (enqueued) trial with read-check-update in one transaction, "SELECT ...
+    FOR UPDATE; if WAITING: set RUNNING". SQLite has no row locks and Python's driver begins the transaction
+    only at the first write, so two processes could both read WAITING, both set RUNNING, and both measure
+    the same trial (seen as one combination measured twice by two workers sharing a study). With the lock
+    taken at BEGIN, the read and the update are one atomic step; the other process waits (up to
+    :data:`SQLITE_BUSY_TIMEOUT_S`) and then reads RUNNING. The cost is that transactions of several processes
+    on one file run one at a time, which they nearly did anyway (SQLite has one writer), and Optuna's are short.
+
+    This is SQLAlchemy's documented recipe for pysqlite: turn off the driver's own BEGIN, emit ours. The pool's
+    connections made before the listeners existed (Optuna's schema check) are closed so that none escapes it.
+    """
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_driver_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(connection: sqlalchemy.engine.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()
 
 
 def open_study(
