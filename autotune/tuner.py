@@ -44,7 +44,13 @@ from autotune.study import (
     verify_join,
 )
 from autotune.validation import VALIDATE_TIMEOUT, ValidatedWorkload, validate
-from autotune.variant_boundaries import STATE_ATTR, BoundaryOutcome, find_boundaries, probe_events
+from autotune.variant_boundaries import (
+    STATE_ATTR,
+    BoundaryOutcome,
+    find_boundaries,
+    preferred_batches,
+    probe_events,
+)
 
 if TYPE_CHECKING:
     from autotune.report.types import ReportDocument
@@ -124,7 +130,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             progress.boundary(boundary.documents, boundary.failures)
             progress.store_failures()
             variants = tuple(v for v in workload.variants if batch_sizes.get(v))
-            space = SearchSpace(variants=variants, batch_sizes=batch_sizes)
+            space = SearchSpace(variants=variants, batch_sizes=batch_sizes,
+                                preferred=preferred_batches(boundary.documents, batch_sizes, workload.base_of))
             left = recipe.search.time_budget_s - (time.monotonic() - t0)
             settings = _settings(recipe, storage=storage, study_name=study_name,
                                  time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
@@ -132,6 +139,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             search = Search(space, settings, _evaluator(runner, recipe, workload.specs),
                             recipe_data=recipe.to_dict(), specs=workload.specs, on_row=progress.trial)
             search.study.set_user_attr("space", {v: list(b) for v, b in batch_sizes.items() if v in variants})
+            search.study.set_user_attr("preferred", dict(space.preferred))
             search.study.set_user_attr("specs", {v: dict(workload.specs[v]) for v in variants})
             if boundary.key is not None:  # the documents and what decided them, for the next resume
                 search.study.set_user_attr(STATE_ATTR, boundary.state())
@@ -332,7 +340,8 @@ def _join_study(recipe: Recipe, storage: str, study_name: str, *, time_budget: f
             sleep(min(SPACE_POLL_S, max(0.0, budget - (clock() - t0))))
             attrs = study.user_attrs
         space = SearchSpace(variants=tuple(attrs["space"]),
-                            batch_sizes={v: tuple(b) for v, b in attrs["space"].items()})
+                            batch_sizes={v: tuple(b) for v, b in attrs["space"].items()},
+                            preferred={str(v): int(b) for v, b in (attrs.get("preferred") or {}).items()})
         unknown = [v for v in space.variants if v not in workload.specs]
         if unknown:
             raise InputError(f"{recipe.path}: the study '{study_name}' searches variants this recipe does not have "

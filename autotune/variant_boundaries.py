@@ -350,7 +350,7 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
             doc["searched_up_to"] = extended
             doc["summary"] += (f"; batch sizes searched up to {extended}: where another variant's throughput "
                                "stopped growing, within the memory model's safe side (not probed)")
-        sizes[variant] = tuple(candidate_batch_sizes(usable, granularity=granularity))
+        sizes[variant] = with_peak(candidate_batch_sizes(usable, granularity=granularity), boundary.throughput_peak)
         doc["memory_measured_by"] = workload.memory_method
         doc["granularity_source"] = granularity_source
         doc["limit_source"] = key["limit_source"]
@@ -391,6 +391,25 @@ def extended_batch(boundary: BatchBoundary, *, hint: int | None, headroom: float
     low = boundary.predicted_limit[0]
     b = (min(hint, int((1 - headroom) * low)) // g) * g
     return b if b > boundary.usable_max_batch_size(headroom) else None
+
+
+def with_peak(sizes: list[int], peak: int | None) -> tuple[int, ...]:
+    """The grid with the probes' throughput peak added (it is a probed batch, so it fits and is a multiple of
+    the granularity): the search starts there (:func:`preferred_batches`), so it must be a candidate."""
+    if peak is None or peak > sizes[-1] or peak in sizes:
+        return tuple(sizes)
+    return tuple(sorted([*sizes, peak]))
+
+
+def preferred_batches(documents: Mapping[str, Mapping[str, Any]], batch_sizes: Mapping[str, tuple[int, ...]],
+                      base_of: Mapping[str, str]) -> dict[str, int]:
+    """Per variant, the batch its search starts at: its base's probed throughput peak, when it is a candidate."""
+    out: dict[str, int] = {}
+    for v, sizes in batch_sizes.items():
+        peak = (documents.get(base_of.get(v, v)) or {}).get("throughput_peak")
+        if isinstance(peak, int) and peak in sizes:
+            out[v] = peak
+    return out
 
 
 def saturation_hint(documents: Mapping[str, Mapping[str, Any]]) -> int | None:

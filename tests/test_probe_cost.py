@@ -21,7 +21,7 @@ from autotune.batch import (
     fit_probe_cost,
     saturated_at,
 )
-from autotune.batch.probe_cost import plan_probe
+from autotune.batch.probe_cost import plan_probe, throughput_peak
 from autotune.errors import InputError, RecipeError
 from autotune.testing import SyntheticProbe
 
@@ -125,6 +125,26 @@ def test_saturation_needs_a_probe_span_times_past_the_best_without_the_gain() ->
     falling = [_record(b, s) for b, s in ((1, 0.01), (4, 0.012), (16, 0.03), (64, 0.2))]  # 100, 333, 533, 320/s
     assert saturated_at(falling) == 16
     assert saturated_at(falling[:3]) is None  # 16 is the best so far, nothing 4x past it yet
+
+
+def test_the_throughput_peak_is_the_fastest_probed_batch_not_the_largest() -> None:
+    falling = [_record(b, s) for b, s in ((1, 0.01), (4, 0.012), (16, 0.03), (64, 0.2))]  # 100, 333, 533, 320/s
+    assert throughput_peak(falling) == 16
+    assert throughput_peak([_record(4, None), _record(8, 0.5, fits=False)]) is None  # no timed fit, no peak
+    assert throughput_peak([_record(2, 0.02), _record(4, 0.04)]) == 2  # a tie: the smaller batch
+
+
+def test_a_search_ended_by_saturation_names_its_peak_and_others_do_not() -> None:
+    probe = TimedProbe(_far_memory(), knee=64)
+    found = find_max_batch_size(probe, memory_limit_bytes=probe.memory.memory_limit_bytes, clock=probe.clock,
+                                limits=ProbeLimits(stop_at_saturation=True))
+    assert found.stopped_by == "throughput"
+    peak = found.throughput_peak
+    assert peak is not None and peak < found.max_batch_size and peak in probe.probed
+    assert found.to_dict()["throughput_peak"] == peak and f"throughput peaked at {peak}" in found.summary()
+    exact = find_max_batch_size(TimedProbe(SyntheticProbe(boundary=300, intercept_bytes=1e9, bytes_per_sample=1e6)),
+                                memory_limit_bytes=int(1e9 + 300.5e6))
+    assert exact.throughput_peak is None and "throughput_peak" not in exact.to_dict()
 
 
 def test_saturation_ignores_failures_and_untimed_probes() -> None:
@@ -303,3 +323,15 @@ def test_a_time_capped_variant_is_searched_up_to_the_hint_within_the_models_safe
     assert extended_batch(capped("time_cap", 50.0), hint=64, headroom=0.1) == 45  # the safe side, less headroom
     assert extended_batch(capped("probe_cap", 173.0), hint=64, headroom=0.1) is None  # bigger is too slow
     assert extended_batch(capped("time_cap", 173.0), hint=None, headroom=0.1) is None
+
+
+def test_the_peak_joins_the_grid_and_is_where_each_environment_of_its_variant_starts() -> None:
+    from autotune.variant_boundaries import preferred_batches, with_peak
+
+    assert with_peak([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 708], 177) == (
+        1, 2, 4, 8, 16, 32, 64, 128, 177, 256, 512, 708)
+    assert with_peak([1, 2, 4], 4) == (1, 2, 4) and with_peak([1, 2, 4], None) == (1, 2, 4)
+    assert with_peak([1, 2, 4], 9) == (1, 2, 4)  # above the usable range (headroom): not a candidate
+    docs = {"onnx": {"throughput_peak": 177}, "eager": {"stopped_by": "time_cap"}}
+    sizes = {"onnx": (1, 177, 708), "onnx+jemalloc": (1, 177, 708), "eager": (1, 64)}
+    assert preferred_batches(docs, sizes, {"onnx+jemalloc": "onnx"}) == {"onnx": 177, "onnx+jemalloc": 177}

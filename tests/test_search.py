@@ -51,6 +51,15 @@ def test_exhausts_the_space_once_each(tmp_path: Path, fake_row: FakeRow) -> None
     assert ("compile", 32) not in calls  # outside compile's boundary: never measured
 
 
+def test_priors_start_where_the_probes_saw_throughput_peak(tmp_path: Path, fake_row: FakeRow) -> None:
+    """A variant with a probed throughput peak is measured there first, the others at their largest batch."""
+    space = SearchSpace(variants=SPACE.variants, batch_sizes=SPACE.batch_sizes, preferred={"eager": 8, "frozen": 7})
+    calls: list[tuple[str, int]] = []
+    Search(space, settings(tmp_path, max_trials=3),
+           lambda t, v, b: calls.append((v, b)) or fake_row(t, v, b)).run()
+    assert calls == [("eager", 8), ("frozen", 32), ("compile", 8)]  # frozen's 7 is not a candidate: ignored
+
+
 def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path, fake_row: FakeRow) -> None:
     calls: list[tuple[str, int]] = []
     Search(SPACE, settings(tmp_path, max_trials=3),

@@ -103,6 +103,15 @@ def test_honours_a_latency_slo_during_the_search():
     assert all(p.batch_size <= 16 for p in made_all)
 
 
+def test_a_throughput_search_starts_at_the_preferred_batch():
+    sizes = tuple(2**i for i in range(9))
+    curve = unimodal(peak=32, top=1000.0, width=3)
+    search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"}, preferred=32)])
+    assert drive(search, lambda v, b: curve(b))[0].batch_size == 32
+    plain = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})])
+    assert drive(plain, lambda v, b: curve(b))[0].batch_size == 256
+
+
 def test_latency_objective_starts_small_and_minimises():
     sizes = (1, 2, 4, 8, 16)
     search = BracketSearch([Arm("eager", sizes, {"compiler": "eager"})], objective="latency")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.batch.memory_model import MemoryModel
+from autotune.batch.probe_cost import throughput_peak
 from autotune.batch.probes import ProbeRecord
 from autotune.errors import InputError
 
@@ -55,6 +56,16 @@ class BatchBoundary:
         """True when limits ended the search before the memory boundary (or the upper bound) was reached."""
         return self.stopped_by in EARLY_STOPS
 
+    @property
+    def throughput_peak(self) -> int | None:
+        """Where the probes' throughput peaked, when throughput is what ended the search (else None).
+
+        Only then: a search ended by memory or by a cap may have stopped while throughput still grew, and
+        its largest batch is then the better start. A search's first candidate is this batch
+        (:class:`autotune.study.SearchSpace` ``preferred``).
+        """
+        return throughput_peak(self.probes) if self.stopped_by == "throughput" else None
+
     def usable_max_batch_size(self, headroom: float = DEFAULT_HEADROOM) -> int:
         """The largest batch size the tuner should recommend, ``headroom`` below the boundary.
 
@@ -95,6 +106,8 @@ class BatchBoundary:
         text = f"fits up to {b} (probed); stopped by {self.stopped_by}"
         if self.stop_detail:
             text += f": {self.stop_detail}"
+        if self.throughput_peak is not None:
+            text += f"; throughput peaked at {self.throughput_peak} in the probes"
         if self.predicted_limit is not None:
             low, center = self.predicted_limit
             text += (f"; the memory model predicts the limit near {center:,.0f} "
@@ -117,6 +130,7 @@ class BatchBoundary:
             "anomalies": list(self.anomalies),
             "stopped_by": self.stopped_by,
             "summary": self.summary(),
+            **({"throughput_peak": self.throughput_peak} if self.throughput_peak is not None else {}),
             **({"predicted_limit": {"low": self.predicted_limit[0], "center": self.predicted_limit[1]}}
                if self.predicted_limit is not None else {}),
         }

@@ -141,6 +141,19 @@ def throughputs(records: Sequence[ProbeRecord]) -> list[tuple[int, float]]:
     return sorted(best.items())
 
 
+def throughput_peak(records: Sequence[ProbeRecord]) -> int | None:
+    """The probed batch with the highest throughput ``b / step(b)`` (the smaller on a tie), None without readings.
+
+    Where a throughput search should start: past the saturation point throughput on a CPU often falls
+    (caches), so the largest probed batch, which the boundary reports, can be the worst of the plateau.
+    """
+    points = throughputs(records)
+    if not points:
+        return None
+    top = max(t for _, t in points)
+    return next(b for b, t in points if t == top)
+
+
 def saturated_at(records: Sequence[ProbeRecord], *, gain: float = SATURATION_GAIN,
                  span: float = SATURATION_SPAN) -> int | None:
     """The batch past which throughput stopped growing (the module's rule), or None while it still grows."""

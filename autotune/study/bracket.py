@@ -141,6 +141,8 @@ class Arm:
     name: str
     batch_sizes: tuple[int, ...]
     dims: Mapping[str, Any] = field(default_factory=dict)
+    #: Where to start a throughput search when nothing is known yet (the probes' throughput peak), else None.
+    preferred: int | None = None
 
     @property
     def compiler(self) -> str:
@@ -340,7 +342,7 @@ class BracketSearch:
         if lead is not None:
             target = float(lead[1])
         else:
-            target = float(coarse[-1])
+            target = float(arm.preferred or coarse[-1])
         return min(coarse, key=lambda b: (abs(math.log2(b / target)), -b))
 
     # -- proposing -------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ def run_bracket(search: StudySession) -> SearchOutcome:
     proposes is what its own strategy judges best given everything stored, not a shared plan.
     """
     s = search.settings
-    arms = [Arm(v, tuple(search.space.batch_sizes.get(v, ())), dict(search.specs.get(v) or {}))
+    arms = [Arm(v, tuple(search.space.batch_sizes.get(v, ())), dict(search.specs.get(v) or {}),
+                preferred=search.space.preferred.get(v))
             for v in search.space.variants]
     strategy = BracketSearch(arms, objective=s.objective, screen_fraction=SCREEN_FRACTION,
                              full_measure_seconds=s.measure_seconds)

@@ -11,8 +11,9 @@ Algorithm::
 
     study = create or load (storage, name); refuse one whose fingerprint differs (saying which parts)
     fail stale trials (a process that died while measuring: its heartbeat stopped, or it never beat)
-    enqueue priors: every variant at its largest allowed batch (throughput) or its smallest
-                    (latency), eager first; both for pareto
+    enqueue priors: every variant at its largest allowed batch (throughput; the probes' throughput peak
+                    instead where the batch-boundary search saw one: SearchSpace.preferred) or its
+                    smallest (latency), eager first; both for pareto
     loop until time budget spent | max_trials measured | every combination measured:
         fail stale trials, so what a dead process was measuring is measured again
         everything unmeasured is being measured by other workers → wait for them, ask nothing
@@ -71,7 +72,7 @@ class Search(StudySession):
             if not sizes:
                 continue
             if self.settings.objective in ("throughput", "pareto"):
-                picks.append((v, max(sizes)))
+                picks.append((v, int(self.space.first_batch(v, smallest=False) or max(sizes))))
             if self.settings.objective in ("latency", "pareto"):
                 picks.append((v, min(sizes)))
         for combo in dict.fromkeys(picks):

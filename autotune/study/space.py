@@ -20,10 +20,27 @@ from autotune.core.recipe import Constraints
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Variants and, per variant, the batch sizes it may run (within its memory boundary)."""
+    """Variants and, per variant, the batch sizes it may run (within its memory boundary).
+
+    ``preferred``: per variant, the batch a throughput search measures first instead of the largest (where
+    the batch-boundary probes saw throughput peak: past it a CPU's throughput often falls, and a search
+    with time for one trial per variant would otherwise take the worst point of the plateau).
+    """
 
     variants: tuple[str, ...]
     batch_sizes: Mapping[str, tuple[int, ...]]
+    preferred: Mapping[str, int] = field(default_factory=dict)
+
+    def first_batch(self, variant: str, *, smallest: bool) -> int | None:
+        """The batch a search measures ``variant`` at first: the smallest (latency), else the preferred one,
+        else the largest (throughput)."""
+        sizes = self.batch_sizes.get(variant, ())
+        if not sizes:
+            return None
+        if smallest:
+            return min(sizes)
+        preferred = self.preferred.get(variant)
+        return preferred if preferred in sizes else max(sizes)
 
     @property
     def all_batch_sizes(self) -> tuple[int, ...]:
