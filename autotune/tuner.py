@@ -127,7 +127,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             else:
                 fixed = tuple(recipe.search.batch_sizes)
                 batch_sizes = {v: fixed for v in workload.variants}
-            progress.boundary(boundary.documents, boundary.failures)
+            # a base variant's failure is every environment's of it (they share the build and the memory)
+            progress.boundary(boundary.documents, workload.spread(boundary.failures))
             progress.store_failures()
             variants = tuple(v for v in workload.variants if batch_sizes.get(v))
             space = SearchSpace(variants=variants, batch_sizes=batch_sizes,
@@ -177,7 +178,7 @@ def _found(progress: RunDocument | None, study: Any, variant: str, found: Bounda
     """A variant's boundary is known: stored in the study, then in the report written as the run goes."""
     store_found(study, variant, found, on_event)
     if progress is not None:
-        progress.boundary(found.documents, found.failures)
+        progress.boundary(found.documents, progress.workload.spread(found.failures))
 
 
 def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEvent | None) -> None:
@@ -236,21 +237,33 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
 
 def _with_default_environment(finalists: list[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
                               ) -> list[Mapping[str, Any]]:
-    """When the leader runs in another process environment (``frozen+jemalloc``), its twin in glibc's default
-    (``frozen`` at the same batch, if measured and feasible) competes second: the showdown's paired ratio
-    against it is what the environment is worth, with its CI, and it survives the trimming to the time left."""
+    """The leader's twin in another process environment competes second, so that the showdown's paired ratio
+    says what the environment is worth, with its CI, and the twin survives the trimming to the time left.
+
+    The twin of a leader in another environment (``frozen+jemalloc``) is its run in glibc's default (``frozen``
+    at the same batch); that of a leader in the default, the best of its runs in the other environments (the
+    allocator that came closest). Only rows measured, feasible and of the same base variant and batch count.
+    """
     if not finalists:
         return finalists
     leader = finalists[0]
     spec = VariantSpec.parse(str(leader["variant"]))
-    if spec.process_environment.is_default:
+    base, default = spec.base_name, spec.process_environment.is_default
+
+    def twin_of(r: Mapping[str, Any]) -> bool:
+        if r.get("batch_size") != leader["batch_size"] or r.get("variant") == leader["variant"]:
+            return False
+        other = VariantSpec.parse(str(r.get("variant")))
+        return other.base_name == base and other.process_environment.is_default != default
+
+    if any(twin_of(r) for r in finalists):
         return finalists
-    base = spec.base_name
-    if any(r["variant"] == base and r["batch_size"] == leader["batch_size"] for r in finalists):
+    twins = [r for r in rows if twin_of(r) and r.get("status") == "ok" and r.get("feasible")
+             and isinstance(r.get("throughput"), (int, float))]
+    if not twins:
         return finalists
-    twin = next((r for r in rows if r.get("variant") == base and r.get("batch_size") == leader["batch_size"]
-                 and r.get("status") == "ok" and r.get("feasible")), None)
-    return finalists if twin is None else [leader, twin, *finalists[1:]]
+    twin = max(twins, key=lambda r: float(r["throughput"]))
+    return [leader, twin, *finalists[1:]]
 
 
 def _evaluator(runner: Runner, recipe: Recipe, specs: Mapping[str, Mapping[str, Any]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from autotune.client import WorkerClient
 from autotune.core.process_env import resolve_environments
@@ -21,6 +21,8 @@ from autotune.core.recipe import Recipe
 from autotune.core.variant_names import VariantSpec
 from autotune.errors import WorkloadError
 from autotune.runner import Runner
+
+T = TypeVar("T")
 
 __all__ = ["VALIDATE_TIMEOUT", "ValidatedWorkload", "validate"]
 
@@ -55,9 +57,9 @@ class ValidatedWorkload:
         names = tuple(dict.fromkeys(self.base_of.get(v, v) for v in self.variants))
         return replace(self, variants=names, base_of={})
 
-    def spread(self, batch_sizes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-        """Per-base batch sizes given to every environment of each base."""
-        return {v: batch_sizes[self.base_of.get(v, v)] for v in self.variants if self.base_of.get(v, v) in batch_sizes}
+    def spread(self, per_base: Mapping[str, T]) -> dict[str, T]:
+        """Per-base answers (batch sizes, boundary failures) given to every process environment of each base."""
+        return {v: per_base[self.base_of.get(v, v)] for v in self.variants if self.base_of.get(v, v) in per_base}
 
 
 def validate(runner: Runner, recipe: Recipe) -> ValidatedWorkload:

@@ -6,7 +6,9 @@ deployment would: torch (or onnxruntime / openvino and numpy), the loader, and f
 user's own data factory (a service has its own requests; autotune is never imported: the child checks
 ``sys.modules``). The child serves the same traffic the candidates were timed on: the factory's first
 ``max_batches`` batches at the recommended batch size, cycled in order (or the loader's ``make_inputs()`` batch
-for a recipe without ``[data]``), warms every shape up, then times whole passes for ``--seconds``.
+for a recipe without ``[data]``), warms every shape up, then times whole passes for ``--seconds``. A recommendation
+measured in another process environment (``onnx+jemalloc``) is started in it, as its ``run.sh`` would start it
+(the loader's own re-exec runs only for ``python load.py``, not under ``runpy``).
 
 Rounds are interleaved: round 1 of every run directory, then round 2, ... so drift on this shared machine lands
 on every run alike. Prints a markdown table: reported throughput, the plain process's per round, and the ratio
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -78,6 +81,14 @@ print(json.dumps({"throughput": n * sum(rows) / t, "passes": n}))
 """
 
 
+def child_environment(run_dir: Path) -> dict[str, str]:
+    """The variables the recommendation's process environment sets (``run.sh``'s), over this process's."""
+    from autotune.core.process_env import environment_of_variant
+
+    rec = json.loads((run_dir / "report.json").read_text())["recommendation"]
+    return environment_of_variant(str(rec["variant"])).apply(os.environ)
+
+
 def child_spec(run_dir: Path, seconds: float) -> tuple[dict[str, object], float, str]:
     doc = json.loads((run_dir / "report.json").read_text())
     rec = doc["recommendation"]
@@ -109,7 +120,7 @@ def main() -> None:
         for run in args.runs:
             spec = specs[run][0]
             proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True,
-                                  cwd=run, timeout=600)
+                                  cwd=run, timeout=600, env=child_environment(run))
             if proc.returncode != 0:
                 raise SystemExit(f"{run}: the plain process failed: {proc.stderr[-800:]}")
             plain[run].append(json.loads(proc.stdout.strip().splitlines()[-1])["throughput"])

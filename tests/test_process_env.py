@@ -252,17 +252,25 @@ def test_showdown_workers_and_the_artifact_run_in_the_finalists_environment(writ
     assert direct.returncode == 0 and "outputs:" in direct.stdout, direct.stderr[-2000:]
 
 
-def test_the_leaders_default_environment_twin_competes_second_in_the_showdown() -> None:
+def test_the_leaders_environment_twin_competes_second_in_the_showdown() -> None:
     from autotune.tuner import _with_default_environment
 
-    def row(variant: str, batch: int = 8, **kw: object) -> dict[str, object]:
-        return {"variant": variant, "batch_size": batch, "status": "ok", "feasible": True, **kw}
+    def row(variant: str, batch: int = 8, throughput: float = 100.0, **kw: object) -> dict[str, object]:
+        return {"variant": variant, "batch_size": batch, "status": "ok", "feasible": True,
+                "throughput": throughput, **kw}
 
     rows = [row("frozen+jemalloc"), row("eager+jemalloc"), row("frozen"), row("frozen", 16)]
+    # a leader in another environment: its glibc-default twin second
     assert _with_default_environment([rows[0], rows[1]], rows) == [rows[0], rows[2], rows[1]]
-    assert _with_default_environment([rows[2], rows[0]], rows) == [rows[2], rows[0]]  # leader in the default
+    assert _with_default_environment([rows[2], rows[0]], rows) == [rows[2], rows[0]]  # already a finalist
     infeasible = [rows[0], row("frozen", feasible=False)]
     assert _with_default_environment([rows[0]], infeasible) == [rows[0]]
+    # a leader in the default: the best of its twins in the other environments, at the same batch
+    leader = row("frozen", throughput=120.0)
+    others = [leader, row("frozen+tcmalloc", throughput=90.0), row("frozen+glibc-tuned", throughput=110.0),
+              row("frozen+jemalloc", 16, throughput=200.0), row("eager", throughput=80.0)]
+    assert _with_default_environment([leader, others[4]], others) == [leader, others[2], others[4]]
+    assert _with_default_environment([leader], [leader, row("eager+jemalloc")]) == [leader]  # no twin
 
 
 def test_the_reproduction_script_starts_itself_in_the_environment(write_recipe) -> None:
@@ -282,3 +290,18 @@ def test_the_reproduction_script_starts_itself_in_the_environment(write_recipe) 
     assert "ENVIRONMENT = 'tcmalloc'" in tuned and "os.execve(" in tuned
     assert tuned.index("os.execve(") < tuned.index("import torch")  # before torch is loaded
     assert "ENVIRONMENT" not in script("frozen")  # the default environment's script is as before
+
+
+def test_a_base_variants_boundary_answer_is_every_environments_of_it() -> None:
+    """Sizes and failures found for ``frozen`` are those of ``frozen+jemalloc`` too (a failure used to vanish:
+    the environment's variant had neither sizes nor a row)."""
+    from autotune.validation import ValidatedWorkload
+
+    workload = ValidatedWorkload(device="cpu", variants=("eager", "frozen", "frozen+jemalloc", "eager+jemalloc"),
+                                 unavailable=(), specs={}, info={}, memory_method="rss", host_memory_available=None,
+                                 device_memory_capacity=None,
+                                 base_of={"frozen+jemalloc": "frozen", "eager+jemalloc": "eager"})
+    assert workload.bases().variants == ("eager", "frozen")
+    failure = ("failed", "frozen: the build failed")
+    assert workload.spread({"frozen": failure}) == {"frozen": failure, "frozen+jemalloc": failure}
+    assert workload.spread({"eager": (1, 8)}) == {"eager": (1, 8), "eager+jemalloc": (1, 8)}
