@@ -60,6 +60,25 @@ def test_priors_start_where_the_probes_saw_throughput_peak(tmp_path: Path, fake_
     assert calls == [("eager", 8), ("frozen", 32), ("compile", 8)]  # frozen's 7 is not a candidate: ignored
 
 
+def test_after_the_priors_the_search_climbs_from_the_leader_to_its_peak(tmp_path: Path, fake_row: FakeRow) -> None:
+    """Throughput peaks at 32 and falls past it; from the prior at 256 the climb walks the grid down to 32 and
+    stops there (16 is worse), in one trial per step, before TPE explores."""
+    import math
+
+    sizes = tuple(2**i for i in range(11))
+    space = SearchSpace(variants=("eager",), batch_sizes={"eager": sizes}, preferred={"eager": 256})
+    calls: list[int] = []
+
+    def evaluate(trial: int, v: str, b: int) -> dict[str, Any]:
+        calls.append(b)
+        return {**fake_row(trial, v, b), "throughput": 1000.0 * math.exp(-((math.log2(b) - 5) ** 2) / 8)}
+
+    out = Search(space, settings(tmp_path, max_trials=6), evaluate).run()
+    assert calls == [256, 128, 512, 64, 32, 16]
+    best = max(out.rows, key=lambda r: r["throughput"])
+    assert best["batch_size"] == 32
+
+
 def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path, fake_row: FakeRow) -> None:
     calls: list[tuple[str, int]] = []
     Search(SPACE, settings(tmp_path, max_trials=3),
