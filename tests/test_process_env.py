@@ -305,3 +305,14 @@ def test_a_base_variants_boundary_answer_is_every_environments_of_it() -> None:
     failure = ("failed", "frozen: the build failed")
     assert workload.spread({"frozen": failure}) == {"frozen": failure, "frozen+jemalloc": failure}
     assert workload.spread({"eager": (1, 8)}) == {"eager": (1, 8), "eager+jemalloc": (1, 8)}
+
+
+def test_a_tie_goes_to_the_default_environment_and_the_verdict_says_so() -> None:
+    """resnet18's frozen@16 with glibc, tuned glibc and tcmalloc is one speed to plain processes: the tie-break
+    picks glibc (nothing to preload), whichever allocator led the rounds."""
+    from autotune.showdown import simplicity
+
+    frozen = {"compiler": "frozen", "precision": "fp32", "memory_format": "contiguous"}
+    plain, tuned = simplicity({**frozen, "variant": "frozen"}), simplicity({**frozen, "variant": "frozen+glibc-tuned"})
+    assert plain < tuned == simplicity({**frozen, "variant": "frozen+tcmalloc"})
+    assert simplicity({"compiler": "eager", "variant": "eager+jemalloc"}) < plain  # the compiler comes first

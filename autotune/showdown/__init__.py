@@ -55,7 +55,8 @@ Algorithm::
                      says "undecided", names them and how the pick was made (:mod:`.verdict`)
         pick       = min over tie of (simplicity, p99 latency, peak memory)
         simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
-                    precision, then contiguous before channels_last
+                    precision, then contiguous before channels_last, then the default process environment
+                    (glibc, nothing preloaded) before another allocator or OpenMP setting
 
 Where each part lives (this package re-exports the public names):
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from autotune.candidate import pessimistic_score
 from autotune.core.contention import DISTURBED_CORES
+from autotune.core.process_env import environment_of_variant
 from autotune.core.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 from autotune.showdown.verdict import undecided_keys
 
@@ -108,10 +109,16 @@ class Verdict:
 
 
 def simplicity(row: Mapping[str, Any]) -> tuple[int, ...]:
-    """Tie-break key of a candidate row: simpler execution first (see the module docstring)."""
+    """Tie-break key of a candidate row: simpler execution first (see the module docstring).
+
+    Last: the default process environment (glibc, nothing preloaded) before another allocator or OpenMP
+    setting, which the service must be started with (run.sh). On resnet18 glibc, its tuned thresholds and
+    tcmalloc are one speed to plain processes (13.5-13.9 ms); a tie among them is the default's.
+    """
     return (SIMPLICITY.get(str(row.get("compiler")), len(SIMPLICITY)),
             int((row.get("precision") or "fp32") != "fp32"),
-            int((row.get("memory_format") or "contiguous") != "contiguous"))
+            int((row.get("memory_format") or "contiguous") != "contiguous"),
+            int(not environment_of_variant(str(row.get("variant") or "")).is_default))
 
 
 def select_finalists(rows: Sequence[Mapping[str, Any]], *, objective: str, latency_percentile: str = "p99",
@@ -247,7 +254,8 @@ def paired_verdict(contenders: Sequence[Contender], *, objective: str = "through
     reason = ""
     if len(tied) > 1:
         reason = (f"{len(tied)} finalists within {margin:.0%} of the leader: simplest execution first "
-                  "(eager < script/trace < frozen < compile/export < onnx/openvino; fp32 and contiguous first), "
+                  "(eager < script/trace < frozen < compile/export < onnx/openvino; fp32, contiguous and the default "
+                  "process environment first), "
                   "then lower p99 latency, then lower peak memory")
     return Verdict(leader=leader, pick=pick, standings=tuple(standings), margin=margin,
                    rounds=next(iter(rounds)), tie_break=reason)
