@@ -264,7 +264,12 @@ def op_validate(state: WorkerState, req: ValidateRequest) -> ValidateResult:
 
 
 def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outcome:
-    """Build a variant, gate it against eager fp32, then measure it."""
+    """Build a variant, time it, then gate it against eager fp32 (a rejected variant's timing is dropped).
+
+    Why time first: the timing should see the process a deployment has, one that built the model and serves
+    it. The gate (eager reference runs, float64 copies, every traffic shape) ran first until issue 23's check
+    showed it leaking into the timing through glibc's heap. A wrong variant now costs its timing too.
+    """
     lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"])
     batch = int(req["batch_size"])
@@ -291,6 +296,19 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
                     raise
                 raise VariantError(f"{spec.name}: first call failed: {one_line(exc)}") from None
             build_peak = backend.peak_memory_bytes()  # the build and the first call
+            # timed before the gate: a deployment process builds, calls and serves; the gate's eager reference
+            # runs and float64 copies left glibc's heap in a state no such process has (BERT-like model with
+            # pinned malloc thresholds: 8% slower than a plain process when timed after the gate)
+            backend.release_memory()
+            _trim_heap()
+            backend.reset_peak_memory()
+            first_recompiles = recompile_count() - recompiles_before
+            window = CpuWindow.start()
+            m = measure_callable(call, batch_size=batch, device=device, settings=settings,
+                                 first_call_seconds=first)
+            load = window.stop()
+            recompiles = recompile_count() - recompiles_before
+            loop_peak = backend.peak_memory_bytes()
             gate_inputs, gate_count = _gate_inputs(lw, traffic, batch)
             size = model_bytes(built, cand.model)
             accuracy = _accuracy(lw, cand, gate_inputs, gate_count, spec.precision)
@@ -302,25 +320,13 @@ def op_measure(state: WorkerState, req: MeasureRequest) -> MeasureOutcome | Outc
             else:
                 gate = check_variant(cand.model, built, gate_inputs, batches=gate_count)
                 correctness, passed, why = gate.to_dict(), gate.passed, gate.reason
-            if not passed:
+            if not passed:  # its timing is dropped: a wrong variant has no throughput
                 rejected = MeasureOutcome(status="rejected", reason=why or "outputs differ from eager fp32",
                                           correctness=correctness, build_seconds=built.build_seconds,
                                           first_call_seconds=first, notes=list(built.notes), model_bytes=size)
                 if accuracy is not None:
                     rejected["accuracy"] = accuracy.to_dict()
                 return rejected
-            # the gate's eager reference runs and float64 copies are the tool's, not the candidate's:
-            # its peak is the build and the steady loop, so a variant that fits is not rejected for them
-            backend.release_memory()
-            _trim_heap()
-            backend.reset_peak_memory()
-            first_recompiles = recompile_count() - recompiles_before
-            window = CpuWindow.start()
-            m = measure_callable(call, batch_size=batch, device=device, settings=settings,
-                                 first_call_seconds=first)
-            load = window.stop()
-            recompiles = recompile_count() - recompiles_before
-            loop_peak = backend.peak_memory_bytes()
         extra = _traffic_extra(traffic, cand.plan)
         if extra:
             extra.update(first_pass_seconds=first_pass, warmup_recompiles=first_recompiles,
