@@ -24,17 +24,16 @@ import argparse
 import json
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_agreement import ROOT, plain_config, run_plain
+from bench_compare import run as run_cli
 from bench_deployment_agreement import CHILD, child_environment, child_spec
 
 from autotune.core.process_env import AUTO_ALLOCATORS, environment_of_variant, resolve_environments
@@ -66,16 +65,9 @@ def recipe_copy(src: Path, dst: Path, *, variants: list[str], batch: int, budget
 
 
 def tune(recipe: Path, out: Path) -> tuple[float, dict[str, Any]]:
-    if out.exists():
-        shutil.rmtree(out)
-    exe = Path(sys.executable).with_name("autotune")
-    t0 = time.monotonic()
-    proc = subprocess.run([str(exe), "run", str(recipe), "--out", str(out), "--no-progress"], cwd=ROOT,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"autotune run {recipe} failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
-                         f"{proc.stderr[-3000:]}")
-    return time.monotonic() - t0, json.loads((out / "report.json").read_text())
+    """``autotune run RECIPE --out OUT`` (bench_compare's), then its report."""
+    wall = run_cli(recipe, out)
+    return wall, json.loads((out / "report.json").read_text())
 
 
 def twin_standing(doc: dict[str, Any]) -> dict[str, Any] | None:
