@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--threshold", type=_threshold, default=None, metavar="FRACTION",
                      help="regressions smaller than this are ignored: 0.05 or 5%% (default 5%%)")
     cmp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    cmp.add_argument("--rerun", type=_positive_int, default=None, metavar="ROUNDS",
+                     help="also time A's and B's saved artifacts now, side by side in fresh plain processes, "
+                          "ROUNDS interleaved rounds (at least 2); their paired ratio then decides the exit code "
+                          "(the report rows were measured at different times and are shown, not judged)")
+    cmp.add_argument("--rerun-seconds", type=_positive_float, default=3.0, metavar="SECONDS",
+                     help="--rerun: timed seconds per process (default 3)")
 
     wk = sub.add_parser("worker", help="join a study from another machine, with the local recipe")
     wk.add_argument("recipe", type=Path, help="the local recipe; its fingerprint must match the study's")
@@ -468,11 +474,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from autotune.compare import DEFAULT_THRESHOLD, compare_files
 
-    result = compare_files(args.a, args.b, threshold=args.threshold or DEFAULT_THRESHOLD)
+    threshold = args.threshold or DEFAULT_THRESHOLD
+    result = compare_files(args.a, args.b, threshold=threshold)
+    again = _rerun(args, threshold) if args.rerun else None
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps({**result.to_dict(), **({"rerun": again.to_dict()} if again else {})}, indent=2))
     else:
         print(_compare_text(result))
+        if again is not None:
+            print(_rerun_text(again))
+    if again is not None:  # measured together: it decides, with what no longer runs in B
+        broken = [u.label for u in result.only_a if u.broken]
+        return EXIT_REGRESSION if again.verdict == "regression" or broken else EXIT_OK
     if result.regressions:
         return EXIT_REGRESSION
     if not result.rows:  # a CI gate must not pass on nothing
@@ -480,6 +493,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
               f"{args.a} and {args.b}: nothing was compared", file=sys.stderr)
         return EXIT_INPUT
     return EXIT_OK
+
+
+def _rerun(args: argparse.Namespace, threshold: float) -> Any:
+    """Time A's and B's artifacts side by side (:mod:`autotune.artifact_timing`)."""
+    from autotune.artifact_timing import artifact_target, rerun
+
+    def run_dir(path: Path) -> Path:
+        return path.parent if path.is_file() else path
+
+    a, b = artifact_target(run_dir(args.a)), artifact_target(run_dir(args.b))
+    print(f"re-running {a.label} (A) and {b.label} (B): {args.rerun} interleaved rounds of fresh plain processes, "
+          f"{args.rerun_seconds:g} s each ...", file=sys.stderr, flush=True)
+    return rerun(a, b, rounds=args.rerun, seconds=args.rerun_seconds, threshold=threshold)
+
+
+def _rerun_text(again: Any) -> str:
+    ci = again.ci
+    rounds = ", ".join(f"{x:.4g}/{y:.4g}" for x, y in zip(again.a_throughput, again.b_throughput, strict=True))
+    verdict = "REGRESSION" if again.verdict == "regression" else again.verdict
+    return (f"\nRe-run now, side by side (each run's artifact in fresh plain processes, {len(again.a_throughput)} "
+            f"interleaved rounds of {again.seconds:g} s; this decides the exit code):\n"
+            f"  A {again.a} vs B {again.b}: B/A {again.ratio:.3f}"
+            + (f" (95% CI {ci[0]:.3f} - {ci[1]:.3f})" if ci else " (no CI)")
+            + f"  {verdict} at {again.threshold:.0%}\n  samples/s per round, A/B: {rounds}")
 
 
 def _compare_text(result: Any) -> str:

@@ -25,7 +25,6 @@ import json
 import random
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_agreement import ROOT, plain_config, run_plain
 from bench_compare import run as run_cli
-from bench_deployment_agreement import CHILD, child_environment, child_spec
 
+from autotune.artifact_timing import artifact_target, time_artifact
 from autotune.core.process_env import AUTO_ALLOCATORS, environment_of_variant, resolve_environments
 from autotune.worker.variants import VariantSpec
 
@@ -109,15 +108,8 @@ def plain_per_environment(recipe: Path, variant: str, batch: int, *, rounds: int
 
 
 def artifact_rounds(run_dir: Path, rounds: int, seconds: float) -> tuple[float, list[float]]:
-    spec, reported, _ = child_spec(run_dir, seconds)
-    values = []
-    for _ in range(rounds):
-        proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True,
-                              cwd=run_dir, timeout=600, env=child_environment(run_dir))
-        if proc.returncode != 0:
-            raise SystemExit(f"{run_dir}: the artifact's plain process failed: {proc.stderr[-800:]}")
-        values.append(json.loads(proc.stdout.strip().splitlines()[-1])["throughput"])
-    return reported, values
+    target = artifact_target(run_dir)
+    return target.reported, [time_artifact(target, seconds=seconds) for _ in range(rounds)]
 
 
 def main() -> int:

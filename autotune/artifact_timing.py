@@ -1,0 +1,227 @@
+"""Time two runs' artifacts side by side, now: ``autotune compare A B --rerun N``.
+
+Why: two reports are two measurements taken at different times, and this machine's speed moves between them.
+Two runs of the same code on the quickstart, three minutes apart on a quiet machine, gave screen ratios with a
+median of 0.89 (one configuration 0.82, a "regression"), while a model slowed by 10% gave 0.76-1.20: no
+interval built from the two reports can tell a slower model from a slower afternoon. What a CI gate needs is
+the two deployments timed *together*: each run's recommendation, saved as its artifact, run by its own
+``load.py`` in a plain process (no autotune imported: the child checks) started in the process environment it
+was measured in (``run.sh``'s variables), A and B in every round in a seeded random order, so a drift of the
+machine lands on both sides of each pair::
+
+    for round in 1..N:
+        order = shuffle([A, B]) (seeded)
+        for side in order: throughput[side][round] = fresh plain process: load(), warm every shape
+                          (3 passes + 1 s), then whole passes over the traffic for `seconds`
+    d[round]  = log(throughput B / throughput A)           # a pair: both in the same minute
+    ratio     = exp(mean d)
+    CI        = exp(mean d -+ t_{0.975, N-1} * sd(d) / sqrt(N))
+    verdict   = regression  if CI high < 1 - threshold
+                improvement if CI low  > 1 + threshold
+                unchanged   otherwise
+
+The traffic is the run's own: for a recipe with ``[data]``, the factory's first ``max_batches`` batches at the
+recommended batch size, cycled in order; for ``[[inputs]]``, the loader's ``make_inputs()`` batch. When the two
+runs picked different configurations the comparison is between their recommendations, which is the question
+a deployment asks ("is the new recommendation slower than the old one?").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.compare_rounds import t_quantile_975
+from autotune.core.process_env import environment_of_variant
+from autotune.errors import InputError
+
+__all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "rerun", "time_artifact"]
+
+#: The plain process: the artifact's loader and, for a ``[data]`` recipe, the user's data factory; never autotune.
+CHILD = r"""
+import importlib.util, json, runpy, sys, time
+spec = json.loads(sys.argv[1])
+ns = runpy.run_path(spec["loader"])
+predict = ns["load"]()
+kind = spec["kind"]
+if spec.get("data"):
+    import torch
+    d = spec["data"]
+    mod_spec = importlib.util.spec_from_file_location("user_data", d["file"])
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    torch.manual_seed(d["seed"])
+    it = iter(getattr(mod, d["function"])(batch_size=spec["batch_size"], **d["kwargs"]))
+    batches = []
+    for b in it:
+        batches.append(b)
+        if len(batches) >= d["max_batches"]:
+            break
+    def form(b):
+        if kind in ("onnx", "openvino"):
+            conv = lambda t: t.numpy()
+        else:
+            conv = lambda t: t
+        if isinstance(b, dict):
+            return (), {k: conv(v) for k, v in b.items()}
+        if isinstance(b, (tuple, list)):
+            return tuple(conv(v) for v in b), {}
+        return (conv(b),), {}
+    calls = [form(b) for b in batches]
+    rows = [int(next(iter(a or k.values())).shape[0]) for a, k in calls]
+else:
+    x = ns["make_inputs"]()
+    calls = [(tuple(x), {})]
+    rows = [int(x[0].shape[0])]
+assert "autotune" not in sys.modules, "the plain process imported autotune"
+def one_pass():
+    for a, k in calls:
+        predict(*a, **k)
+for _ in range(3):
+    one_pass()
+end = time.perf_counter() + 1.0
+while time.perf_counter() < end:
+    one_pass()
+t0 = time.perf_counter(); n = 0
+while True:
+    one_pass(); n += 1
+    t = time.perf_counter() - t0
+    if t >= spec["seconds"]:
+        break
+print(json.dumps({"throughput": n * sum(rows) / t, "passes": n}))
+"""
+
+#: Seconds a plain process may take (load, warm-up, timing) before it is called failed.
+CHILD_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ArtifactTarget:
+    """One run's recommendation as its artifact: what the plain process loads and serves, and where it was made."""
+
+    run_dir: Path
+    label: str  # variant@batch
+    kind: str
+    batch_size: int
+    reported: float  # the report's throughput of the recommendation
+    child: Mapping[str, Any] = field(default_factory=dict)  # the plain process's spec, less "seconds"
+    environment: Mapping[str, str] = field(default_factory=dict)  # variables the environment sets
+
+
+def artifact_target(run_dir: Path) -> ArtifactTarget:
+    """The recommendation of ``run_dir`` (``autotune run --out``) as an artifact to time.
+
+    Raises :class:`InputError` naming the file and field when the directory has no report, no recommendation or
+    no saved artifact (a run with ``--no-artifact``, or one whose artifact step failed).
+    """
+    report = run_dir / "report.json"
+    try:
+        doc = json.loads(report.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{report}: --rerun needs the run directory's report.json: {exc}") from None
+    rec = doc.get("recommendation") if isinstance(doc, Mapping) else None
+    art = doc.get("artifact") if isinstance(doc, Mapping) else None
+    if not isinstance(rec, Mapping) or not rec.get("variant"):
+        raise InputError(f"{report}: field 'recommendation': none, so there is no artifact to re-run")
+    if not isinstance(art, Mapping) or art.get("status") != "ok":
+        reason = art.get("reason") if isinstance(art, Mapping) else "no artifact section"
+        raise InputError(f"{report}: field 'artifact': not saved ({reason}); --rerun times the saved artifacts")
+    loader = run_dir / "artifact" / "load.py"
+    if not loader.is_file():
+        raise InputError(f"{loader}: missing; --rerun runs the artifact's own load.py")
+    recipe = doc.get("recipe") or {}
+    child: dict[str, Any] = {"loader": str(loader.resolve()), "kind": str(art.get("kind")),
+                             "batch_size": int(rec["batch_size"])}
+    data = recipe.get("data")
+    if isinstance(data, Mapping) and data.get("factory"):
+        target, _, function = str(data["factory"]).rpartition(":")
+        file = Path(target) if Path(target).is_absolute() else Path(str(data.get("base_dir") or ".")) / target
+        child["data"] = {"file": str(file), "function": function, "kwargs": dict(data.get("kwargs") or {}),
+                         "max_batches": int(data.get("max_batches") or 16),
+                         "seed": int((recipe.get("search") or {}).get("seed") or 0)}
+    env = environment_of_variant(str(rec["variant"]))
+    return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}", kind=str(art.get("kind")),
+                          batch_size=int(rec["batch_size"]), reported=float(rec.get("throughput") or 0.0),
+                          child=child, environment=env.apply(os.environ))
+
+
+def time_artifact(target: ArtifactTarget, *, seconds: float) -> float:
+    """One fresh plain process serving ``target``'s traffic for ``seconds``; its throughput (samples/s)."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps({**target.child, "seconds": seconds})],
+                          capture_output=True, text=True, cwd=target.run_dir, env=dict(target.environment),
+                          timeout=CHILD_TIMEOUT_S, check=False)
+    if proc.returncode != 0:
+        raise InputError(f"{target.run_dir / 'artifact' / 'load.py'}: the plain process failed "
+                         f"(exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["throughput"])
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    """A and B's artifacts timed side by side: per-round throughputs, the paired ratio B/A and its verdict."""
+
+    a: str
+    b: str
+    a_throughput: tuple[float, ...]
+    b_throughput: tuple[float, ...]
+    seconds: float
+    threshold: float
+
+    @property
+    def log_ratios(self) -> list[float]:
+        return [math.log(b / a) for a, b in zip(self.a_throughput, self.b_throughput, strict=True)]
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(statistics.fmean(self.log_ratios))
+
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        d = self.log_ratios
+        if len(d) < 2:
+            return None
+        half = t_quantile_975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+        m = statistics.fmean(d)
+        return math.exp(m - half), math.exp(m + half)
+
+    @property
+    def verdict(self) -> str:
+        ci = self.ci
+        if ci is None:
+            return "unchanged"
+        if ci[1] < 1 - self.threshold:
+            return "regression"
+        if ci[0] > 1 + self.threshold:
+            return "improvement"
+        return "unchanged"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "rounds": len(self.a_throughput), "seconds": self.seconds,
+                "a_throughput": list(self.a_throughput), "b_throughput": list(self.b_throughput),
+                "ratio": self.ratio, "ci": list(self.ci) if self.ci else None, "threshold": self.threshold,
+                "verdict": self.verdict, "method": "paired rounds of fresh plain processes, t interval"}
+
+
+def rerun(a: ArtifactTarget, b: ArtifactTarget, *, rounds: int, seconds: float, threshold: float, seed: int = 0,
+          timer: Callable[..., float] = time_artifact) -> RerunResult:
+    """Time ``a`` and ``b`` in ``rounds`` interleaved rounds (the module docstring); ``timer`` for tests."""
+    if rounds < 2:
+        raise InputError(f"--rerun: at least 2 rounds are needed for an interval, got {rounds}")
+    rng = random.Random(seed)
+    got: dict[str, list[float]] = {"a": [], "b": []}
+    for _ in range(rounds):
+        order = [("a", a), ("b", b)]
+        rng.shuffle(order)
+        for side, target in order:
+            got[side].append(timer(target, seconds=seconds))
+    return RerunResult(a=a.label, b=b.label, a_throughput=tuple(got["a"]), b_throughput=tuple(got["b"]),
+                       seconds=seconds, threshold=threshold)

@@ -1,0 +1,125 @@
+"""``autotune compare A B --rerun N``: both runs' artifacts timed side by side now, in fresh plain processes.
+
+The statistics with a stand-in timer (pure), then the real thing: two run directories holding a real report and
+the loader autotune generated for it (``tests/data/compare-base-report-v2.json``'s ``loader_code``), one building
+the slowable model as measured, one slowed, each timed by ``autotune compare --rerun`` in plain processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.artifact_timing import ArtifactTarget, artifact_target, rerun
+from autotune.errors import InputError
+from tests.support import ROOT, run_cli
+
+REPORT = ROOT / "tests" / "data" / "compare-base-report-v2.json"
+
+
+def _target(label: str) -> ArtifactTarget:
+    return ArtifactTarget(run_dir=Path("."), label=label, kind="code", batch_size=4, reported=100.0)
+
+
+def _timer(speeds: dict[str, list[float]]) -> Any:
+    def timer(target: ArtifactTarget, *, seconds: float) -> float:
+        return speeds[target.label].pop(0)
+
+    return timer
+
+
+def test_a_paired_slowdown_beyond_the_threshold_is_a_regression() -> None:
+    # the machine drifts by 20% over the rounds; every pair keeps B about 10% below A
+    a = [100.0, 95.0, 90.0, 85.0, 80.0]
+    b = [x * f for x, f in zip(a, (0.90, 0.91, 0.89, 0.90, 0.905), strict=True)]
+    got = rerun(_target("A"), _target("B"), rounds=5, seconds=1.0, threshold=0.05,
+                timer=_timer({"A": list(a), "B": list(b)}))
+    assert got.verdict == "regression" and 0.89 < got.ratio < 0.91
+    assert got.ci is not None and got.ci[1] < 0.95
+    assert got.to_dict()["verdict"] == "regression" and got.to_dict()["rounds"] == 5
+
+
+def test_the_same_speed_under_drift_is_unchanged_and_the_interval_is_a_t_interval() -> None:
+    a = [100.0, 80.0, 110.0]
+    b = [101.0, 79.0, 111.0]
+    got = rerun(_target("A"), _target("B"), rounds=3, seconds=1.0, threshold=0.05,
+                timer=_timer({"A": list(a), "B": list(b)}))
+    assert got.verdict == "unchanged"
+    d = [math.log(y / x) for x, y in zip(a, b, strict=True)]
+    mean = sum(d) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in d) / 2)
+    half = 4.303 * sd / math.sqrt(3)  # t at 2 degrees of freedom
+    assert got.ci == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+
+
+def test_one_round_gives_no_interval_and_is_refused() -> None:
+    with pytest.raises(InputError, match="at least 2 rounds"):
+        rerun(_target("A"), _target("B"), rounds=1, seconds=1.0, threshold=0.05, timer=_timer({}))
+
+
+def _run_dir(tmp_path: Path, name: str, *, slow: bool, variant: str | None = None) -> Path:
+    """A run directory: the real report and its generated loader, pointed at this checkout's slowable model."""
+    out = tmp_path / name
+    (out / "artifact").mkdir(parents=True)
+    doc = json.loads(REPORT.read_text())
+    code = doc["artifact"]["loader_code"].replace("/work/wt-samples/tests/models/slowable.py",
+                                                  str(ROOT / "tests" / "models" / "slowable.py"))
+    assert "factory(slow=False)" in code
+    if slow:
+        code = code.replace("factory(slow=False)", "factory(slow=True)")
+    if variant is not None:
+        doc["recommendation"]["variant"] = variant
+        code = code.replace("def load():", "import os\nassert 'libjemalloc' in os.environ.get('LD_PRELOAD', ''), "
+                                           "'not started in its environment'\n\n\ndef load():")
+    (out / "artifact" / "load.py").write_text(code)
+    (out / "report.json").write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.worker
+def test_rerun_flags_a_slowed_model_and_passes_the_same_one(tmp_path: Path) -> None:
+    a, b = _run_dir(tmp_path, "A", slow=False), _run_dir(tmp_path, "B", slow=True)
+    code, out, err = run_cli("compare", str(a), str(b), "--rerun", "3", "--rerun-seconds", "0.3")
+    assert code == 3, out + err
+    assert "Re-run now, side by side" in out and "REGRESSION" in out.split("Re-run now")[1]
+    code, out, err = run_cli("compare", str(a), str(b / "report.json"), "--rerun", "2", "--rerun-seconds", "0.3",
+                             "--json")
+    data = json.loads(out)
+    assert code == 3 and data["rerun"]["verdict"] == "regression" and data["rerun"]["ratio"] < 0.8, err
+    assert len(data["rerun"]["a_throughput"]) == 2
+    # the same artifact against itself: the report rows match and the re-run finds nothing
+    code, out, err = run_cli("compare", str(a), str(a), "--rerun", "2", "--rerun-seconds", "0.3", "--json")
+    assert code == 0, out + err
+    assert json.loads(out)["rerun"]["verdict"] != "regression"
+
+
+@pytest.mark.worker
+def test_rerun_starts_each_artifact_in_its_process_environment(tmp_path: Path) -> None:
+    from autotune.core.process_env import ProcessEnvironment
+
+    if ProcessEnvironment.parse("jemalloc").unavailable_reason() is not None:
+        pytest.skip("libjemalloc2 is not installed (make install installs it as root)")
+    a = _run_dir(tmp_path, "A", slow=False, variant="eager+threads=1+jemalloc")
+    target = artifact_target(a)
+    assert "libjemalloc" in target.environment["LD_PRELOAD"]
+    code, out, err = run_cli("compare", str(a), str(a), "--rerun", "2", "--rerun-seconds", "0.2")
+    assert code == 0, out + err  # its loader asserts the preload
+
+
+def test_a_run_without_an_artifact_is_refused_naming_the_field(tmp_path: Path) -> None:
+    a = _run_dir(tmp_path, "A", slow=False)
+    doc = json.loads((a / "report.json").read_text())
+    doc["artifact"] = {"status": "failed", "reason": "boom"}
+    (a / "report.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"report\.json: field 'artifact': not saved \(boom\)"):
+        artifact_target(a)
+    shutil.rmtree(a / "artifact")
+    doc["artifact"] = json.loads(REPORT.read_text())["artifact"]
+    (a / "report.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"load\.py: missing"):
+        artifact_target(a)
