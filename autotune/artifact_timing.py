@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.compare import Ratio, ratio_verdict
 from autotune.compare_rounds import t_quantile_975
 from autotune.core.process_env import environment_of_variant
 from autotune.errors import InputError
@@ -110,8 +111,6 @@ class ArtifactTarget:
 
     run_dir: Path
     label: str  # variant@batch
-    kind: str
-    batch_size: int
     reported: float  # the report's throughput of the recommendation
     child: Mapping[str, Any] = field(default_factory=dict)  # the plain process's spec, less "seconds"
     environment: Mapping[str, str] = field(default_factory=dict)  # variables the environment sets
@@ -149,9 +148,8 @@ def artifact_target(run_dir: Path) -> ArtifactTarget:
                          "max_batches": int(data.get("max_batches") or 16),
                          "seed": int((recipe.get("search") or {}).get("seed") or 0)}
     env = environment_of_variant(str(rec["variant"]))
-    return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}", kind=str(art.get("kind")),
-                          batch_size=int(rec["batch_size"]), reported=float(rec.get("throughput") or 0.0),
-                          child=child, environment=env.apply(os.environ))
+    return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}",
+                          reported=float(rec.get("throughput") or 0.0), child=child, environment=env.apply(os.environ))
 
 
 def time_artifact(target: ArtifactTarget, *, seconds: float) -> float:
@@ -195,14 +193,8 @@ class RerunResult:
 
     @property
     def verdict(self) -> str:
-        ci = self.ci
-        if ci is None:
-            return "unchanged"
-        if ci[1] < 1 - self.threshold:
-            return "regression"
-        if ci[0] > 1 + self.threshold:
-            return "improvement"
-        return "unchanged"
+        """``compare``'s rule on the paired ratio (regression, improvement, unchanged; at least 2 rounds: a CI)."""
+        return ratio_verdict(Ratio(self.ratio, self.ci), self.threshold)
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "rounds": len(self.a_throughput), "seconds": self.seconds,

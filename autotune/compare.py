@@ -477,7 +477,8 @@ def _ratios(ma: Measured, mb: Measured, percentile: str) -> tuple[Ratio, Ratio |
     return tput, lat
 
 
-def _verdict(ratio: Ratio, threshold: float) -> str:
+def ratio_verdict(ratio: Ratio, threshold: float) -> str:
+    """The verdict rule of the module docstring (also ``compare --rerun``'s, :mod:`autotune.artifact_timing`)."""
     if ratio.ci is None:
         return "no CI"
     if ratio.ci[1] < 1.0 - threshold:
@@ -533,7 +534,7 @@ def compare_reports(a: Mapping[str, Any], b: Mapping[str, Any], *, threshold: fl
                 mb = Measured(fb.throughput, fb.ci(), mb.latency_ms, mb.trial, mb.measurement)
             elif floor is not None:
                 tput = Ratio(tput.value, widen(tput.value, tput.ci, floor), tput.method)
-            rows.append(Row(variant, batch, ma, mb, tput, lat, _verdict(tput, threshold), source))
+            rows.append(Row(variant, batch, ma, mb, tput, lat, ratio_verdict(tput, threshold), source))
         elif _usable(ra):
             only_a.append(Unmatched(variant, batch, "A", _other(rb)))
         elif _usable(rb):

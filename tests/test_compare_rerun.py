@@ -23,7 +23,7 @@ REPORT = ROOT / "tests" / "data" / "compare-base-report-v2.json"
 
 
 def _target(label: str) -> ArtifactTarget:
-    return ArtifactTarget(run_dir=Path("."), label=label, kind="code", batch_size=4, reported=100.0)
+    return ArtifactTarget(run_dir=Path("."), label=label, reported=100.0)
 
 
 def _timer(speeds: dict[str, list[float]]) -> Any:

@@ -80,38 +80,37 @@ class Search(StudySession):
             if not sizes:
                 continue
             if self.settings.objective in ("throughput", "pareto"):
-                picks.append((v, int(self.space.first_batch(v, smallest=False) or max(sizes))))
+                picks.append((v, self.space.throughput_start(v)))
             if self.settings.objective in ("latency", "pareto"):
                 picks.append((v, min(sizes)))
         for combo in dict.fromkeys(picks):
             if combo not in measured and combo not in waiting:
                 self.study.enqueue_trial({"variant": combo[0], "batch_size": combo[1]})
 
-    def _enqueue_neighbours(self, measured: Mapping[tuple[str, int], Mapping[str, Any]]) -> bool:
-        """Enqueue the leader's unmeasured grid neighbours (the climb of the module docstring); True if any.
+    def _enqueue_neighbours(self, measured: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+        """Enqueue the leader's unmeasured grid neighbours (the climb of the module docstring).
 
         Only while nothing enqueued is waiting (the priors first, then one step at a time, so each step
         starts from the leader the last one left), and not for the Pareto objective (no single leader).
         """
         if self.settings.objective not in ("throughput", "latency"):
-            return False
+            return
         if self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            return False
+            return
         best = best_row(list(measured.values()), objective=self.settings.objective,
                         constraints=self.settings.constraints)
         if best is None:
-            return False
+            return
         variant, batch = str(best["variant"]), int(best["batch_size"])
         sizes = sorted(self.space.batch_sizes.get(variant, ()))
         if batch not in sizes:
-            return False
+            return
         i = sizes.index(batch)
         busy = self.in_flight()
         todo = [(variant, sizes[j]) for j in (i - 1, i + 1)
                 if 0 <= j < len(sizes) and (variant, sizes[j]) not in measured and (variant, sizes[j]) not in busy]
         for v, b in todo:
             self.study.enqueue_trial({"variant": v, "batch_size": b})
-        return bool(todo)
 
     def _enqueue_unmeasured(self, measured: Mapping[tuple[str, int], Any]) -> bool:
         todo = [c for c in self.space.combos() if c not in measured and c not in self.in_flight()]

@@ -31,14 +31,10 @@ class SearchSpace:
     batch_sizes: Mapping[str, tuple[int, ...]]
     preferred: Mapping[str, int] = field(default_factory=dict)
 
-    def first_batch(self, variant: str, *, smallest: bool) -> int | None:
-        """The batch a search measures ``variant`` at first: the smallest (latency), else the preferred one,
-        else the largest (throughput)."""
-        sizes = self.batch_sizes.get(variant, ())
-        if not sizes:
-            return None
-        if smallest:
-            return min(sizes)
+    def throughput_start(self, variant: str) -> int:
+        """The batch a throughput search measures ``variant`` at first: the preferred one, else the largest
+        (``variant`` must have batch sizes)."""
+        sizes = self.batch_sizes[variant]
         preferred = self.preferred.get(variant)
         return preferred if preferred in sizes else max(sizes)
 
