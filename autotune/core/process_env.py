@@ -258,14 +258,24 @@ def describe(env: ProcessEnvironment) -> str:
     return parts
 
 
-def run_script(env: ProcessEnvironment, *, default_command: str) -> str:
-    """``run.sh``: set ``env`` up, then run the arguments (a service) or ``default_command`` in it."""
+def run_script(env: ProcessEnvironment, *, default_command: str,
+               commands: Mapping[str, tuple[str, str]] | None = None) -> str:
+    """``run.sh``: set ``env`` up, then run the arguments (a service) or ``default_command`` in it.
+
+    ``commands``: named sub-commands, ``{"serve": (command, usage text)}``: ``./run.sh serve --port 8000`` runs
+    ``command`` with the remaining arguments (the artifact's server, :mod:`autotune.serving.server`).
+    """
+    named = dict(commands or {})
+    usage = [f"#        ./run.sh {name} ...{' ' * max(1, 20 - len(name))}{text}" for name, (_, text) in named.items()]
+    cases = [line for name, (command, _) in named.items()
+             for line in (f'if [ "${{1:-}}" = {name} ]; then', "  shift", f'  exec {command} "$@"', "fi")]
     return "\n".join(line for line in [
         "#!/bin/sh",
         "# Starts a process in the environment autotune measured the recommendation in:",
         f"#   {env.name}: {describe(env)}.",
         "# Such settings are read when a process starts, so they cannot be set from Python.",
         "# Usage: ./run.sh                      runs load.py (one batch) in that environment",
+        *usage,
         "#        ./run.sh python service.py    runs your own service in it",
         "set -e",
         *shell_exports(env),
@@ -273,6 +283,7 @@ def run_script(env: ProcessEnvironment, *, default_command: str) -> str:
         'if [ "$#" -eq 0 ]; then',
         f'  exec {default_command}',
         "fi",
+        *cases,
         'exec "$@"',
     ] if line) + "\n"
 

@@ -120,10 +120,11 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
     if kind == "onnx":
         files = [f["name"] for f in section.get("files") or [] if str(f.get("name")).endswith(".onnx")]
         model_file = files[0] if files else "model.onnx"
-        body += ["", "", *onnx_lines(mode=rec.get("compile_mode"),
-                                     threads=str(py_int(runtime.get("intra_op_num_threads"), threads) or threads),
-                                     path=f"str(HERE / {model_file!r})", device=device, interface=True,
-                                     buckets=bool(buckets))]
+        n_threads = py_int(runtime.get("intra_op_num_threads"), threads) or threads
+        body += ["", "", f"THREADS = {n_threads}  # the session's intra-op threads (serve.py sets its own)", "",
+                 "", *onnx_lines(mode=rec.get("compile_mode"), threads="THREADS",
+                                 path=f"str(HERE / {model_file!r})", device=device, interface=True,
+                                 buckets=bool(buckets))]
         body += ["", "", *numpy_make_inputs_lines()]
     elif kind == "openvino":
         config = dict(runtime.get("config") or {})
@@ -171,7 +172,9 @@ def run_script(doc: Mapping[str, Any]) -> str | None:
     if not isinstance(rec, Mapping):
         return None
     return process_run_script(environment_of_variant(str(rec.get("variant") or "")),
-                              default_command='${PYTHON:-python} "$(dirname "$0")/load.py"')
+                              default_command='${PYTHON:-python} "$(dirname "$0")/load.py"',
+                              commands={"serve": ('${PYTHON:-python} "$(dirname "$0")/serve.py"',
+                                                  "serves the model over HTTP (KServe v2): serve.py --help")})
 
 
 __all__ = ["loader_script", "run_script"]

@@ -22,6 +22,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 
+_EPSILON_S = 1e-9
+
+
 @dataclass(frozen=True)
 class BatchPolicy:
     """At most ``max_batch`` samples per call; the oldest request waits at most ``max_delay_s`` for company."""
@@ -99,8 +102,9 @@ class Batcher:
         """Whether the queue may be dispatched at ``now`` (full batch, or the oldest request waited long enough)."""
         if not self._queue:
             return False
+        # the tolerance: ``deadline()`` is ``arrived + max_delay_s``, and ``(a + d) - a`` may round below ``d``
         return (self._queued_samples >= self.policy.max_batch
-                or now - self._queue[0].arrived >= self.policy.max_delay_s)
+                or now - self._queue[0].arrived >= self.policy.max_delay_s - _EPSILON_S)
 
     def poll(self, now: float) -> list[Dispatch]:
         """The batches to start at ``now``, each on a free instance (marked busy until ``release``)."""

@@ -232,6 +232,33 @@ def describe_interface(traffic: Any, model: Any) -> dict[str, Any]:
             "shapes": sorted(set(traffic.shape_keys()))}
 
 
+#: The traffic saved beside the artifact (``traffic.npz``) for the serving search and ``serve.py``'s users: whole
+#: batches, in order, until this many bytes (a large image model's 16 batches would be hundreds of MiB).
+TRAFFIC_FILE = "traffic.npz"
+TRAFFIC_MAX_BYTES = 32 * 2**20
+
+
+def save_traffic(traffic: Any, directory: Path, *, max_bytes: int = TRAFFIC_MAX_BYTES) -> None:
+    """``traffic.npz``: the batches the artifact was measured on, as numpy arrays named ``b{i}.{input}``.
+
+    The serving search (:mod:`autotune.serving.search`) cuts them into requests, so the served load is the
+    user's own traffic (their shapes, their sequence lengths), not random tensors; a parent process without
+    torch reads it with numpy alone. At least the first batch is kept; later ones while under ``max_bytes``.
+    """
+    import numpy as np
+
+    arrays: dict[str, Any] = {}
+    total = 0
+    for i, batch in enumerate(traffic.batches):
+        size = sum(int(t.numel() * t.element_size()) for t in batch)
+        if i and total + size > max_bytes:
+            break
+        total += size
+        for name, t in zip(traffic.layout.names, batch, strict=True):
+            arrays[f"b{i}.{name}"] = t.detach().cpu().numpy()
+    np.savez(directory / TRAFFIC_FILE, **arrays)
+
+
 def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, directory: str | None,
            profile: bool, iterations: int, traffic: Any = None, plan: Any = None,
            calibration: Any = None) -> dict[str, Any]:
@@ -273,6 +300,7 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
             saved = save_artifact(built, Path(directory), plan=plan, dynamic_dims=dynamic_dims)
             if traffic is not None:
                 saved["interface"] = describe_interface(traffic, model)
+                save_traffic(traffic, Path(directory))
             out["artifact"] = {"status": "ok", "reason": "", "build_seconds": build_seconds, **saved,
                                "notes": list(built.notes)}
         except Exception as exc:
@@ -309,4 +337,5 @@ def deploy(model: Any, inputs: Any, *, spec: Any, device: Any, backend: Any, dir
     return out
 
 
-__all__ = ["FORMATS", "KINDS", "deploy", "describe_interface", "format_of", "kind_of", "save_artifact"]
+__all__ = ["FORMATS", "KINDS", "TRAFFIC_FILE", "deploy", "describe_interface", "format_of", "kind_of", "save_artifact",
+           "save_traffic"]
