@@ -234,7 +234,7 @@ def print_step(event: Any) -> None:
         print(f"{event.message} ...", file=sys.stderr, flush=True)
 
 
-STEP_KINDS = ("boundary", "boundary_probe", "boundary_found", "showdown", "artifact")
+STEP_KINDS = ("boundary", "boundary_probe", "boundary_found", "showdown", "artifact", "serving")
 
 
 class ProgressBar:

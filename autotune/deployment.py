@@ -91,10 +91,11 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
             run = staging / RUN_SCRIPT_NAME
             run.write_text(run_script(doc) or "", encoding="utf-8")
             run.chmod(0o755)
+            served = _server_files(staging, recipe_data)
             swap_in(staging, final)
             section["files"] = directory_files(final)
             section["size_bytes"] = sum(f["bytes"] for f in section["files"]
-                                        if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME))
+                                        if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME, TRAFFIC_NAME, *served))
             section["loader_code"] = text
         except OSError as exc:
             section = {**section, "status": "failed", "reason": f"writing {final} failed: {exc.strerror or exc}"}
@@ -110,6 +111,24 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
                                            {"status": "failed", "reason": "no profile in the reply", "tables": []})
         profile_section.setdefault("batch_size", batch)
         doc["profile"] = profile_section
+
+
+#: The traffic the artifact was measured on (written by the worker: autotune.worker.artifact.save_traffic).
+TRAFFIC_NAME = "traffic.npz"
+
+
+def _server_files(staging: Path, recipe_data: Mapping[str, Any]) -> list[str]:
+    """``serve.py`` and its siblings, and ``serving.json`` with the model's name and pad values (the serving
+    search adds the recommended configuration): every artifact can be served with ``./run.sh serve``."""
+    from autotune.serving.ship import SERVING_JSON, copy_server, model_name_of, write_serving_json
+
+    serving = recipe_data.get("serving") or {}
+    data = recipe_data.get("data") or {}
+    write_serving_json(staging, {
+        "model_name": model_name_of(str(recipe_data.get("name") or "model"), serving.get("model_name")),
+        "pad_values": dict(data.get("pad_values") or {}),
+    })
+    return [*copy_server(staging), SERVING_JSON]
 
 
 #: ``renameat2``'s flag that swaps two paths atomically (Linux 3.15, glibc 2.28; ext4, xfs, btrfs, tmpfs, ...).

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
@@ -164,6 +164,17 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
             assert progress.doc is not None
             write_deployment(recipe.to_dict(), progress.doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
+            serving = getattr(recipe, "serving", None)
+            if serving is not None:
+                from autotune.serving.stage import run_serving
+
+                progress.start("serving")
+                emit(options.on_event, "serving", f"serving search on {rec['variant']}")
+                section = run_serving(serving, cast("dict[str, Any]", progress.doc), out, run_started=t0,
+                                      say=lambda text: emit(options.on_event, "serving", text),
+                                      seed=recipe.search.seed)
+                if section.get("interrupted"):
+                    return progress.finish(interrupted=True)
         doc = progress.finish()
     except KeyboardInterrupt:
         if progress is None:  # during validation: nothing written, nothing to keep

@@ -322,6 +322,8 @@ class RunDocument:
                 doc["artifact"] = self.doc["artifact"]
             if "profile" in self.doc:
                 doc["profile"] = self.doc["profile"]
+            if "serving" in self.doc:
+                doc["serving"] = self.doc["serving"]  # type: ignore[typeddict-unknown-key]
         return doc
 
     def write(self, *, full: bool, complete: bool = False, interrupted: bool = False) -> ReportDocument:

@@ -25,7 +25,7 @@ SCHEMA_VERSION: Final = 2
 READ_VERSIONS = (1, 2)
 REPORT_FILES = ("report.json", "report.md", "report.html")
 #: The phases a run's document may say it was written in (``done``: complete); see ``report.assemble.RunDocument``.
-RUN_PHASES = ("boundaries", "search", "showdown", "artifact", "done")
+RUN_PHASES = ("boundaries", "search", "showdown", "artifact", "serving", "done")
 
 Checker = Callable[[Any, str], None]
 

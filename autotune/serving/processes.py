@@ -1,0 +1,170 @@
+"""The artifact's server and its calibration, started by the serving search exactly as a deployer starts them.
+
+Every configuration the search measures runs as ``artifact/run.sh serve ...``: the artifact's own
+``serve.py`` (the file that ships) in the artifact's process environment (``run.sh`` sets the allocator and
+OpenMP variables before Python starts), with its instances as child processes. So the figures the report
+states are the shipped server's, not a stand-in's.
+
+Nothing outlives the tuner: the server starts in a session of its own (a terminal's Ctrl-C reaches the
+tuner, which decides), the kernel sends it SIGTERM when the tuner dies however it dies
+(``PR_SET_PDEATHSIG``, kept across ``run.sh``'s ``exec``), and ``serve.py`` does the same for its instances.
+Leaving the context stops it with SIGTERM (graceful), then SIGKILL to its process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+
+#: ``run.sh``'s sub-command that starts ``serve.py`` (:func:`autotune.report.loader.run_script`).
+RUN_SCRIPT = "run.sh"
+_PR_SET_PDEATHSIG = 1
+
+
+class ServingError(AutotuneError):
+    """The artifact's server could not be started, calibrated or measured (the serving stage reports why)."""
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _command(artifact: Path, args: Sequence[str]) -> list[str]:
+    return ["sh", str(artifact / RUN_SCRIPT), "serve", "--artifact", str(artifact), *args]
+
+
+def _environ() -> dict[str, str]:
+    # run.sh runs ${PYTHON:-python}: this interpreter, which has the runtimes the artifact needs
+    return dict(os.environ, PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One layout's service times: seconds per call (median) at each batch size, every instance busy."""
+
+    instances: int
+    threads: int
+    service_s: dict[int, float]
+    spread: dict[int, float]  # p90 / p50 of a call's time, per batch size
+    seconds: float  # wall time of the calibration, start-up included
+
+
+def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence[int], seconds: float,
+              timeout: float) -> Calibration:
+    """``serve.py --calibrate``: ``instances`` processes of ``threads`` threads each time ``predict`` at every
+    batch size at once (so the figure includes what they cost each other on shared cores and caches)."""
+    t0 = time.monotonic()
+    args = ["--calibrate", "--instances", str(instances), "--threads", str(threads),
+            "--batches", ",".join(str(b) for b in batches), "--seconds", f"{seconds:g}"]
+    try:
+        proc = subprocess.run(_command(artifact, args), capture_output=True, text=True, timeout=timeout,
+                              env=_environ(), preexec_fn=_die_with_parent, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ServingError(f"calibrating {instances}x{threads} took longer than {timeout:.0f} s") from exc
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise ServingError(f"calibrating {instances}x{threads} failed (exit {proc.returncode}): {' | '.join(tail)}")
+    got: dict[str, Any] = json.loads(lines[-1])
+    service = {int(k): float(v) for k, v in got["service_s"].items()}
+    spread = {int(k): float(v) for k, v in (got.get("spread") or {}).items()}
+    return Calibration(instances, threads, service, spread, time.monotonic() - t0)
+
+
+class ServerProcess:
+    """``run.sh serve`` with one configuration, on a free port of 127.0.0.1; a context manager."""
+
+    def __init__(self, artifact: Path, args: Sequence[str], *, start_timeout: float = 180.0) -> None:
+        self.artifact = artifact
+        self.args = list(args)
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self._dir = tempfile.TemporaryDirectory(prefix="autotune-serve-")
+        self.log = Path(self._dir.name) / "server.log"
+        self.started_s = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerProcess:
+        ready = Path(self._dir.name) / "ready.json"
+        t0 = time.monotonic()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                _command(self.artifact, [*self.args, "--host", "127.0.0.1", "--port", "0",
+                                         "--ready-file", str(ready)]),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_environ(),
+                preexec_fn=_die_with_parent)
+        try:
+            while not ready.exists():
+                if self.proc.poll() is not None:
+                    raise ServingError(f"the server exited with {self.proc.returncode} before it was ready: "
+                                       f"{self.tail()}")
+                if time.monotonic() - t0 > self.start_timeout:
+                    raise ServingError(f"the server was not ready after {self.start_timeout:.0f} s: {self.tail()}")
+                time.sleep(0.05)
+            for _ in range(40):  # written atomically by serve.py, but be lenient with a reader racing it
+                with contextlib.suppress(ValueError, OSError):
+                    self.port = int(json.loads(ready.read_text())["port"])
+                    break
+                time.sleep(0.05)
+            if not self.port:
+                raise ServingError(f"the server's ready file {ready} has no port")
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def tail(self, lines: int = 3) -> str:
+        with contextlib.suppress(OSError):
+            text = self.log.read_text(errors="replace").strip().splitlines()
+            return " | ".join(text[-lines:]) or "(no output)"
+        return "(no output)"
+
+    def stop(self) -> int | None:
+        """SIGTERM (the server answers what it holds and stops its instances), then SIGKILL to the group."""
+        proc, self.proc = self.proc, None
+        code = None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # anything of its session still there
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        return code
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+
+@contextlib.contextmanager
+def serving(artifact: Path, args: Sequence[str]) -> Iterator[ServerProcess]:
+    with ServerProcess(artifact, args) as server:
+        yield server
+
+
+__all__ = ["Calibration", "ServerProcess", "ServingError", "calibrate", "serving"]

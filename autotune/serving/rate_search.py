@@ -1,0 +1,178 @@
+"""The highest request rate a running server sustains within the SLO: load points and their bisection.
+
+A load point sends open-loop Poisson arrivals (:mod:`autotune.serving.schedule`, :mod:`autotune.serving.loadgen`)
+at one rate for a few seconds and reads the SLO's percentile of the latencies, counted from each request's
+intended send time. A request that failed, timed out or was never sent counts as infinitely late: it cannot
+meet the SLO, so errors count against the percentile (and the goodput) instead of vanishing from it. The
+first tenth of a point is left out: the server starts it with an empty queue.
+
+How sure a point is: latencies under load are autocorrelated (a queue drains slowly), so the percentile's
+95% interval is a circular block bootstrap (:func:`autotune.core.stats.bootstrap_percentiles`), block length
+from the measured autocorrelation. A point *passes* when the percentile is within the SLO; the interval says
+whether that was clear (the whole interval on one side) or a near thing.
+
+The bisection (pseudo-code)::
+
+    r = the simulation's prediction (or a guess)
+    until a point passed and one failed: r *= 1.3 after a pass, r *= 0.7 after a fail
+    then r = sqrt(lo * hi) between the highest pass below the lowest fail, until hi / lo <= 1 + tolerance
+    max rate = the highest passing rate below every failing one
+    its interval: [the highest rate whose whole percentile interval was within the SLO,
+                   the lowest rate whose whole interval was above it] (the bracket where it was a near thing)
+
+The number of points and each point's length come from the time left (:class:`RateSearchBudget`); a point
+runs long enough for ~600 requests (6 beyond a p99), between 2 and 8 s.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune.core.stats import bootstrap_percentiles, replicate_interval
+
+#: Left out of each point's percentiles: the empty queue the point starts with.
+WARM_FRACTION = 0.1
+#: A failed, timed-out or unsent request, in the percentiles: later than any SLO.
+_NEVER_MS = 1e9
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One rate, measured: latency percentiles (ms) and what happened to the requests."""
+
+    rate: float
+    seconds: float
+    sent: int
+    ok: int
+    failed: int
+    timed_out: int
+    dropped: int
+    achieved_rate: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    pct_ms: float  # the SLO's percentile
+    pct_ci_ms: tuple[float, float]
+    good: int  # requests answered within the SLO
+    send_lag_p99_ms: float
+    passed: bool
+    clear: bool  # the whole interval on one side of the SLO
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pct_ci_ms"] = list(self.pct_ci_ms)
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, percentile: float) -> LoadPoint:
+    """A :class:`LoadPoint` from a load generator's result (``autotune.serving.loadgen.LoadResult``)."""
+    lat = np.asarray(result.latencies_ms, dtype=float)
+    sent = int(result.sent)
+    errors = int(result.failed) + int(result.timed_out) + int(result.dropped)
+    skip = int(len(lat) * WARM_FRACTION)
+    kept = lat[skip:]
+    err_kept = errors - int(errors * WARM_FRACTION)
+    values = np.concatenate([kept, np.full(err_kept, _NEVER_MS)]) if err_kept else kept
+    if values.size == 0:
+        values = np.array([_NEVER_MS])
+    q = [50.0, 90.0, 99.0, percentile]
+    p50, p90, p99, pct = (float(v) for v in np.percentile(values, q))
+    if values.size >= 20 and float(values.max()) > float(values.min()):
+        # the ok latencies keep their order (autocorrelation); errors are appended, a small tail
+        lo, hi = replicate_interval(bootstrap_percentiles(values, percentile, n_boot=400, seed=int(rate) % 997))
+    else:
+        lo, hi = pct, pct
+    good = int(np.sum(lat <= slo_ms))
+    lag = float(getattr(result, "send_lag_p99_ms", 0.0) or 0.0)
+    passed = pct <= slo_ms
+    clear = (hi <= slo_ms) if passed else (lo > slo_ms)
+    return LoadPoint(rate=rate, seconds=seconds, sent=sent, ok=int(result.ok), failed=int(result.failed),
+                     timed_out=int(result.timed_out), dropped=int(result.dropped),
+                     achieved_rate=float(result.achieved_rate), p50_ms=p50, p90_ms=p90, p99_ms=p99, pct_ms=pct,
+                     pct_ci_ms=(float(lo), float(hi)), good=good, send_lag_p99_ms=lag, passed=passed,
+                     clear=clear)
+
+
+def point_seconds(rate: float, *, requests: int = 600, low: float = 2.0, high: float = 8.0) -> float:
+    """How long a point runs: ~``requests`` requests, within [low, high] seconds."""
+    return min(high, max(low, requests / max(rate, 1e-9)))
+
+
+@dataclass(frozen=True)
+class RateOutcome:
+    """The bisection's answer for one configuration."""
+
+    max_rate: float  # 0: not even the lowest rate tried passed
+    max_rate_ci: tuple[float, float]
+    points: tuple[LoadPoint, ...]
+    stopped_by: str  # converged | points | time
+
+
+def max_rate_of(points: Sequence[LoadPoint]) -> tuple[float, tuple[float, float]]:
+    """The highest passing rate below every failing one, and the bracket where the decision was not clear."""
+    fails = [p.rate for p in points if not p.passed]
+    lowest_fail = min(fails) if fails else math.inf
+    passes = [p.rate for p in points if p.passed and p.rate < lowest_fail]
+    best = max(passes) if passes else 0.0
+    clear_pass = [p.rate for p in points if p.passed and p.clear and p.rate < lowest_fail]
+    clear_fail = [p.rate for p in points if not p.passed and p.clear]
+    lo = max(clear_pass) if clear_pass else 0.0
+    hi = min(clear_fail) if clear_fail else lowest_fail
+    if not math.isfinite(hi):
+        hi = best  # never failed: the interval's top is what was shown, not more
+    return best, (min(lo, best), max(hi, best))
+
+
+def find_max_rate(measure: Callable[[float, float], LoadPoint], *, start: float, deadline: float,
+                  tolerance: float = 0.06, max_points: int = 8, floor: float = 0.5) -> RateOutcome:
+    """Bisect the rate with ``measure(rate, seconds) -> LoadPoint`` until the bracket is within ``tolerance``,
+    ``max_points`` were measured, or the next point would end after ``deadline`` (``time.monotonic()``)."""
+    points: list[LoadPoint] = []
+    rate = max(start, floor)
+    stopped_by = "converged"
+    while True:
+        seconds = point_seconds(rate)
+        if len(points) >= max_points:
+            stopped_by = "points"
+            break
+        if points and time.monotonic() + seconds + 1.0 > deadline:
+            stopped_by = "time"
+            break
+        points.append(measure(rate, seconds))
+        lo = max((p.rate for p in points if p.passed), default=None)
+        fails = [p.rate for p in points if not p.passed]
+        hi = min(fails) if fails else None
+        if lo is not None and hi is not None and lo >= hi:  # a pass above a fail: noise; trust the fail
+            lo = max((p.rate for p in points if p.passed and p.rate < hi), default=None)
+        if hi is None:
+            rate *= 1.3
+        elif lo is None:
+            if rate <= floor:
+                break
+            rate = max(floor, rate * 0.7)
+        elif hi / lo <= 1.0 + tolerance:
+            break
+        else:
+            rate = math.sqrt(lo * hi)
+    best, ci = max_rate_of(points)
+    return RateOutcome(best, ci, tuple(points), stopped_by)
+
+
+def as_dicts(points: Sequence[LoadPoint]) -> list[dict[str, Any]]:
+    return [p.to_dict() for p in points]
+
+
+def point_summary(p: LoadPoint | Mapping[str, Any]) -> str:
+    d = p.to_dict() if isinstance(p, LoadPoint) else p
+    return (f"{d['rate']:.1f} req/s: p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, "
+            f"{d['ok']}/{d['sent']} ok")
+
+
+__all__ = ["LoadPoint", "RateOutcome", "as_dicts", "find_max_rate", "max_rate_of", "point_from",
+           "point_seconds", "point_summary"]

@@ -1,0 +1,438 @@
+"""The serving search: which instances x threads x max batch x max delay serves the most requests per second
+within the SLO, found on the artifact's own server with open-loop load.
+
+Pipeline (each step's time counted against ``serving.time_budget_s``)::
+
+    layouts   = instances x threads that fit the usable cores (n * t <= cores)
+    calibrate each layout: serve.py --calibrate times predict at every max-batch size with all n busy
+    naive     = 1 instance x all cores, max batch 1, no delay: started, its per-request overhead read at
+                concurrency 1, then its max rate bisected with real load (the first baseline)
+    simulate  every grid point (autotune.serving.simulate): predicted max rate within the SLO
+    confirm   the best `confirm` predictions (distinct layouts first) with real load: max rate bisected
+    batch-loop baseline: the throughput pick served as it is (its threads, max batch = its batch size,
+                a delay of one call at that size), bisected
+    the pick  = the highest confirmed max rate (with serving.rate: the fewest cores that serve it)
+    its curve = p50/p99 at 50%, 80% and 100% of its max rate
+
+Every server is the artifact's ``run.sh serve`` (:mod:`autotune.serving.processes`): what the report states
+is what ships. An interrupt keeps every configuration measured so far (``interrupted: true``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.serving.batcher import BatchPolicy
+from autotune.serving.processes import Calibration, ServerProcess, ServingError, calibrate
+from autotune.serving.rate_search import LoadPoint, as_dicts, find_max_rate, point_from
+from autotune.serving.requests import cut_requests, load_batches
+from autotune.serving.simulate import ServiceModel, Simulator, percentile_of
+
+#: Fractions of the pick's max rate its curve is measured at.
+CURVE_FRACTIONS = (0.5, 0.8, 1.0)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    instances: int
+    threads: int
+    max_batch: int
+    max_delay_ms: float
+
+    @property
+    def cores(self) -> int:
+        return self.instances * self.threads
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        return (self.instances, self.threads)
+
+    def args(self) -> list[str]:
+        return ["--instances", str(self.instances), "--threads", str(self.threads),
+                "--max-batch", str(self.max_batch), "--max-delay-ms", f"{self.max_delay_ms:g}"]
+
+    def label(self) -> str:
+        return (f"{self.instances}x{self.threads} thr, batch<={self.max_batch}, "
+                f"delay {self.max_delay_ms:g} ms")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The artifact to serve: its directory, the variant and environment it holds, the largest batch it takes."""
+
+    artifact: Path
+    variant: str
+    environment: str
+    batch_size: int
+    threads: int  # the threads the throughput pick ran with
+    model_name: str
+    input_names: tuple[str, ...]
+    pad_values: Mapping[str, float] = field(default_factory=dict)
+    call_seconds: float | None = None  # the pick's time per call at batch_size (the batch-loop baseline's delay)
+
+
+@dataclass
+class Measured:
+    """One configuration measured with real load."""
+
+    config: ServingConfig
+    role: str
+    predicted: float | None
+    max_rate: float
+    max_rate_ci: tuple[float, float]
+    points: list[LoadPoint]
+    stopped_by: str
+
+    def to_dict(self, target: Target) -> dict[str, Any]:
+        return {"variant": target.variant, "environment": target.environment,
+                "instances": self.config.instances, "threads": self.config.threads,
+                "max_batch": self.config.max_batch, "max_delay_ms": self.config.max_delay_ms,
+                "predicted_max_rate": _r(self.predicted), "max_rate": _r(self.max_rate),
+                "max_rate_ci": [_r(x) for x in self.max_rate_ci], "role": self.role, "pruned_reason": None,
+                "stopped_by": self.stopped_by, "points": as_dicts(self.points)}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 3)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _powers(limit: int) -> list[int]:
+    out, k = [], 1
+    while k < limit:
+        out.append(k)
+        k *= 2
+    return [*out, limit]
+
+
+def layouts(spec: Any, cores: int) -> list[tuple[int, int]]:
+    """instances x threads within ``cores`` (``"auto"``: powers of two and ``cores`` itself)."""
+    inst = _powers(cores) if spec.instances == "auto" else list(spec.instances)
+    thr = _powers(cores) if spec.threads == "auto" else list(spec.threads)
+    out = [(n, t) for n in inst for t in thr if n * t <= cores]
+    return out or [(1, 1)]
+
+
+def batch_grid(spec: Any, largest: int) -> list[int]:
+    sizes = _powers(largest) if spec.max_batch == "auto" else [b for b in spec.max_batch if b <= largest]
+    return sorted(set(sizes)) or [1]
+
+
+def _bodies(target: Target, samples: int | str) -> tuple[list[tuple[bytes, dict[str, str]]], int]:
+    from autotune.serving.v2 import encode_infer_request
+
+    batches = load_batches(target.artifact / "traffic.npz", target.input_names)
+    reqs = cut_requests(batches, samples, pad_values=target.pad_values)
+    rows = int(next(iter(reqs[0].values())).shape[0])
+    return [encode_infer_request(r, binary=True) for r in reqs], rows
+
+
+class ServingSearch:
+    """One serving search over one target; ``run()`` returns report.json's ``serving`` section."""
+
+    def __init__(self, spec: Any, target: Target, *, on_event: Callable[[str], None] | None = None,
+                 cores: int | None = None, seed: int = 0) -> None:
+        self.spec, self.target = spec, target
+        self.say = on_event or (lambda text: None)
+        self.cores = cores or usable_cores()
+        self.seed = seed
+        self.q = percentile_of(spec.percentile)
+        self.measured: list[Measured] = []
+        self.predicted: dict[ServingConfig, float] = {}
+        self.calibrations: dict[tuple[int, int], Calibration] = {}
+        self.overhead_s = 0.0
+        self.calibration_s = 0.0
+        self.load_s = 0.0
+        self.curve: list[LoadPoint] = []
+        self.interrupted = False
+        self.notes: list[str] = []
+        self.bodies: list[tuple[bytes, dict[str, str]]] = []
+        self.request_rows = 1
+
+    # ---- load --------------------------------------------------------------------------------------------
+
+    def _offsets(self, rate: float, seconds: float, seed: int) -> np.ndarray:
+        from autotune.serving import schedule
+
+        arrivals = str(self.spec.arrivals)
+        if arrivals in ("poisson", "closed"):
+            return schedule.poisson(rate, seconds, seed)
+        base = schedule.replay(Path(getattr(self.spec, "base_dir", ".")) / arrivals)
+        native = len(base) / max(float(base[-1]), 1e-9)  # the file's own rate; scaled to `rate`, repeated
+        scaled = base * (native / rate)
+        reps = int(math.ceil(seconds / max(float(scaled[-1]), 1e-9))) + 1
+        period = float(scaled[-1]) + 1.0 / rate
+        tiled = np.concatenate([scaled + k * period for k in range(reps)])
+        return tiled[tiled < seconds]
+
+    def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
+        from autotune.serving.loadgen import run_load
+
+        t0 = time.monotonic()
+        offsets = self._offsets(rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
+        result = run_load(server.url, self.target.model_name, self.bodies, offsets,
+                          timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=seconds)
+        self.load_s += time.monotonic() - t0
+        point = point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms, percentile=self.q)
+        self.say(f"  {rate:8.1f} req/s: p{self.q:g} {point.pct_ms:8.1f} ms "
+                 f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok")
+        return point
+
+    def _bisect(self, config: ServingConfig, role: str, start: float, deadline: float,
+                server: ServerProcess | None = None) -> Measured:
+        self.say(f"{role}: {config.label()} (predicted {start:.0f} req/s)")
+
+        def run(srv: ServerProcess) -> Measured:
+            got = find_max_rate(lambda r, s: self._point(srv, r, s), start=start, deadline=deadline,
+                                floor=max(0.5, start * 0.05))
+            m = Measured(config, role, self.predicted.get(config), got.max_rate, got.max_rate_ci,
+                         list(got.points), got.stopped_by)
+            self.measured.append(m)
+            return m
+
+        if server is not None:
+            return run(server)
+        with ServerProcess(self.target.artifact, self._server_args(config)) as srv:
+            return run(srv)
+
+    def _server_args(self, config: ServingConfig) -> list[str]:
+        return [*config.args(), "--model-name", self.target.model_name]
+
+    # ---- the steps ---------------------------------------------------------------------------------------
+
+    def _calibrate(self, grid: Sequence[int], deadline: float) -> None:
+        per_layout = max(0.3, min(1.0, (deadline - time.monotonic()) / (3 * max(1, len(self._layouts)) *
+                                                                        len(grid))))
+        for n, t in self._layouts:
+            if time.monotonic() > deadline and self.calibrations:
+                self.notes.append(f"layout {n}x{t} not calibrated: the calibration's share of the budget ran out")
+                continue
+            self.say(f"calibrating {n} instance(s) x {t} thread(s) at batch {', '.join(map(str, grid))}")
+            cal = calibrate(self.target.artifact, instances=n, threads=t, batches=grid, seconds=per_layout,
+                            timeout=max(120.0, 10 * len(grid) * per_layout + 60))
+            self.calibrations[(n, t)] = cal
+            self.calibration_s += cal.seconds
+
+    def _model(self, layout: tuple[int, int]) -> ServiceModel:
+        cal = self.calibrations[layout]
+        sizes = sorted(cal.service_s)
+        spread = max((cal.spread.get(b, 1.0) for b in sizes), default=1.0)
+        return ServiceModel(tuple(sizes), tuple(cal.service_s[b] for b in sizes),
+                            spread=ServiceModel.sigma_from_ratio(spread), overhead_s=self.overhead_s)
+
+    def _simulate(self, configs: Sequence[ServingConfig]) -> None:
+        for c in configs:
+            if c.layout not in self.calibrations:
+                continue
+            sim = Simulator(BatchPolicy(c.max_batch, c.max_delay_ms / 1000), c.instances, self._model(c.layout),
+                            samples_per_request=self.request_rows, seed=self.seed)
+            rate, _ = sim.max_rate(self.spec.slo_ms / 1000, self.q)
+            self.predicted[c] = rate
+
+    def _overhead(self, server: ServerProcess) -> None:
+        """The per-request latency outside the model call: a trickle's median minus batch 1's call."""
+        from autotune.serving.loadgen import run_closed
+
+        res = run_closed(server.url, self.target.model_name, self.bodies, 1, 1.5, timeout_s=30.0)
+        lat = np.asarray(res.latencies_ms, dtype=float)
+        cal = self.calibrations.get((1, self.cores)) or next(iter(self.calibrations.values()))
+        call = cal.service_s[min(cal.service_s)]
+        if lat.size >= 5:
+            self.overhead_s = max(0.0, float(np.median(lat)) / 1000 - call)
+
+    def _choose(self) -> Measured | None:
+        candidates = [m for m in self.measured if m.role in ("search", "naive", "batch-loop") and m.max_rate > 0]
+        if not candidates:
+            return None
+        rate = getattr(self.spec, "rate", None)
+        if rate:
+            serving = [m for m in candidates if m.max_rate >= rate]
+            if serving:
+                return min(serving, key=lambda m: (m.config.cores, -m.max_rate))
+            self.notes.append(f"no configuration measured serves {rate:g} requests/s within the SLO; "
+                              "the recommendation is the highest max rate")
+        return max(candidates, key=lambda m: m.max_rate)
+
+    def run(self) -> dict[str, Any]:
+        t0 = time.monotonic()
+        deadline = t0 + float(self.spec.time_budget_s)
+        self._layouts = layouts(self.spec, self.cores)
+        grid = batch_grid(self.spec, self.target.batch_size)
+        status, reason = "ok", None
+        try:
+            self.bodies, self.request_rows = _bodies(self.target, self.spec.request_samples)
+            if self.request_rows > self.target.batch_size:
+                raise ServingError(f"a request of {self.request_rows} samples is larger than the artifact's "
+                                   f"batch ({self.target.batch_size})")
+            grid = [b for b in grid if b >= self.request_rows] or [self.request_rows]
+            self._calibrate(grid, t0 + 0.3 * self.spec.time_budget_s)
+            configs = [ServingConfig(n, t, b, d) for (n, t) in self._layouts for b in grid
+                       for d in (self.spec.max_delay_ms if b > self.request_rows else (0.0,))]
+            configs = list(dict.fromkeys(configs))
+            naive = ServingConfig(1, self.cores, self.request_rows, 0.0)
+            n_runs = self.spec.confirm + 2
+            share = (deadline - time.monotonic()) / (n_runs + 0.7)
+            with ServerProcess(self.target.artifact, self._server_args(naive)) as srv:
+                self._overhead(srv)
+                self._simulate([*configs, naive])
+                self._bisect(naive, "naive", self.predicted.get(naive) or 10.0,
+                             time.monotonic() + share, server=srv)
+            ranked = sorted((c for c in configs if c in self.predicted and c != naive),
+                            key=lambda c: -self.predicted[c])
+            rate = getattr(self.spec, "rate", None)
+            if rate:  # the cheapest that is predicted to serve the rate, with a margin, first
+                fits = [c for c in ranked if self.predicted[c] >= 1.1 * rate]
+                ranked = sorted(fits, key=lambda c: (c.cores, -self.predicted[c])) + \
+                    [c for c in ranked if c not in fits]
+            chosen = _diverse(ranked, self.spec.confirm)
+            for c in chosen:
+                left = deadline - time.monotonic()
+                if left < 10:
+                    self.notes.append(f"{c.label()}: not confirmed, the serving budget ran out")
+                    continue
+                self._bisect(c, "search", self.predicted[c], time.monotonic() + min(share, left - 5))
+            loop = ServingConfig(1, min(self.target.threads or self.cores, self.cores), self.target.batch_size,
+                                 round(1000 * (self.target.call_seconds or 0.0), 3))
+            if loop not in [m.config for m in self.measured] and deadline - time.monotonic() > 10:
+                if loop.layout not in self.calibrations:
+                    self.predicted.setdefault(loop, 0.0)
+                else:
+                    self._simulate([loop])
+                self._bisect(loop, "batch-loop", self.predicted.get(loop) or 10.0,
+                             time.monotonic() + min(share, deadline - time.monotonic() - 3))
+            pick = self._choose()
+            if pick is not None and deadline - time.monotonic() > 5:
+                self._measure_curve(pick, deadline)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            status, reason = "failed", "interrupted"
+        except ServingError as exc:
+            status, reason = "failed", str(exc)
+        return self._section(status, reason, time.monotonic() - t0)
+
+    def _measure_curve(self, pick: Measured, deadline: float) -> None:
+        with ServerProcess(self.target.artifact, self._server_args(pick.config)) as srv:
+            for f in CURVE_FRACTIONS:
+                rate = pick.max_rate * f
+                seconds = min(6.0, max(2.0, 600 / max(rate, 1e-9)))
+                if time.monotonic() + seconds > deadline + 0.1 * self.spec.time_budget_s:
+                    self.notes.append("the curve was cut short by the serving budget")
+                    break
+                self.curve.append(self._point(srv, rate, seconds))
+
+    # ---- the report section ------------------------------------------------------------------------------
+
+    def _section(self, status: str, reason: str | None, seconds: float) -> dict[str, Any]:
+        t = self.target
+        pick = self._choose()
+        rec = None
+        if pick is not None:
+            top = [p for p in pick.points if p.passed and p.rate <= pick.max_rate]
+            at_max = max(top, key=lambda p: p.rate) if top else None
+            full = next((p for p in self.curve if abs(p.rate - pick.max_rate) < 1e-6), None) or at_max
+            rec = {"variant": t.variant, "environment": t.environment, "instances": pick.config.instances,
+                   "threads": pick.config.threads, "max_batch": pick.config.max_batch,
+                   "max_delay_ms": pick.config.max_delay_ms, "max_rate": _r(pick.max_rate),
+                   "max_rate_ci": [_r(x) for x in pick.max_rate_ci],
+                   "p50_ms": _r(full.p50_ms) if full else None, "p99_ms": _r(full.p99_ms) if full else None,
+                   "pct_ms": _r(full.pct_ms) if full else None,
+                   "p99_ci_ms": [_r(x) for x in full.pct_ci_ms] if full else None,
+                   "goodput": _r(full.good / full.seconds * (1 - 0.0)) if full else None}
+        elif status == "ok":
+            status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
+        measured = {m.config for m in self.measured}
+        pruned = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,
+                   "threads": c.threads, "max_batch": c.max_batch, "max_delay_ms": c.max_delay_ms,
+                   "predicted_max_rate": _r(r), "max_rate": None, "max_rate_ci": None, "role": "pruned",
+                   "pruned_reason": "predicted below the confirmed ones" if r > 0 else
+                   "predicted to miss the SLO at any rate", "points": []}
+                  for c, r in sorted(self.predicted.items(), key=lambda kv: -kv[1]) if c not in measured]
+        by_role = {m.role: m for m in self.measured}
+        baselines = {key: by_role[role].to_dict(t) for key, role in (("naive", "naive"), ("batch_loop", "batch-loop"))
+                     if role in by_role}
+        return {
+            "status": status, "reason": reason, "slo_ms": self.spec.slo_ms, "percentile": self.spec.percentile,
+            "model_name": t.model_name, "arrivals": _arrivals_kind(self.spec.arrivals),
+            "request_samples": self.request_rows, "rate_target": getattr(self.spec, "rate", None),
+            "cores": self.cores, "recommendation": rec,
+            "at_fraction": [dict(p.to_dict(), fraction=f) for f, p in zip(CURVE_FRACTIONS, self.curve, strict=False)],
+            "configs": [m.to_dict(t) for m in self.measured] + pruned,
+            "baselines": baselines,
+            "knobs": self._knobs(pick),
+            "calibration": {f"{n}x{th}": {"service_ms": {str(b): round(s * 1000, 3) for b, s in c.service_s.items()},
+                                          "p90_over_p50": c.spread}
+                            for (n, th), c in self.calibrations.items()},
+            "overhead_ms": round(self.overhead_s * 1000, 3),
+            "seconds": round(seconds, 2),
+            "calls": {"calibration_s": round(self.calibration_s, 2), "load_s": round(self.load_s, 2)},
+            "notes": self.notes,
+            "interrupted": self.interrupted,
+        }
+
+    def _knobs(self, pick: Measured | None) -> list[dict[str, Any]]:
+        """What each knob was worth: the pick against the pick with that knob at its naive value, measured
+        where both were measured, else the simulation's prediction (labelled)."""
+        if pick is None:
+            return []
+        c = pick.config
+        alts = {"max_batch": ServingConfig(c.instances, c.threads, self.request_rows, 0.0),
+                "max_delay_ms": ServingConfig(c.instances, c.threads, c.max_batch, 0.0),
+                "instances": ServingConfig(1, c.cores, c.max_batch, c.max_delay_ms),
+                "threads": ServingConfig(c.instances, 1, c.max_batch, c.max_delay_ms)}
+        measured = {m.config: m.max_rate for m in self.measured}
+        out = []
+        for knob, alt in alts.items():
+            if alt == c:
+                out.append({"knob": knob, "ratio": None, "source": None,
+                            "text": f"{knob}: the pick already uses the plain setting"})
+                continue
+            if alt in measured and measured[alt] > 0:
+                ratio, source = pick.max_rate / measured[alt], "measured"
+            elif self.predicted.get(alt, 0) > 0 and self.predicted.get(c, 0) > 0:
+                ratio, source = self.predicted[c] / self.predicted[alt], "predicted"
+            else:
+                out.append({"knob": knob, "ratio": None, "source": None,
+                            "text": f"{knob}: {alt.label()} not measured or predicted"})
+                continue
+            out.append({"knob": knob, "ratio": round(ratio, 3), "source": source,
+                        "text": f"{knob}: {ratio:.2f}x the max rate of {alt.label()} ({source})"})
+        return out
+
+
+def _arrivals_kind(arrivals: str) -> str:
+    return arrivals if arrivals in ("poisson", "closed") else "replay"
+
+
+def _diverse(ranked: Sequence[ServingConfig], k: int) -> list[ServingConfig]:
+    """The best ``k``, one per layout first (a layout's best batching), then the next best overall: the
+    simulation is surest about batching within a layout and least about layouts against each other."""
+    chosen: list[ServingConfig] = []
+    seen: set[tuple[int, int]] = set()
+    for c in ranked:
+        if c.layout not in seen and len(chosen) < k:
+            chosen.append(c)
+            seen.add(c.layout)
+    for c in ranked:
+        if len(chosen) >= k:
+            break
+        if c not in chosen:
+            chosen.append(c)
+    return sorted(chosen, key=lambda c: ranked.index(c))
+
+
+__all__ = ["CURVE_FRACTIONS", "Measured", "ServingConfig", "ServingSearch", "Target", "batch_grid", "layouts",
+           "usable_cores"]
