@@ -1,0 +1,180 @@
+"""The serving search's pure parts: the batcher's rule, the simulation, cutting traffic into requests, the rate
+bisection. The real server and load are tested in test_serving_server.py, test_serving_loadgen.py and
+test_serving_e2e.py."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from autotune.errors import InputError
+from autotune.serving.batcher import Batcher, BatchPolicy
+from autotune.serving.rate_search import LoadPoint, find_max_rate, max_rate_of, point_from
+from autotune.serving.requests import cut_requests, load_batches
+from autotune.serving.search import ServingConfig, _diverse, batch_grid, layouts
+from autotune.serving.simulate import ServiceModel, Simulator
+
+# ---- the batcher ---------------------------------------------------------------------------------------
+
+
+def test_a_full_batch_leaves_at_once_and_a_partial_one_at_its_deadline() -> None:
+    b = Batcher(BatchPolicy(max_batch=3, max_delay_s=0.010), instances=1)
+    b.add("a", 0.000)
+    b.add("b", 0.001)
+    assert b.poll(0.002) == []  # 2 < 3 samples and the oldest waited 2 ms < 10 ms
+    assert b.deadline() == pytest.approx(0.010)
+    b.add("c", 0.003)
+    (d,) = b.poll(0.003)  # full: leaves without waiting for the deadline
+    assert (d.instance, d.requests, d.samples) == (0, ("a", "b", "c"), 3)
+    b.release(0)
+    b.add("d", 0.020)
+    assert b.poll(0.025) == []
+    assert b.poll(0.030) != []  # the deadline, exactly (a + d - a may round below d)
+
+
+def test_no_free_instance_means_the_queue_grows_and_the_next_free_one_takes_a_full_batch() -> None:
+    b = Batcher(BatchPolicy(max_batch=2, max_delay_s=0.0), instances=2)
+    b.add(1, 0.0)
+    b.add(2, 0.0)
+    b.add(3, 0.0)
+    got = b.poll(0.0)
+    assert [(d.instance, d.requests) for d in got] == [(0, (1, 2)), (1, (3,))]
+    for r in (4, 5, 6):
+        b.add(r, 0.1)
+    assert b.poll(0.1) == [] and b.deadline() is None  # both busy: nothing to wait for
+    b.release(1)
+    (d,) = b.poll(0.2)
+    assert (d.instance, d.requests) == (1, (4, 5))  # FIFO, a full batch at once
+    assert b.queued == 1 and b.busy == 2
+
+
+def test_whole_requests_are_packed_and_an_oversized_one_goes_alone() -> None:
+    b = Batcher(BatchPolicy(max_batch=4, max_delay_s=0.0), instances=1)
+    b.add("big", 0.0, samples=6)
+    b.add("x", 0.0, samples=3)
+    (d,) = b.poll(0.0)
+    assert d.requests == ("big",) and d.samples == 6
+    b.release(0)
+    b.add("y", 0.0, samples=2)
+    (d,) = b.poll(0.0)
+    assert d.requests == ("x",)  # 3 + 2 > 4: y waits for the next call
+    with pytest.raises(ValueError):
+        BatchPolicy(max_batch=0)
+    with pytest.raises(ValueError):
+        b.release(0) if False else Batcher(BatchPolicy(2), 1).release(0)
+
+
+# ---- the simulation ------------------------------------------------------------------------------------
+
+
+def test_the_simulation_matches_queueing_theory_for_one_server_and_no_batching() -> None:
+    """M/D/1: mean wait rho / (2 mu (1 - rho)) (Pollaczek-Khinchine), at rho 0.5 and 0.8."""
+    service = 0.010
+    sim = Simulator(BatchPolicy(1, 0.0), 1, ServiceModel((1,), (service,)), requests=40000, seed=3)
+    for rho in (0.5, 0.8):
+        lat, mean_batch = sim.latencies(rho / service)
+        expected = service + rho / (2 * (1 / service) * (1 - rho))
+        assert float(np.mean(lat)) == pytest.approx(expected, rel=0.06)
+        assert mean_batch == 1.0
+
+
+def test_batching_and_instances_raise_the_predicted_rate_and_a_tight_slo_gives_none() -> None:
+    svc = ServiceModel((1, 2, 4, 8), (0.004, 0.005, 0.007, 0.011))
+    rate = {(mb, n): Simulator(BatchPolicy(mb, 0.002), n, svc, requests=1500).max_rate(0.05, 99)[0]
+            for mb in (1, 8) for n in (1, 2)}
+    assert rate[(8, 1)] > 1.5 * rate[(1, 1)]  # 8 / 11 ms against 1 / 4 ms per call
+    assert rate[(1, 2)] > 1.5 * rate[(1, 1)]
+    assert rate[(1, 1)] < 1 / 0.004  # never above one instance's capacity
+    assert Simulator(BatchPolicy(1), 1, svc).max_rate(0.003, 99) == (0.0, None)  # one call takes 4 ms
+
+
+def test_service_model_interpolates_and_refuses_nonsense() -> None:
+    svc = ServiceModel((1, 4), (0.002, 0.005))
+    assert svc.at(1) == 0.002 and svc.at(2) == pytest.approx(0.003) and svc.at(8) == pytest.approx(0.009)
+    assert ServiceModel.sigma_from_ratio(1.0) == 0.0
+    with pytest.raises(ValueError):
+        ServiceModel((4, 1), (0.1, 0.2))
+    with pytest.raises(ValueError):
+        ServiceModel((1,), (math.nan,))
+
+
+# ---- traffic into requests -----------------------------------------------------------------------------
+
+
+def test_batches_are_cut_into_rows_with_their_own_sequence_length(tmp_path: Path) -> None:
+    ids = np.array([[5, 6, 7, 0], [8, 0, 0, 0]], dtype=np.int64)
+    mask = (ids != 0).astype(np.int64)
+    types = np.zeros_like(ids)
+    ids2 = np.array([[1, 2]], dtype=np.int64)
+    path = tmp_path / "traffic.npz"
+    np.savez(path, **{"b0.input_ids": ids, "b0.attention_mask": mask, "b0.token_type_ids": types,
+                      "b1.input_ids": ids2, "b1.attention_mask": np.ones_like(ids2),
+                      "b1.token_type_ids": np.zeros_like(ids2)})
+    batches = load_batches(path, ["input_ids", "attention_mask", "token_type_ids"])
+    reqs = cut_requests(batches, 1)
+    assert [r["input_ids"].tolist() for r in reqs] == [[[5, 6, 7]], [[8]], [[1, 2]]]
+    assert [r["token_type_ids"].shape for r in reqs] == [(1, 3), (1, 1), (1, 2)]
+    assert len(cut_requests(batches, "batch")) == 2
+    with pytest.raises(InputError, match="request_samples"):
+        cut_requests(batches, 0)
+    with pytest.raises(InputError, match="no batch"):
+        cut_requests(batches, 3)
+    with pytest.raises(InputError, match="takes"):
+        load_batches(path, ["input_ids"])
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="bad.npz"):
+        load_batches(tmp_path / "bad.npz")
+
+
+# ---- the rate bisection --------------------------------------------------------------------------------
+
+
+def _fake_point(rate: float, seconds: float, *, knee: float, slo: float = 50.0) -> LoadPoint:
+    """A server whose p99 grows past the SLO at `knee` requests/s (plus a little noise)."""
+    rng = np.random.default_rng(int(rate * 10))
+    p99 = slo * (rate / knee) ** 3
+    lat = rng.uniform(0.1, p99 * 0.9, size=600)
+    lat[rng.choice(600, 12, replace=False)] = p99  # the top 2%: the p99 is p99
+    res = SimpleNamespace(latencies_ms=lat, sent=600, ok=600, failed=0, timed_out=0, dropped=0,
+                          achieved_rate=rate)
+    return point_from(res, rate=rate, seconds=seconds, slo_ms=slo, percentile=99.0)
+
+
+@pytest.mark.parametrize("start", [20.0, 140.0, 900.0])
+def test_the_bisection_finds_the_knee_from_any_start(start: float) -> None:
+    got = find_max_rate(lambda r, s: _fake_point(r, s, knee=137.0), start=start,
+                        deadline=time.monotonic() + 60, max_points=12)
+    assert got.max_rate <= 137.0 * 1.02
+    assert got.max_rate >= 137.0 / 1.10
+    assert got.max_rate_ci[0] <= got.max_rate <= got.max_rate_ci[1]
+    assert len(got.points) <= 12
+
+
+def test_errors_count_as_infinitely_late_and_a_pass_above_a_fail_is_not_trusted() -> None:
+    res = SimpleNamespace(latencies_ms=np.full(90, 5.0), sent=100, ok=90, failed=4, timed_out=3, dropped=3,
+                          achieved_rate=90.0)
+    p = point_from(res, rate=100.0, seconds=1.0, slo_ms=50.0, percentile=99.0)
+    assert not p.passed and p.p99_ms > 1e6  # 10% errors: the p99 is an error
+    pts = [_fake_point(50, 1, knee=100), _fake_point(120, 1, knee=100), _fake_point(130, 1, knee=200)]
+    best, (lo, hi) = max_rate_of(pts)
+    assert best == 50  # 130 passed, but above a failing 120
+    assert lo <= best <= hi
+
+
+# ---- the grid ------------------------------------------------------------------------------------------
+
+
+def test_layouts_fit_the_cores_and_the_batch_grid_the_artifact() -> None:
+    auto = SimpleNamespace(instances="auto", threads="auto", max_batch="auto")
+    assert layouts(auto, 2) == [(1, 1), (1, 2), (2, 1)]
+    assert (4, 4) not in layouts(auto, 8) and (2, 4) in layouts(auto, 8)
+    assert batch_grid(auto, 12) == [1, 2, 4, 8, 12]
+    assert batch_grid(SimpleNamespace(max_batch=(1, 4, 64)), 16) == [1, 4]
+    ranked = [ServingConfig(2, 1, 8, 2), ServingConfig(2, 1, 4, 2), ServingConfig(1, 2, 8, 1),
+              ServingConfig(1, 1, 8, 1)]
+    assert _diverse(ranked, 3) == [ranked[0], ranked[2], ranked[3]]  # one per layout first
