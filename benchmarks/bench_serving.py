@@ -1,0 +1,226 @@
+"""Issue 29's checks: the served artifact, started by its one command, against an independent open-loop client;
+the recommendation against the naive baselines; the serving search against an exhaustive sweep.
+
+    python benchmarks/bench_serving.py recipes/quickstart_serving.toml --out /tmp/serve-q
+    python benchmarks/bench_serving.py --reuse /tmp/serve-q            # the checks on an existing run
+    python benchmarks/bench_serving.py --reuse /tmp/serve-q --sweep    # plus the exhaustive sweep
+
+1. ``autotune run RECIPE --out OUT`` (a recipe with ``[serving]``).
+2. ``OUT/artifact/run.sh serve --port P``: the recommended configuration from ``serving.json``, nothing else.
+3. ``benchmarks/triton_openloop.py`` (tritonclient.http, a Poisson schedule drawn there, latency from the
+   intended send time) at 50%, 90% and 130% of the reported max rate, 30 s each at 90% and 130%:
+   at 90% the p99 is within the SLO (+10%) and every request is answered; at 130% it is above the SLO.
+4. The report's predicted p50/p99 at 50% and 90% (90%: between its 80% and 100% points) within +-20% of
+   that replay.
+5. The recommended max rate against the better naive baseline: >= 1.3x where batching or instances help.
+6. SIGTERM: the server exits 0 and no process of it is left.
+7. ``--sweep``: every instances x threads x max batch x delay point of a small grid bisected with real load
+   (the same bisection as the search); the pick's max rate within 5% of the best, in <= 30% of the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def run_autotune(recipe: str, out: Path) -> None:
+    cmd = [sys.executable, "-m", "autotune", "run", recipe, "--out", str(out), "--no-progress"]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    code = subprocess.call(cmd)
+    print(f"autotune run: exit {code}, {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(artifact: Path, port: int) -> subprocess.Popen[bytes]:
+    """The artifact's one command: ``./run.sh serve --port P``."""
+    proc = subprocess.Popen(["sh", str(artifact / "run.sh"), "serve", "--port", str(port)], cwd=artifact,
+                            env=dict(os.environ, PYTHON=sys.executable), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server was not ready in 180 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> tuple[int | None, list[str]]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        code = None
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    return code, left
+
+
+def within(pred: float, got: float, tol: float = 0.2) -> bool:
+    return abs(pred / got - 1) <= tol if got > 0 else False
+
+
+def interpolate(points: list[dict[str, Any]], fraction: float, key: str) -> float | None:
+    pts = sorted((p["fraction"], p[key]) for p in points if p.get(key) is not None)
+    for (f0, v0), (f1, v1) in zip(pts, pts[1:], strict=False):
+        if f0 <= fraction <= f1:
+            return v0 + (v1 - v0) * (fraction - f0) / (f1 - f0)
+    return next((v for f, v in pts if abs(f - fraction) < 1e-9), None)
+
+
+def checks(out: Path, seconds: float) -> dict[str, Any]:
+    from triton_openloop import open_loop
+
+    from autotune.serving.requests import cut_requests, load_batches
+
+    doc = json.loads((out / "report.json").read_text())
+    serving = doc["serving"]
+    rec = serving["recommendation"]
+    slo = float(serving["slo_ms"])
+    rate = float(rec["max_rate"])
+    artifact = out / "artifact"
+    names = [i["name"] for i in doc["artifact"]["interface"]["inputs"]]
+    pads = (doc["recipe"].get("data") or {}).get("pad_values") or {}
+    requests = cut_requests(load_batches(artifact / "traffic.npz", names), int(serving["request_samples"]),
+                            pad_values=pads)
+    print(f"recommendation: {rec['variant']} {rec['instances']}x{rec['threads']} batch<={rec['max_batch']} "
+          f"delay {rec['max_delay_ms']} ms: {rate:.1f} req/s (CI {rec['max_rate_ci']}), SLO p99 <= {slo} ms",
+          flush=True)
+    port = free_port()
+    proc = start_server(artifact, port)
+    replay: dict[str, Any] = {}
+    try:
+        for f, secs in ((0.5, min(15.0, seconds)), (0.9, seconds), (1.3, seconds)):
+            got = open_loop(f"http://127.0.0.1:{port}", serving["model_name"], requests, rate=rate * f,
+                            seconds=secs, seed=int(f * 100))
+            replay[str(f)] = got
+            print(f"  tritonclient at {f:.0%} ({rate * f:.1f} req/s, {secs:.0f} s): p50 {got['p50_ms']:.2f} ms, "
+                  f"p99 {got['p99_ms']:.2f} ms, {got['answered']}/{got['sent']} answered, "
+                  f"send lag p99 {got['send_lag_p99_ms']:.1f} ms", flush=True)
+    finally:
+        code, left = stop_server(proc)
+    verdicts = {
+        "90%: p99 within SLO+10%, all answered": replay["0.9"]["p99_ms"] <= 1.1 * slo and replay["0.9"]["failed"] == 0,
+        "130%: p99 above the SLO": replay["1.3"]["p99_ms"] > slo,
+        "SIGTERM: exit 0, nothing left": code == 0 and not left,
+    }
+    for f in (0.5, 0.9):
+        for key in ("p50_ms", "p99_ms"):
+            pred = interpolate(serving["at_fraction"], f, key)
+            got = replay[str(f)][key]
+            ok = pred is not None and within(pred, got)
+            verdicts[f"predicted {key} at {f:.0%} within 20%"] = ok
+            print(f"  predicted {key} at {f:.0%}: {pred} vs replay {got:.2f}", flush=True)
+    base = serving.get("baselines") or {}
+    best_naive = max((b.get("max_rate") or 0.0 for b in base.values()), default=0.0)
+    ratio = rate / best_naive if best_naive else float("nan")
+    print(f"  baselines: {json.dumps({k: b.get('max_rate') for k, b in base.items()})}; ratio {ratio:.2f}", flush=True)
+    verdicts["recommended >= 1.3x the better naive baseline"] = ratio >= 1.3
+    for name, ok in verdicts.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}", flush=True)
+    return {"replay": replay, "verdicts": verdicts, "ratio_to_baseline": ratio, "sigterm_exit": code,
+            "left_processes": left, "serving_seconds": serving.get("seconds"),
+            "share_of_run": serving.get("share_of_run")}
+
+
+def sweep(out: Path, *, delays: tuple[float, ...], batches: tuple[int, ...]) -> dict[str, Any]:
+    """Every grid point bisected with real load, as the search would confirm it."""
+    from types import SimpleNamespace
+
+    from autotune.serving.search import ServingConfig, ServingSearch, layouts
+    from autotune.serving.stage import target_of
+
+    doc = json.loads((out / "report.json").read_text())
+    serving = doc["serving"]
+    spec = SimpleNamespace(slo_ms=serving["slo_ms"], percentile=serving["percentile"], arrivals="poisson",
+                           request_samples=serving["request_samples"], rate=None, instances="auto",
+                           threads="auto", max_batch=batches, max_delay_ms=delays, time_budget_s=10_000,
+                           confirm=0, model_name=serving["model_name"])
+    target = target_of(doc, out / "artifact", spec)
+    assert target is not None
+    search = ServingSearch(spec, target)
+    from autotune.serving.search import _bodies
+
+    search.bodies, search.request_rows = _bodies(target, spec.request_samples)
+    t0 = time.monotonic()
+    results = []
+    for n, t in layouts(spec, search.cores):
+        for b in batches:
+            if b > target.batch_size:
+                continue
+            for d in (delays if b > 1 else (0.0,)):
+                c = ServingConfig(n, t, b, d)
+                start = results[-1]["max_rate"] if results and results[-1]["max_rate"] else 50.0
+                m = search._bisect(c, "sweep", start, time.monotonic() + 120)
+                results.append({"config": c.label(), "max_rate": m.max_rate, "points": len(m.points)})
+                print(f"  sweep {c.label()}: {m.max_rate:.1f} req/s", flush=True)
+    wall = time.monotonic() - t0
+    best = max(results, key=lambda r: r["max_rate"])
+    pick = float(serving["recommendation"]["max_rate"])
+    ratio = pick / best["max_rate"]
+    time_share = float(serving["seconds"]) / wall
+    print(f"sweep: {len(results)} configurations in {wall:.0f} s, best {best['config']} {best['max_rate']:.1f}; "
+          f"the search's pick {pick:.1f} ({ratio:.3f} of the best) in {serving['seconds']:.0f} s "
+          f"({time_share:.0%} of the sweep's time)", flush=True)
+    print(f"{'PASS' if ratio >= 0.95 else 'FAIL'}  pick within 5% of the sweep's best")
+    print(f"{'PASS' if time_share <= 0.30 else 'FAIL'}  found in <= 30% of the sweep's time")
+    return {"results": results, "wall": wall, "best": best, "pick_ratio": ratio, "time_share": time_share}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("recipe", nargs="?")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--reuse", type=Path, help="check an existing run's directory instead of running")
+    ap.add_argument("--seconds", type=float, default=30.0, help="the 90%% and 130%% points' length")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-batches", default="1,4,16")
+    ap.add_argument("--sweep-delays", default="0,2,5")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    out = args.reuse or args.out
+    if out is None:
+        ap.error("--out or --reuse")
+    if args.reuse is None:
+        if not args.recipe:
+            ap.error("a recipe, or --reuse DIR")
+        run_autotune(args.recipe, out)
+    result: dict[str, Any] = {"checks": checks(out, args.seconds)}
+    if args.sweep:
+        result["sweep"] = sweep(out, delays=tuple(float(x) for x in args.sweep_delays.split(",")),
+                                batches=tuple(int(x) for x in args.sweep_batches.split(",")))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
