@@ -41,8 +41,8 @@ def _data(recipe: str) -> Callable[..., Any]:
 
 
 def test_the_shipped_data_recipes_are_the_expected_ones() -> None:
-    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "precision_bert.toml", "precision_cnn.toml", "timm_cnn.toml",
-                                              "timm_cnn_auto.toml"]
+    assert [p.name for p in DATA_RECIPES] == ["bert.toml", "bert_serving.toml", "precision_bert.toml",
+                                              "precision_cnn.toml", "timm_cnn.toml", "timm_cnn_auto.toml"]
 
 
 @pytest.mark.parametrize("path", DATA_RECIPES, ids=lambda p: p.name)
