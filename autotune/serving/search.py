@@ -192,11 +192,33 @@ class ServingSearch:
                  f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok")
         return point
 
+    def _closed_point(self, server: ServerProcess) -> LoadPoint:
+        """``arrivals = "closed"``: ``concurrency`` clients, each sending when answered (a closed loop hides
+        queueing, so this is the user's traffic model, not a way to find a max rate)."""
+        from autotune.serving.loadgen import run_closed
+
+        t0 = time.monotonic()
+        seconds = 5.0
+        result = run_closed(server.url, self.target.model_name, self.bodies, int(self.spec.concurrency or 1),
+                            seconds, timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000))
+        self.load_s += time.monotonic() - t0
+        point = point_from(result, rate=float(result.achieved_rate), seconds=seconds, slo_ms=self.spec.slo_ms,
+                           percentile=self.q)
+        self.say(f"  closed loop x{self.spec.concurrency}: {point.achieved_rate:.1f} req/s, "
+                 f"p{self.q:g} {point.pct_ms:.1f} ms ({'pass' if point.passed else 'fail'})")
+        return point
+
     def _bisect(self, config: ServingConfig, role: str, start: float, deadline: float,
                 server: ServerProcess | None = None) -> Measured:
         self.say(f"{role}: {config.label()} (predicted {start:.0f} req/s)")
 
         def run(srv: ServerProcess) -> Measured:
+            if self.spec.arrivals == "closed":  # the clients set the rate: one point, at their concurrency
+                point = self._closed_point(srv)
+                best = point.achieved_rate if point.passed else 0.0
+                m = Measured(config, role, self.predicted.get(config), best, (best, best), [point], "closed")
+                self.measured.append(m)
+                return m
             got = find_max_rate(lambda r, s: self._point(srv, r, s), start=start, deadline=deadline,
                                 floor=max(0.5, start * 0.05))
             m = Measured(config, role, self.predicted.get(config), got.max_rate, got.max_rate_ci,
@@ -315,7 +337,7 @@ class ServingSearch:
                 self._bisect(loop, "batch-loop", self.predicted.get(loop) or 10.0,
                              time.monotonic() + min(share, deadline - time.monotonic() - 3))
             pick = self._choose()
-            if pick is not None and deadline - time.monotonic() > 5:
+            if pick is not None and self.spec.arrivals != "closed" and deadline - time.monotonic() > 5:
                 self._measure_curve(pick, deadline)
         except KeyboardInterrupt:
             self.interrupted = True
