@@ -21,11 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.serving import tensors, v2
+from autotune.serving import server, tensors, v2
 
 SERVING = Path(__file__).resolve().parents[1] / "autotune" / "serving"
-#: What the artifact carries beside load.py (server.py as serve.py).
-SHIPPED = ["server.py", "batcher.py", "v2.py", "tensors.py", "instances.py"]
 
 STATIC = '''
 import time
@@ -110,7 +108,7 @@ def _info(**over: Any) -> dict[str, Any]:
 def test_interface_checks_requests() -> None:
     iface = tensors.Interface.from_info(_info())
     assert iface.metadata("m", 8)["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
-    xs, rows = iface.check({"x": np.zeros((2, 3), np.float32)}, 8)
+    _, rows = iface.check({"x": np.zeros((2, 3), np.float32)}, 8)
     assert rows == 2
     for inputs, match in [({"x": np.zeros((2, 3)), }, "datatype FP64, the model takes FP32"),
                           ({"x": np.zeros((2, 4), np.float32)}, r"shape \[2, 4\], the model takes \[-1, 3\]"),
@@ -353,7 +351,7 @@ def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
 @pytest.mark.worker
 def test_flat_copy_runs_as_serve_py(tmp_path: Path) -> None:
     art = _artifact(tmp_path / "art", STATIC)
-    for name in SHIPPED:
+    for name in server.SHIPPED:
         shutil.copy(SERVING / name, art / ("serve.py" if name == "server.py" else name))
     (art / "serving.json").write_text(json.dumps({"model_name": "flat", "threads": 2, "max_batch": 4}))
     served = _start(art / "serve.py", tmp_path, cwd=tmp_path)

@@ -28,10 +28,8 @@ import itertools
 import json
 import os
 import signal
-import socket
 import sys
 import time
-import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,18 +38,17 @@ from typing import Any
 import numpy as np
 
 try:
-    from . import batcher, instances, tensors, v2
-except ImportError:  # a flat file in the artifact: serve.py beside batcher.py, v2.py, tensors.py, instances.py
+    from . import batcher, httpd, instances, tensors, v2
+except ImportError:  # a flat file in the artifact: serve.py beside its siblings (SHIPPED)
     import batcher  # type: ignore[import-not-found,no-redef]
+    import httpd  # type: ignore[import-not-found,no-redef]
     import instances  # type: ignore[import-not-found,no-redef]
     import tensors  # type: ignore[import-not-found,no-redef]
     import v2  # type: ignore[import-not-found,no-redef]
 
-MAX_BODY = 256 << 20
 DRAIN_S = 5.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-            413: "Payload Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+#: The files the artifact carries: this one as serve.py, and its siblings beside it.
+SHIPPED = ("server.py", "batcher.py", "httpd.py", "instances.py", "tensors.py", "v2.py")
 
 
 @dataclass(frozen=True)
@@ -82,12 +79,6 @@ class _Pending:
         self.timer: asyncio.TimerHandle | None = None
 
 
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str, close: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.close = status, close
-
-
 class Server:
     """The front end: HTTP, the batcher, the instances."""
 
@@ -105,7 +96,7 @@ class Server:
         self.batches: deque[tuple[int, float]] = deque(maxlen=10000)
         self.counts = {"ok": 0, "failed": 0, "rejected": 0, "timed_out": 0}
         self.stopping = False
-        self.idle: set[asyncio.StreamWriter] = set()
+        self.http = httpd.HttpServer(self._route, self._rejected)
         self.stop_event = asyncio.Event()
 
     @property
@@ -118,8 +109,7 @@ class Server:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop_event.set)
-        server = await asyncio.start_server(self._connection, self.opts.host, self.opts.port, limit=1 << 16)
-        port = server.sockets[0].getsockname()[1]
+        port = await self.http.start(self.opts.host, self.opts.port)
         _log(f"listening on http://{self.opts.host}:{port}, loading {self.opts.instances} instance(s)")
         code = 0
         try:
@@ -136,7 +126,7 @@ class Server:
                 await stop
             stop.cancel()
         finally:
-            await self._shutdown(server)
+            await self._shutdown()
         return code
 
     def _ready_up(self, info: dict[str, Any], port: int) -> None:
@@ -153,11 +143,9 @@ class Server:
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
              f"{self.max_batch}, max delay {o.max_delay_ms} ms, port {port}")
 
-    async def _shutdown(self, server: asyncio.Server) -> None:
+    async def _shutdown(self) -> None:
         self.stopping = True
-        server.close()
-        for w in list(self.idle):
-            w.close()
+        self.http.close()
         end = time.monotonic() + DRAIN_S
         while (self.pending or self.tasks) and time.monotonic() < end:
             await asyncio.sleep(0.01)
@@ -227,12 +215,12 @@ class Server:
 
     async def _infer(self, headers: dict[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
         if not self.ready or self.iface is None or self.batcher is None:
-            raise _HttpError(503, "the model is not ready" + (" (shutting down)" if self.stopping else ""))
+            raise httpd.HttpError(503, "the model is not ready" + (" (shutting down)" if self.stopping else ""))
         length = headers.get("inference-header-content-length")
         try:
             header_length = int(length) if length is not None else None
         except ValueError:
-            raise _HttpError(400, f"Inference-Header-Content-Length is not an integer: {length!r}") from None
+            raise httpd.HttpError(400, f"Inference-Header-Content-Length is not an integer: {length!r}") from None
         try:
             req = v2.decode_infer_request(body, header_length)
             xs, rows = self.iface.check(req.inputs, self.max_batch)
@@ -241,7 +229,7 @@ class Server:
             if unknown:
                 raise v2.ProtocolError(f"unknown output {unknown[0]!r}; the model has {names}")
         except v2.ProtocolError as e:
-            raise _HttpError(400, str(e)) from None
+            raise httpd.HttpError(400, str(e)) from None
         loop = asyncio.get_running_loop()
         key = next(self.ids)
         p = self.pending[key] = _Pending(xs, rows, loop.create_future())
@@ -253,164 +241,64 @@ class Server:
             outputs = await p.future
         except QueueTimeout as e:
             self.counts["timed_out"] += 1
-            raise _HttpError(503, str(e)) from None
+            raise httpd.HttpError(503, str(e)) from None
         except instances.InstanceError as e:
             self.counts["failed"] += 1
-            raise _HttpError(500, f"predict failed: {e}") from None
+            raise httpd.HttpError(500, f"predict failed: {e}") from None
         wanted = req.outputs or names
         named = [(n, o) for n, o in zip(names, outputs, strict=False) if n in wanted]
         try:
             data, extra = v2.encode_infer_response(self.opts.model_name, req.id, named, binary=req.binary_output)
         except v2.ProtocolError as e:
             self.counts["failed"] += 1
-            raise _HttpError(500, f"the model's output cannot be sent: {e}") from None
+            raise httpd.HttpError(500, f"the model's output cannot be sent: {e}") from None
         self.counts["ok"] += 1
         return 200, data, extra
 
     # ---- HTTP --------------------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while not self.stopping:
-                self.idle.add(writer)
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except asyncio.LimitOverrunError:
-                    self.idle.discard(writer)
-                    await self._respond(writer, 431, _error("the request's headers exceed 64 KiB"), {}, False)
-                    break
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                self.idle.discard(writer)
-                keep = True
-                try:
-                    method, path, headers, keep = _parse_head(head)
-                    body = await self._body(reader, writer, headers)
-                    status, data, extra = await self._route(method, path, headers, body)
-                except _HttpError as e:
-                    if e.status in (400, 404, 405, 411, 413, 431):
-                        self.counts["rejected"] += 1
-                    status, data, extra = e.status, _error(str(e)), {}
-                    keep = keep and not e.close
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                await self._respond(writer, status, data, extra, keep and not self.stopping)
-                if not keep:
-                    break
-        except ConnectionError:
-            pass
-        finally:
-            self.idle.discard(writer)
-            writer.close()
-
-    async def _body(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    headers: dict[str, str]) -> bytes:
-        if "transfer-encoding" in headers:
-            raise _HttpError(411, "chunked request bodies are not supported: send Content-Length", close=True)
-        try:
-            size = int(headers.get("content-length", "0"))
-            if size < 0:
-                raise ValueError
-        except ValueError:
-            raise _HttpError(400, "Content-Length is not a non-negative integer", close=True) from None
-        if size > MAX_BODY:
-            raise _HttpError(413, f"the body has {size} bytes, more than {MAX_BODY}", close=True)
-        if headers.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await reader.readexactly(size) if size else b""
-        encoding = headers.get("content-encoding", "identity").lower()
-        if encoding in ("gzip", "deflate"):
-            try:
-                inflater = zlib.decompressobj(31 if encoding == "gzip" else 15)
-                body = inflater.decompress(body, MAX_BODY + 1)
-            except zlib.error as e:
-                raise _HttpError(400, f"the {encoding} body does not decompress: {e}") from None
-            if len(body) > MAX_BODY:
-                raise _HttpError(413, f"the decompressed body has more than {MAX_BODY} bytes")
-        elif encoding != "identity":
-            raise _HttpError(400, f"Content-Encoding {encoding!r} is not supported (gzip, deflate)")
-        return body
+    def _rejected(self, status: int) -> None:
+        if 400 <= status < 500:
+            self.counts["rejected"] += 1
 
     async def _route(self, method: str, path: str, headers: dict[str, str],
                      body: bytes) -> tuple[int, bytes, dict[str, str]]:
         parts = [p for p in path.split("?", 1)[0].split("/") if p]
         if parts == ["v2"]:
-            _method(method, "GET")
-            return _json({"name": "autotune", "version": "1", "extensions": ["binary_tensor_data"]})
+            httpd.allow(method, "GET")
+            return httpd.json_response({"name": "autotune", "version": "1", "extensions": ["binary_tensor_data"]})
         if parts == ["v2", "health", "live"]:
-            _method(method, "GET")
+            httpd.allow(method, "GET")
             return 200, b"", {}
         if parts == ["v2", "health", "ready"]:
-            _method(method, "GET")
-            return (200, b"", {}) if self.ready else (503, _error("not ready"), {})
+            httpd.allow(method, "GET")
+            return (200, b"", {}) if self.ready else (503, httpd.error_body("not ready"), {})
         if len(parts) < 3 or parts[:2] != ["v2", "models"]:
-            raise _HttpError(404, f"no such path: {path}")
+            raise httpd.HttpError(404, f"no such path: {path}")
         if parts[2] != self.opts.model_name:
-            raise _HttpError(404, f"unknown model {parts[2]!r}; this server has {self.opts.model_name!r}")
+            raise httpd.HttpError(404, f"unknown model {parts[2]!r}; this server has {self.opts.model_name!r}")
         rest = parts[3:]
         if rest[:1] == ["versions"] and len(rest) >= 2:
             rest = rest[2:]
         if rest == []:
-            _method(method, "GET")
+            httpd.allow(method, "GET")
             if self.iface is None:
-                raise _HttpError(503, "the model is not ready")
-            return _json(self.iface.metadata(self.opts.model_name, self.max_batch))
+                raise httpd.HttpError(503, "the model is not ready")
+            return httpd.json_response(self.iface.metadata(self.opts.model_name, self.max_batch))
         if rest == ["ready"]:
-            _method(method, "GET")
-            return (200, b"", {}) if self.ready else (503, _error("not ready"), {})
+            httpd.allow(method, "GET")
+            return (200, b"", {}) if self.ready else (503, httpd.error_body("not ready"), {})
         if rest == ["infer"]:
-            _method(method, "POST")
+            httpd.allow(method, "POST")
             return await self._infer(headers, body)
         if rest == ["stats"]:
-            _method(method, "GET", "DELETE")
+            httpd.allow(method, "GET", "DELETE")
             doc = {"batches": [list(b) for b in self.batches], **self.counts}
             if method == "DELETE":
                 self.batches.clear()
                 self.counts = dict.fromkeys(self.counts, 0)
-            return _json(doc)
-        raise _HttpError(404, f"no such path: {path}")
-
-    async def _respond(self, writer: asyncio.StreamWriter, status: int, data: bytes, extra: dict[str, str],
-                       keep: bool) -> None:
-        if data and "Content-Type" not in extra:
-            extra = {**extra, "Content-Type": "application/json"}
-        lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Length: {len(data)}",
-                 *(f"{k}: {v}" for k, v in extra.items()), *([] if keep else ["Connection: close"])]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)
-        await writer.drain()
-
-
-def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], bool]:
-    lines = head[:-4].decode("latin-1").split("\r\n")
-    try:
-        method, path, version = lines[0].split(" ")
-    except ValueError:
-        raise _HttpError(400, f"malformed request line {lines[0][:100]!r}", close=True) from None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise _HttpError(400, f"malformed header line {line[:100]!r}", close=True)
-        headers[name.strip().lower()] = value.strip()
-    connection = headers.get("connection", "").lower()
-    keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return method, path, headers, keep
-
-
-def _method(method: str, *allowed: str) -> None:
-    if method not in allowed:
-        raise _HttpError(405, f"method {method} not allowed here; use {' or '.join(allowed)}")
-
-
-def _error(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
-
-
-def _json(doc: Any) -> tuple[int, bytes, dict[str, str]]:
-    return 200, json.dumps(doc, separators=(",", ":")).encode(), {"Content-Type": "application/json"}
+            return httpd.json_response(doc)
+        raise httpd.HttpError(404, f"no such path: {path}")
 
 
 def _log(message: str) -> None:
