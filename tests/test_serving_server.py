@@ -26,6 +26,7 @@ from autotune.serving import server, tensors, v2
 SERVING = Path(__file__).resolve().parents[1] / "autotune" / "serving"
 
 STATIC = '''
+import os
 import time
 import numpy as np
 BATCH_SIZE = 8
@@ -47,6 +48,8 @@ def load():
         x = np.asarray(x)
         if x[0, 0] == 13:
             raise ValueError("unlucky row")
+        if x[0, 0] == 66:
+            os._exit(3)
         time.sleep(0.5 if x[0, 0] == 7 else 0.002)
         print("noise on stdout must not break the frames")
         return {"y": x * 2, "s": x.sum(axis=1)}
@@ -346,6 +349,28 @@ def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
     t.join()
     assert slow[0][0] == 200  # the request running at SIGTERM was answered
     assert not any(Path(f"/proc/{pid}").exists() for pid in kids)
+
+
+@pytest.mark.worker
+def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path) -> None:
+    art = _artifact(tmp_path / "art", STATIC)
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--threads", "2", "--timeout-s", "0.2")
+    try:
+        def later(v: float) -> Any:
+            time.sleep(0.1 if v == 1 else 0)  # the slow call (7) runs first, 1 waits in the queue
+            return served.infer({"x": np.full((1, 3), v, np.float32)})
+
+        (slow, _), (late, message) = _concurrently(later, [7, 1])
+        assert (slow, late) == (200, 503) and "waited more than 0.2 s in the queue" in str(message)
+        before = served.children()
+        status, message = served.infer({"x": np.full((1, 3), 66, np.float32)})
+        assert status == 500 and "exited with 3" in message
+        assert served.infer({"x": np.ones((1, 3), np.float32)})[0] == 200
+        assert served.children() != before
+        stats = json.loads(served.request("GET", "/v2/models/model/stats")[2])
+        assert (stats["ok"], stats["failed"], stats["timed_out"]) == (2, 1, 1)
+    finally:
+        assert _stop(served) == 0
 
 
 @pytest.mark.worker
