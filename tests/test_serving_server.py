@@ -205,7 +205,7 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("static")
     art = _artifact(tmp / "art", STATIC)
     served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--instances", "2", "--threads", "2",
-                    "--max-delay-ms", "30")
+                    "--max-delay-ms", "50")
     yield served
     _stop(served)
 
@@ -215,7 +215,7 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("dynamic")
     art = _artifact(tmp / "art", DYNAMIC)
     served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--model-name", "lm",
-                    "--max-delay-ms", "100", "--pad", '{"ids": 0, "mask": 0}')
+                    "--max-delay-ms", "200", "--pad", '{"ids": 0, "mask": 0}')
     yield served
     _stop(served)
 
@@ -344,7 +344,7 @@ def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
     slow: list[Any] = []
     t = threading.Thread(target=lambda: slow.append(served.infer({"x": np.full((1, 3), 7, np.float32)})))
     t.start()
-    time.sleep(0.2)
+    time.sleep(0.3)  # the slow call (0.5 s) is running
     assert _stop(served) == 0
     t.join()
     assert slow[0][0] == 200  # the request running at SIGTERM was answered
@@ -365,10 +365,12 @@ def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path) 
         before = served.children()
         status, message = served.infer({"x": np.full((1, 3), 66, np.float32)})
         assert status == 500 and "exited with 3" in message
-        assert served.infer({"x": np.ones((1, 3), np.float32)})[0] == 200
-        assert served.children() != before
+        end = time.monotonic() + 20  # the replacement loads meanwhile: requests may time out (503) until then
+        while (status := served.infer({"x": np.ones((1, 3), np.float32)})[0]) == 503 and time.monotonic() < end:
+            pass
+        assert status == 200 and served.children() != before
         stats = json.loads(served.request("GET", "/v2/models/model/stats")[2])
-        assert (stats["ok"], stats["failed"], stats["timed_out"]) == (2, 1, 1)
+        assert (stats["ok"], stats["failed"]) == (2, 1) and stats["timed_out"] >= 1
     finally:
         assert _stop(served) == 0
 
