@@ -1,0 +1,401 @@
+"""The artifact's server (autotune/serving/server.py, shipped as serve.py): its padding and splitting (pure), and
+the real thing in a subprocess on hand-written numpy load.py fixtures: endpoints, JSON and binary inference,
+batching, padding of dynamic dims, 4xx for bad requests, SIGTERM with no child left, the flat copy, tritonclient,
+calibration."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune.serving import server, tensors, v2
+
+SERVING = Path(__file__).resolve().parents[1] / "autotune" / "serving"
+
+STATIC = '''
+import os
+import time
+import numpy as np
+BATCH_SIZE = 8
+INPUTS = ["x"]
+N_POSITIONAL = 1
+OUTPUTS = ["y", "s"]
+SAMPLE = [("float32", [8, 3], None)]
+THREADS = 0
+
+
+def _form(xs):
+    return xs[0]
+
+
+def load():
+    assert THREADS == 2, THREADS  # the server sets load.py's THREADS before load()
+
+    def predict(x):
+        x = np.asarray(x)
+        if x[0, 0] == 13:
+            raise ValueError("unlucky row")
+        if x[0, 0] == 66:
+            os._exit(3)
+        time.sleep(0.5 if x[0, 0] == 7 else 0.002)
+        print("noise on stdout must not break the frames")
+        return {"y": x * 2, "s": x.sum(axis=1)}
+    return predict
+
+
+def make_inputs(batch_size=None):
+    return _form([np.ones((batch_size or 8, 3), np.float32)])
+'''
+
+DYNAMIC = '''
+import time
+import numpy as np
+BATCH_SIZE = 4
+INPUTS = ["ids", "mask"]
+N_POSITIONAL = 0
+OUTPUTS = ["h", "n"]
+SAMPLE = [("int64", [4, 5], [0, 100]), ("int64", [4, 5], [0, 2])]
+DYNAMIC_DIMS = [[0, 1], [0, 1]]
+
+
+def _form(xs):
+    return dict(zip(INPUTS, xs))
+
+
+def load():
+    def predict(ids, mask):
+        time.sleep(0.002)
+        return [(ids * mask).astype(np.float32), mask.sum(axis=1)]
+    return predict
+'''
+
+
+# ---- pure: merging a batch and splitting it back ----------------------------------------------------------
+
+
+def test_combine_pads_dynamic_dims_and_split_cuts_them_back() -> None:
+    a = [np.array([[1, 2, 3]]), np.ones((1, 3), np.int64)]
+    b = [np.array([[4, 5], [6, 7]]), np.ones((2, 2), np.int64)]
+    arrays, layout = tensors.combine([a, b], [-1, 0])
+    assert arrays[0].tolist() == [[1, 2, 3], [4, 5, -1], [6, 7, -1]] and arrays[1][1:, 2].tolist() == [0, 0]
+    assert layout.rows == (1, 2) and layout.padded == ((3, (3, 2)), (3, (3, 2)))
+    parts = tensors.split([arrays[0] * 10, arrays[1].sum(axis=1), np.float32(5)], layout)
+    assert parts[0][0].tolist() == [[10, 20, 30]] and parts[1][0].tolist() == [[40, 50], [60, 70]]
+    assert parts[0][1].tolist() == [3] and parts[1][1].tolist() == [2, 2] and parts[1][2] == 5
+
+
+def test_combine_one_request_is_no_copy() -> None:
+    x = np.zeros((2, 3))
+    arrays, layout = tensors.combine([[x]], [0])
+    assert arrays[0] is x and tensors.split([x], layout)[0][0].shape == (2, 3)
+
+
+def _info(**over: Any) -> dict[str, Any]:
+    return {"inputs": ["x"], "sample": [("float32", [8, 3], None)], "dynamic": [[]], "batch_size": 8,
+            "outputs": ["y"], "output_specs": [("float32", [8, 3])], **over}
+
+
+def test_interface_checks_requests() -> None:
+    iface = tensors.Interface.from_info(_info())
+    assert iface.metadata("m", 8)["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    _, rows = iface.check({"x": np.zeros((2, 3), np.float32)}, 8)
+    assert rows == 2
+    for inputs, match in [({"x": np.zeros((2, 3)), }, "datatype FP64, the model takes FP32"),
+                          ({"x": np.zeros((2, 4), np.float32)}, r"shape \[2, 4\], the model takes \[-1, 3\]"),
+                          ({"x": np.zeros((2,), np.float32)}, "the model takes"),
+                          ({"x": np.zeros((9, 3), np.float32)}, "9 rows in one request, more than"),
+                          ({"z": np.zeros((1, 3), np.float32)}, "unknown input 'z'; the model takes \\['x'\\]"),
+                          ({}, "missing input 'x'")]:
+        with pytest.raises(v2.ProtocolError, match=match):
+            iface.check(inputs, 8)
+    dyn = tensors.Interface.from_info(_info(), dynamic_dims={"x": [1]})
+    assert dyn.check({"x": np.zeros((1, 7), np.float32)}, 8)[1] == 1
+
+
+# ---- the server in a subprocess -----------------------------------------------------------------------------
+
+
+def _artifact(root: Path, source: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "load.py").write_text(source)
+    return root
+
+
+class Served:
+    """A running server: its process, port and an HTTP connection helper."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int) -> None:
+        self.proc, self.port = proc, port
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def infer(self, inputs: dict[str, np.ndarray], *, binary: bool = True,
+              model: str = "model") -> tuple[int, dict[str, np.ndarray] | str]:
+        body, headers = v2.encode_infer_request(inputs, binary=binary, outputs_binary=binary)
+        status, got, data = self.request("POST", f"/v2/models/{model}/infer", body, headers)
+        if status != 200:
+            return status, json.loads(data)["error"]
+        length = got.get(v2.HEADER_LENGTH.lower())
+        return status, v2.decode_infer_response(data, int(length) if length else None)
+
+    def children(self) -> list[int]:
+        return _children(self.proc.pid)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _start(script: Path, tmp: Path, *args: str, cwd: Path | None = None) -> Served:
+    ready = tmp / f"ready-{time.monotonic_ns()}.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([sys.executable, str(script), "--port", "0", "--ready-file", str(ready), *args],
+                            cwd=cwd or tmp, env=env)
+    end = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            raise AssertionError(f"the server did not get ready (exit {proc.poll()})")
+        time.sleep(0.05)
+    return Served(proc, json.loads(ready.read_text())["port"])
+
+
+def _stop(served: Served) -> int:
+    if served.proc.poll() is None:
+        served.proc.send_signal(signal.SIGTERM)
+    try:
+        return served.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        raise
+
+
+@pytest.fixture(scope="module")
+def static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("static")
+    art = _artifact(tmp / "art", STATIC)
+    served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--instances", "2", "--threads", "2",
+                    "--max-delay-ms", "50")
+    yield served
+    _stop(served)
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("dynamic")
+    art = _artifact(tmp / "art", DYNAMIC)
+    served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--model-name", "lm",
+                    "--max-delay-ms", "200", "--pad", '{"ids": 0, "mask": 0}')
+    yield served
+    _stop(served)
+
+
+def _concurrently(fn: Any, args: list[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(args)
+
+    def run(i: int) -> None:
+        results[i] = fn(args[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.worker
+def test_health_and_metadata(static: Served) -> None:
+    assert static.request("GET", "/v2/health/live")[0] == 200
+    assert static.request("GET", "/v2/health/ready")[0] == 200
+    assert static.request("GET", "/v2/models/model/ready")[0] == 200
+    assert json.loads(static.request("GET", "/v2")[2])["extensions"] == ["binary_tensor_data"]
+    meta = json.loads(static.request("GET", "/v2/models/model")[2])
+    assert meta["max_batch_size"] == 8
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, 3]},
+                               {"name": "s", "datatype": "FP32", "shape": [-1]}]
+    assert len(static.children()) == 2
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_json_and_binary(static: Served, binary: bool) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    status, out = static.infer({"x": x}, binary=binary)
+    assert status == 200 and isinstance(out, dict)
+    assert np.array_equal(out["y"], x * 2) and np.array_equal(out["s"], x.sum(axis=1))
+
+
+@pytest.mark.worker
+def test_concurrent_requests_are_batched_and_each_gets_its_rows(static: Served) -> None:
+    static.request("DELETE", "/v2/models/model/stats")
+    xs = [np.full((1 + i % 2, 3), i + 20, np.float32) for i in range(8)]
+    results = _concurrently(lambda x: static.infer({"x": x}), xs)
+    for x, (status, out) in zip(xs, results, strict=True):
+        assert status == 200 and np.array_equal(out["y"], x * 2)
+    stats = json.loads(static.request("GET", "/v2/models/model/stats")[2])
+    assert stats["ok"] == 8 and sum(s for s, _ in stats["batches"]) == 12
+    assert max(s for s, _ in stats["batches"]) > 2  # requests shared calls
+    assert all(0 < t < 5 for _, t in stats["batches"])
+
+
+@pytest.mark.worker
+def test_dynamic_dims_are_padded_and_cut_back(dynamic: Served) -> None:
+    reqs = [{"ids": np.arange(1, 4).reshape(1, 3), "mask": np.ones((1, 3), np.int64)},
+            {"ids": np.arange(1, 11).reshape(2, 5), "mask": np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])}]
+    results = _concurrently(lambda r: dynamic.infer(r, model="lm"), reqs)
+    for r, (status, out) in zip(reqs, results, strict=True):
+        assert status == 200
+        assert np.array_equal(out["h"], (r["ids"] * r["mask"]).astype(np.float32))
+        assert np.array_equal(out["n"], r["mask"].sum(axis=1))
+    stats = json.loads(dynamic.request("GET", "/v2/models/lm/stats")[2])
+    assert [3] == [s for s, _ in stats["batches"]]  # one call: the two requests, padded to length 5
+    meta = json.loads(dynamic.request("GET", "/v2/models/lm")[2])
+    assert meta["inputs"][0]["shape"] == [-1, -1]
+
+
+@pytest.mark.worker
+def test_bad_requests_get_4xx_with_a_message(static: Served) -> None:
+    def post(body: bytes, path: str = "/v2/models/model/infer", **headers: str) -> tuple[int, str]:
+        status, _, data = static.request("POST", path, body, headers)
+        return status, json.loads(data)["error"] if data else ""
+
+    assert post(b"{nope")[0] == 400 and "not valid JSON" in post(b"{nope")[1]
+    ok = np.zeros((1, 3), np.float32)
+    assert static.infer({"x": ok, "z": ok}) == (400, "unknown input 'z'; the model takes ['x']")
+    assert static.infer({"x": ok.astype(np.float64)}) == (400, "input 'x': datatype FP64, the model takes FP32")
+    assert static.infer({"x": np.zeros((1, 4), np.float32)})[0] == 400
+    assert "more than the server's maximum batch 8" in str(static.infer({"x": np.zeros((9, 3), np.float32)})[1])
+    status, message = static.infer({"x": ok}, model="other")
+    assert status == 404 and "unknown model 'other'" in message
+    assert static.request("GET", "/v2/models/model/infer")[0] == 405
+    assert static.request("GET", "/nope")[0] == 404
+    assert post(b"x" * 10, **{"Transfer-Encoding": "chunked"})[0] in (400, 411)
+    assert post(b"{}", **{"Inference-Header-Content-Length": "abc"})[0] == 400
+    status, message = static.infer({"x": np.full((1, 3), 13, np.float32)})
+    assert status == 500 and "unlucky row" in message
+    assert static.infer({"x": ok})[0] == 200  # the instance lives on
+
+
+@pytest.mark.worker
+def test_body_over_the_limit_gets_413(static: Served) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", static.port), timeout=10) as s:
+        s.sendall(b"POST /v2/models/model/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")
+
+
+@pytest.mark.worker
+def test_tritonclient_talks_to_the_server(static: Served) -> None:
+    http = pytest.importorskip("tritonclient.http")
+    client = http.InferenceServerClient(f"127.0.0.1:{static.port}")
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("model")
+    assert client.get_model_metadata("model")["inputs"][0]["name"] == "x"
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for binary in (True, False):
+        inp = http.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=binary)
+        result = client.infer("model", [inp], outputs=[http.InferRequestedOutput("s", binary_data=binary)])
+        assert np.array_equal(result.as_numpy("s"), x.sum(axis=1)) and result.as_numpy("y") is None
+    result = client.infer("model", [inp])  # no outputs named: all of them, binary
+    assert np.array_equal(result.as_numpy("y"), x * 2)
+    with pytest.raises(Exception, match="unknown input"):
+        client.infer("model", [http.InferInput("w", [1, 3], "FP32").set_data_from_numpy(x[:1])])
+
+
+@pytest.mark.worker
+def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
+    art = _artifact(tmp_path / "art", STATIC)
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--instances", "2", "--threads", "2")
+    kids = served.children()
+    assert len(kids) == 2
+    slow: list[Any] = []
+    t = threading.Thread(target=lambda: slow.append(served.infer({"x": np.full((1, 3), 7, np.float32)})))
+    t.start()
+    time.sleep(0.3)  # the slow call (0.5 s) is running
+    assert _stop(served) == 0
+    t.join()
+    assert slow[0][0] == 200  # the request running at SIGTERM was answered
+    assert not any(Path(f"/proc/{pid}").exists() for pid in kids)
+
+
+@pytest.mark.worker
+def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path) -> None:
+    art = _artifact(tmp_path / "art", STATIC)
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--threads", "2", "--timeout-s", "0.2")
+    try:
+        def later(v: float) -> Any:
+            time.sleep(0.1 if v == 1 else 0)  # the slow call (7) runs first, 1 waits in the queue
+            return served.infer({"x": np.full((1, 3), v, np.float32)})
+
+        (slow, _), (late, message) = _concurrently(later, [7, 1])
+        assert (slow, late) == (200, 503) and "waited more than 0.2 s in the queue" in str(message)
+        before = served.children()
+        status, message = served.infer({"x": np.full((1, 3), 66, np.float32)})
+        assert status == 500 and "exited with 3" in message
+        end = time.monotonic() + 20  # the replacement loads meanwhile: requests may time out (503) until then
+        while (status := served.infer({"x": np.ones((1, 3), np.float32)})[0]) == 503 and time.monotonic() < end:
+            pass
+        assert status == 200 and served.children() != before
+        stats = json.loads(served.request("GET", "/v2/models/model/stats")[2])
+        assert (stats["ok"], stats["failed"]) == (2, 1) and stats["timed_out"] >= 1
+    finally:
+        assert _stop(served) == 0
+
+
+@pytest.mark.worker
+def test_flat_copy_runs_as_serve_py(tmp_path: Path) -> None:
+    art = _artifact(tmp_path / "art", STATIC)
+    for name in server.SHIPPED:
+        shutil.copy(SERVING / name, art / ("serve.py" if name == "server.py" else name))
+    (art / "serving.json").write_text(json.dumps({"model_name": "flat", "threads": 2, "max_batch": 4}))
+    served = _start(art / "serve.py", tmp_path, cwd=tmp_path)
+    try:
+        status, out = served.infer({"x": np.ones((2, 3), np.float32)}, model="flat")
+        assert status == 200 and out["y"].tolist() == [[2, 2, 2]] * 2
+        assert json.loads(served.request("GET", "/v2/models/flat")[2])["max_batch_size"] == 4
+    finally:
+        assert _stop(served) == 0
+
+
+@pytest.mark.worker
+def test_calibrate_prints_service_times(tmp_path: Path) -> None:
+    art = _artifact(tmp_path / "art", STATIC)
+    out = subprocess.run([sys.executable, str(SERVING / "server.py"), "--calibrate", "--artifact", str(art),
+                          "--instances", "2", "--threads", "2", "--batches", "1,4", "--seconds", "0.2"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(doc["service_s"]) == {"1", "4"} and all(0.001 < v < 0.5 for v in doc["service_s"].values())
+    assert all(v >= 1.0 for v in doc["spread"].values())
