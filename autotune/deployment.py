@@ -91,7 +91,7 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
             run = staging / RUN_SCRIPT_NAME
             run.write_text(run_script(doc) or "", encoding="utf-8")
             run.chmod(0o755)
-            served = _server_files(staging, recipe_data)
+            served = _server_files(staging, recipe_data, section.get("interface") or {})
             swap_in(staging, final)
             section["files"] = directory_files(final)
             section["size_bytes"] = sum(f["bytes"] for f in section["files"]
@@ -117,16 +117,20 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
 TRAFFIC_NAME = "traffic.npz"
 
 
-def _server_files(staging: Path, recipe_data: Mapping[str, Any]) -> list[str]:
-    """``serve.py`` and its siblings, and ``serving.json`` with the model's name and pad values (the serving
-    search adds the recommended configuration): every artifact can be served with ``./run.sh serve``."""
+def _server_files(staging: Path, recipe_data: Mapping[str, Any], interface: Mapping[str, Any]) -> list[str]:
+    """``serve.py`` and its siblings, and ``serving.json`` with the model's name, the inputs' dynamic dims (the
+    batcher pads them to a batch's longest) and pad values (the serving search adds the recommended
+    configuration): every artifact can be served with ``./run.sh serve``."""
     from autotune.serving.ship import SERVING_JSON, copy_server, model_name_of, write_serving_json
 
     serving = recipe_data.get("serving") or {}
     data = recipe_data.get("data") or {}
+    dynamic = {str(x["name"]): [int(d) for d in x.get("dynamic_dims") or []]
+               for x in interface.get("inputs") or [] if x.get("dynamic_dims")}
     write_serving_json(staging, {
         "model_name": model_name_of(str(recipe_data.get("name") or "model"), serving.get("model_name")),
         "pad_values": dict(data.get("pad_values") or {}),
+        "dynamic_dims": dynamic,
     })
     return [*copy_server(staging), SERVING_JSON]
 

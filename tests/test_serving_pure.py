@@ -127,7 +127,7 @@ def test_batches_are_cut_into_rows_with_their_own_sequence_length(tmp_path: Path
     with pytest.raises(InputError, match="takes"):
         load_batches(path, ["input_ids"])
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(InputError, match="bad.npz"):
+    with pytest.raises(InputError, match=r"bad\.npz"):
         load_batches(tmp_path / "bad.npz")
 
 

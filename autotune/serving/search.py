@@ -377,7 +377,7 @@ class ServingSearch:
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
         measured = {m.config for m in self.measured}
-        pruned = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,
+        pruned: list[dict[str, Any]] = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,
                    "threads": c.threads, "max_batch": c.max_batch, "max_delay_ms": c.max_delay_ms,
                    "predicted_max_rate": _r(r), "max_rate": None, "max_rate_ci": None, "role": "pruned",
                    "pruned_reason": "predicted below the confirmed ones" if r > 0 else
@@ -416,7 +416,7 @@ class ServingSearch:
                 "instances": ServingConfig(1, c.cores, c.max_batch, c.max_delay_ms),
                 "threads": ServingConfig(c.instances, 1, c.max_batch, c.max_delay_ms)}
         measured = {m.config: m.max_rate for m in self.measured}
-        out = []
+        out: list[dict[str, Any]] = []
         for knob, alt in alts.items():
             if alt == c:
                 out.append({"knob": knob, "ratio": None, "source": None,

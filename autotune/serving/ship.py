@@ -12,32 +12,37 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-#: artifact file name -> module file in this package.
-SERVER_FILES = {"serve.py": "server.py", "batcher.py": "batcher.py", "v2.py": "v2.py"}
 SERVING_JSON = "serving.json"
+
+
+def server_files() -> dict[str, str]:
+    """Artifact file name -> module file in this package: ``server.py`` as ``serve.py``, its siblings as they are
+    (:data:`autotune.serving.server.SHIPPED`)."""
+    from autotune.serving.server import SHIPPED
+
+    return {("serve.py" if name == "server.py" else name): name for name in SHIPPED}
 
 
 def model_name_of(recipe_name: str, explicit: str | None = None) -> str:
     """The name the server serves under: ``serving.model_name``, else the recipe's name as a URL-safe
-    identifier (letters, digits, ``_ . -``)."""
-    if explicit:
-        return explicit
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", recipe_name).strip("._-")
-    return name or "model"
+    identifier (:func:`autotune.core.recipe.spec.safe_model_name`)."""
+    from autotune.core.recipe.spec import safe_model_name
+
+    return explicit or safe_model_name(recipe_name)
 
 
 def copy_server(directory: Path) -> list[str]:
     """Copy the server's modules into ``directory`` (the artifact's staging directory)."""
     here = Path(__file__).resolve().parent
-    for target, source in SERVER_FILES.items():
+    files = server_files()
+    for target, source in files.items():
         shutil.copyfile(here / source, directory / target)
-    return list(SERVER_FILES)
+    return list(files)
 
 
 def write_serving_json(directory: Path, settings: Mapping[str, Any]) -> None:
@@ -66,5 +71,5 @@ def write_other_servers(directory: Path, files: Mapping[str, str]) -> list[str]:
     return out
 
 
-__all__ = ["SERVER_FILES", "SERVING_JSON", "copy_server", "model_name_of", "read_serving_json",
+__all__ = ["SERVING_JSON", "copy_server", "model_name_of", "read_serving_json",
            "write_other_servers", "write_serving_json"]

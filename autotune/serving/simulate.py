@@ -27,6 +27,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -129,7 +130,8 @@ class Simulator:
                 took = self.service.at(d.samples) * float(self._noise[calls % n])
                 calls += 1
                 batched += d.samples
-                heapq.heappush(running, (now + took, d.instance, tuple(int(r) for r in d.requests)))
+                reqs = cast("tuple[int, ...]", d.requests)  # the request ids here are indices
+                heapq.heappush(running, (now + took, d.instance, reqs))
         lat = done - offsets + self.service.overhead_s
         return lat, (batched / calls if calls else 0.0)
 
