@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-
 _EPSILON_S = 1e-9
 
 
