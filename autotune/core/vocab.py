@@ -34,3 +34,11 @@ SHAPE_POLICIES: tuple[ShapePolicy, ...] = get_args(ShapePolicy)
 #: Where a run's batches came from (the report's ``data.source``): a ``[data]`` factory or random ``[[inputs]]``.
 DataSource = Literal["factory", "inputs"]
 DATA_SOURCES: tuple[DataSource, ...] = get_args(DataSource)
+#: The latency percentile a serving SLO is on (``serving.percentile``; the report's ``serving.percentile``): a
+#: server's tail, so p95 and p99.9 too, and no mean (a mean hides the tail an SLO is about).
+ServingPercentile = Literal["p50", "p90", "p95", "p99", "p99.9"]
+SERVING_PERCENTILES: tuple[ServingPercentile, ...] = get_args(ServingPercentile)
+#: How the serving stage's load arrives (the report's ``serving.arrivals``): an open Poisson stream, a closed loop
+#: of ``serving.concurrency`` clients, or the recipe's file of timestamps replayed.
+Arrivals = Literal["poisson", "closed", "replay"]
+ARRIVALS: tuple[Arrivals, ...] = get_args(Arrivals)

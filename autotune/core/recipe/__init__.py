@@ -33,6 +33,20 @@ The format (every field documented in README.md)::
     max_drop = "1%"                        # absolute (0.01, the metric's units) or relative ("1%"); without a
                                            # metric: the top-1 disagreement allowed (default 0.01)
 
+    [serving]                              # optional: the recommendation served behind a dynamic batcher
+    slo_ms = 50.0                          # required: the latency objective per request
+    percentile = "p99"                     # p50 | p90 | p95 | p99 | p99.9
+    arrivals = "poisson"                   # poisson | closed | a file of arrival timestamps (relative to the recipe)
+    concurrency = 8                        # closed loop only (required there): clients
+    request_samples = 1                    # samples per request, or "batch" (the data factory's whole batches)
+    rate = 400.0                           # traffic to serve (requests/s): then the fewest cores that serve it
+    instances = "auto"                     # or a list; and threads, max_batch likewise
+    max_delay_ms = [0, 1, 2, 5, 10]        # the batcher's waits tried
+    time_budget_s = 120                    # the serving stage's own budget
+    finalists = 1                          # the search's best variants that get a serving search
+    model_name = "resnet"                  # default: the recipe's name made safe
+    confirm = 3                            # configurations confirmed with real load after the simulation
+
     [search]
     variants = ["eager", "frozen", "compile"]   # or "all"
     precisions = ["fp32"]
@@ -76,12 +90,13 @@ Where each part lives (one concept per module; this package re-exports the publi
 ``from autotune.core.recipe import Recipe, load_recipe`` is the import to use):
 
 * :mod:`~autotune.core.recipe.spec`: the frozen dataclasses (:class:`Recipe`, :class:`ModelSpec`, :class:`InputSpec`,
-  :class:`DataSpec`,
+  :class:`DataSpec`, :class:`AccuracySpec`, :class:`ServingSpec`,
   :class:`SearchSpec`, :class:`Constraints`, :class:`BatchSpec`, :class:`MeasureSpec`) and the JSON form
   (``Recipe.to_dict`` / ``Recipe.from_dict``) that report.json and the workers carry;
 * :mod:`~autotune.core.recipe.reader`: the strict reader of one table and the wording of its errors (why strict:
   there), :func:`closest` for "did you mean" hints;
-* :mod:`~autotune.core.recipe.parse`: :func:`load_recipe` and :func:`parse_recipe`, one function per table.
+* :mod:`~autotune.core.recipe.parse`: :func:`load_recipe` and :func:`parse_recipe`, one function per table;
+  :mod:`~autotune.core.recipe.serving` the ``[serving]`` table's (:class:`ServingSpec`).
 
 What a recipe adds to a study's fingerprint (the factory file's hash, the inputs) reads files and metadata
 beyond the recipe, in the parent only: :mod:`autotune.study.model_identity`.
@@ -109,9 +124,11 @@ from autotune.core.recipe.spec import (
     ModelSpec,
     Recipe,
     SearchSpec,
+    ServingSpec,
+    safe_model_name,
     valid_seed,
 )
-from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
+from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, SERVING_PERCENTILES, STRATEGIES
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
@@ -121,6 +138,7 @@ __all__ = [
     "OBJECTIVES",
     "PERCENTILES",
     "SEED_RANGE_TEXT",
+    "SERVING_PERCENTILES",
     "STRATEGIES",
     "AccuracySpec",
     "BatchSpec",
@@ -131,8 +149,10 @@ __all__ = [
     "ModelSpec",
     "Recipe",
     "SearchSpec",
+    "ServingSpec",
     "closest",
     "load_recipe",
     "parse_recipe",
+    "safe_model_name",
     "valid_seed",
 ]

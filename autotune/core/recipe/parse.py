@@ -17,6 +17,7 @@ from autotune.core.device_names import ALLOWED_TEXT, is_device_name
 from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
 from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.reader import TableReader
+from autotune.core.recipe.serving import parse_serving
 from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
     DTYPES,
@@ -37,7 +38,7 @@ from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
 from autotune.errors import InputError, RecipeError
 
 _TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "accuracy", "search", "constraints", "batch",
-             "measure")
+             "measure", "serving")
 #: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
 SHAPE_POLICIES = ("dynamic", "buckets")
 
@@ -100,6 +101,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
     constraints = _parse_constraints(path, top.get("constraints", dict, {}))
     batch = _parse_batch(path, top.get("batch", dict, {}))
     measure = _parse_measure(path, top.get("measure", dict, {}))
+    serving = parse_serving(path, top.get("serving", dict, None), recipe_name=name)
     if isinstance(search.batch_sizes, tuple):
         for i, b in enumerate(search.batch_sizes):
             if b > batch.max_batch_size:
@@ -120,6 +122,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
         measure=measure,
         data=data_spec,
         accuracy=accuracy,
+        serving=serving,
     )
 
 

@@ -8,8 +8,10 @@ what each field means is in :mod:`autotune.core.recipe` and README.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
@@ -107,6 +109,91 @@ class AccuracySpec:
             f"drop <= {self.max_drop:g}"
 
 
+#: ``serving.max_delay_ms``'s default: the batcher's waits tried, from none (dispatch at once) to 10 ms.
+DEFAULT_MAX_DELAYS_MS = (0.0, 1.0, 2.0, 5.0, 10.0)
+#: ``serving.arrivals``' named kinds; any other value is a file of arrival timestamps (``replay``).
+NAMED_ARRIVALS = ("poisson", "closed")
+#: ``serving.model_name``: what Triton's model repository and a URL path both take.
+MAX_MODEL_NAME = 64
+MODEL_NAME_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_MODEL_NAME - 1}}}")
+
+
+def safe_model_name(name: str) -> str:
+    """``name`` as a model name a server accepts in a URL path and as a directory (Triton's model repository):
+    letters, digits, ``_``, ``.`` and ``-``, starting with a letter or digit; every other run of characters
+    becomes ``_`` (``"my model/v2"`` -> ``my_model_v2``); nothing left: ``model``."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip("._-")[:MAX_MODEL_NAME].rstrip("._-")
+    return cleaned or "model"
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """``[serving]``: the recommendation served behind a dynamic batcher under a latency SLO.
+
+    The serving stage (:mod:`autotune.serving`) searches how the recommended model is served, not the model:
+    ``instances`` (worker processes) x ``threads`` (each one's intra-op threads), the batcher's ``max_batch`` and
+    ``max_delay_ms``, for the most requests per second whose ``percentile`` latency stays within ``slo_ms``; or,
+    with ``rate``, the fewest cores that serve that rate within the SLO. Absent from the recipe: no serving stage,
+    and the recipe's JSON form has no ``serving`` (old recipes' report.json and study fingerprints are unchanged).
+    """
+
+    #: The latency objective, per request end to end (queueing, batching and the call), in milliseconds.
+    slo_ms: float
+    percentile: str = "p99"  # a ServingPercentile (autotune.core.vocab)
+    #: ``poisson`` (open loop, exponential gaps), ``closed`` (``concurrency`` clients, each sending when answered)
+    #: or a file of arrival timestamps (seconds, one a line) replayed: stored as written, relative to ``base_dir``.
+    arrivals: str = "poisson"
+    concurrency: int | None = None
+    #: Samples per request: a number, or ``"batch"`` (each request one of the data factory's whole batches).
+    request_samples: int | Literal["batch"] = 1
+    #: The traffic to serve (requests/s). None: find the highest rate within the SLO.
+    rate: float | None = None
+    instances: tuple[int, ...] | Literal["auto"] = "auto"
+    threads: tuple[int, ...] | Literal["auto"] = "auto"
+    max_batch: tuple[int, ...] | Literal["auto"] = "auto"
+    max_delay_ms: tuple[float, ...] = DEFAULT_MAX_DELAYS_MS
+    #: The serving stage's own budget, on top of the search's ``time_budget_s``.
+    time_budget_s: float = 120.0
+    #: How many of the search's best variants get a serving search (the best batch-1 variant is not always the
+    #: best one served: a variant that batches well can serve more).
+    finalists: int = 1
+    #: The name the server answers to (``/v2/models/NAME``) and Triton's model directory; :func:`safe_model_name`
+    #: of the recipe's name when the recipe leaves it out (filled in by the parser).
+    model_name: str | None = None
+    #: Configurations the simulation ranks best that are then loaded for real, the recommendation among them.
+    confirm: int = 3
+    base_dir: str = "."
+
+    @property
+    def arrivals_kind(self) -> str:
+        """``poisson``, ``closed`` or ``replay`` (an ``Arrivals``, :mod:`autotune.core.vocab`)."""
+        return self.arrivals if self.arrivals in NAMED_ARRIVALS else "replay"
+
+    @property
+    def arrivals_path(self) -> Path | None:
+        """The replayed file, resolved against the recipe's directory (None for a named kind)."""
+        if self.arrivals in NAMED_ARRIVALS:
+            return None
+        return Path(self.base_dir, self.arrivals).expanduser()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: tuples as lists, every field written (the table is new: no older form to keep)."""
+        data = asdict(self)
+        for key in ("instances", "threads", "max_batch", "max_delay_ms"):
+            value = getattr(self, key)
+            data[key] = value if isinstance(value, str) else list(value)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingSpec:
+        """Inverse of :meth:`to_dict` (trusted input)."""
+        fields = dict(data)
+        for key in ("instances", "threads", "max_batch", "max_delay_ms"):
+            if key in fields and not isinstance(fields[key], str):
+                fields[key] = tuple(fields[key])
+        return cls(**fields)
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     variants: tuple[str, ...] = ("eager",)
@@ -184,6 +271,7 @@ class Recipe:
     measure: MeasureSpec = MeasureSpec()
     data: DataSpec | None = None
     accuracy: AccuracySpec | None = None
+    serving: ServingSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, used in report.json and to hand the recipe to a worker."""
@@ -194,6 +282,7 @@ class Recipe:
         data["inputs"] = [_input_dict(i) for i in self.inputs]
         data.pop("data")
         data.pop("accuracy")
+        data.pop("serving")
         if self.search.shapes == ("dynamic",):
             data["search"].pop("shapes")
         if self.search.environments == ():
@@ -209,6 +298,8 @@ class Recipe:
                                 buckets=list(self.data.buckets) if self.data.buckets else None)
         if self.accuracy is not None:
             data["accuracy"] = asdict(self.accuracy)
+        if self.serving is not None:
+            data["serving"] = self.serving.to_dict()
         for key in ("batch_sizes", "threads"):
             value = getattr(self.search, key)
             data["search"][key] = value if isinstance(value, str) else list(value)
@@ -246,6 +337,7 @@ class Recipe:
             measure=MeasureSpec(**data["measure"]),
             data=_data_from_dict(data.get("data")),
             accuracy=AccuracySpec(**data["accuracy"]) if data.get("accuracy") else None,
+            serving=ServingSpec.from_dict(data["serving"]) if data.get("serving") else None,
         )
 
 
