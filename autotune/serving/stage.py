@@ -17,7 +17,14 @@ from typing import Any
 
 from autotune.core.process_env import environment_of_variant
 from autotune.serving.search import ServingSearch, Target
-from autotune.serving.ship import model_name_of, read_serving_json, write_other_servers, write_serving_json
+from autotune.serving.ship import (
+    SERVING_JSON,
+    model_name_of,
+    read_serving_json,
+    server_files,
+    write_other_servers,
+    write_serving_json,
+)
 
 SERVE_COMMAND = "./run.sh serve --port 8000"
 
@@ -57,14 +64,14 @@ def run_serving(spec: Any, doc: dict[str, Any], out_dir: Path, *, run_started: f
     search = ServingSearch(spec, target, on_event=say, seed=seed)
     section = search.run()
     rec = section.get("recommendation")
-    files = ["serve.py", "batcher.py", "v2.py", "serving.json"]
+    files = [*server_files(), SERVING_JSON]
     if rec:
         settings = read_serving_json(artifact_dir)
         settings.update(model_name=target.model_name, instances=rec["instances"], threads=rec["threads"],
                         max_batch=rec["max_batch"], max_delay_ms=rec["max_delay_ms"],
                         slo_ms=spec.slo_ms, percentile=spec.percentile, max_rate=rec["max_rate"])
         write_serving_json(artifact_dir, settings)
-        files += _other_servers(doc, artifact_dir, rec, target, section)
+        files += _other_servers(doc, artifact_dir, section)
     total = time.monotonic() - run_started
     section["share_of_run"] = round(section["seconds"] / total, 3) if total > 0 else None
     section["server"] = {"stack": "asyncio HTTP/1.1 of autotune's own (serve.py), instances as processes",
@@ -74,20 +81,17 @@ def run_serving(spec: Any, doc: dict[str, Any], out_dir: Path, *, run_started: f
     return section
 
 
-def _other_servers(doc: Mapping[str, Any], artifact_dir: Path, rec: Mapping[str, Any], target: Target,
-                   section: dict[str, Any]) -> list[str]:
-    try:
-        from autotune.serving.configs import server_configs
-    except ImportError:  # pragma: no cover - configs ships with the package
+def _other_servers(doc: dict[str, Any], artifact_dir: Path, section: dict[str, Any]) -> list[str]:
+    """Triton, TorchServe and Ray Serve files for the recommendation, beside the artifact; notes into the
+    section."""
+    from autotune.serving.configs import plan_from_document, server_configs
+
+    plan = plan_from_document({**doc, "serving": section})
+    if plan is None:
         return []
-    art = doc.get("artifact") or {}
-    got = server_configs(kind=str(art.get("kind")), model_name=target.model_name,
-                         interface=art.get("interface") or {}, instances=int(rec["instances"]),
-                         threads=int(rec["threads"]), max_batch=int(rec["max_batch"]),
-                         max_delay_ms=float(rec["max_delay_ms"]))
-    notes = list(getattr(got, "notes", []) or [])
-    section.setdefault("notes", []).extend(notes)
-    return write_other_servers(artifact_dir, getattr(got, "files", got))
+    got = server_configs(plan)
+    section.setdefault("notes", []).extend(got.notes)
+    return write_other_servers(artifact_dir, got.files)
 
 
 __all__ = ["SERVE_COMMAND", "run_serving", "target_of"]
