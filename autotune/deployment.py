@@ -125,8 +125,9 @@ def _server_files(staging: Path, recipe_data: Mapping[str, Any], interface: Mapp
 
     serving = recipe_data.get("serving") or {}
     data = recipe_data.get("data") or {}
-    dynamic = {str(x["name"]): [int(d) for d in x.get("dynamic_dims") or []]
-               for x in interface.get("inputs") or [] if x.get("dynamic_dims")}
+    dynamic = {str(x["name"]): [int(d) for d in x.get("dynamic_dims") or [] if int(d) > 0]  # dim 0: the batch
+               for x in interface.get("inputs") or []}
+    dynamic = {name: dims for name, dims in dynamic.items() if dims}
     write_serving_json(staging, {
         "model_name": model_name_of(str(recipe_data.get("name") or "model"), serving.get("model_name")),
         "pad_values": dict(data.get("pad_values") or {}),
