@@ -1,0 +1,92 @@
+"""The serving phase end to end, small: a run with ``[serving]`` on the tiny model recommends a configuration
+measured with real open-loop load on the artifact's own server, and that artifact, started by its one
+command, serves it to tritonclient. (The quickstart and BERT-sized checks are in benchmarks/bench_serving.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support import run_cli, tiny_recipe
+
+SERVING = """
+[serving]
+slo_ms = 200
+instances = [1]
+threads = [1]
+max_batch = [1, 4]
+max_delay_ms = [0, 2]
+confirm = 1
+time_budget_s = 30
+"""
+
+
+def _start(artifact: Path, ready: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["sh", str(artifact / "run.sh"), "serve", "--port", "0", "--ready-file", str(ready)],
+                            env=dict(os.environ, PYTHON=sys.executable), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the artifact's server was not ready in 120 s"
+        time.sleep(0.1)
+    time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.worker
+def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifact_serves(
+        write_recipe, tmp_path: Path) -> None:
+    http = pytest.importorskip("tritonclient.http")
+    recipe = write_recipe(tiny_recipe(variants='["eager"]', batch_sizes="[1, 4]", time_budget_s=15) + SERVING)
+    out = tmp_path / "out"
+    code, _, err = run_cli("run", str(recipe), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    serving = doc["serving"]
+    assert serving["status"] == "ok", serving.get("reason")
+    rec = serving["recommendation"]
+    assert rec["max_rate"] > 0 and rec["max_rate_ci"][0] <= rec["max_rate"] <= rec["max_rate_ci"][1]
+    assert rec["instances"] == 1 and rec["threads"] == 1 and rec["max_batch"] in (1, 4)
+    roles = {c["role"] for c in serving["configs"]}
+    assert {"naive", "search"} <= roles
+    measured = [c for c in serving["configs"] if c["role"] != "pruned"]
+    for c in measured:  # every confirmed configuration was loaded for real, open loop, with its points
+        assert c["points"] and all(p["sent"] > 0 for p in c["points"])
+    assert serving["at_fraction"], "the pick's curve"
+    assert serving["seconds"] <= 30 * 1.5 + 30  # its budget, plus the last point and the server stops
+    assert 0 < serving["share_of_run"] < 1
+    assert "Serving" in (out / "report.md").read_text()
+
+    artifact = out / "artifact"
+    settings = json.loads((artifact / "serving.json").read_text())
+    assert (settings["instances"], settings["max_batch"]) == (rec["instances"], rec["max_batch"])
+    assert (artifact / "torchserve" / "config.properties").exists()
+
+    proc = _start(artifact, tmp_path / "ready.json")
+    try:
+        port = json.loads((tmp_path / "ready.json").read_text())["port"]
+        client = http.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_ready()
+        name = serving["model_name"]
+        meta = client.get_model_metadata(name)
+        assert meta["inputs"][0]["name"] == "x" and meta["inputs"][0]["shape"][0] == -1
+        x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+        inp = http.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, binary_data=True)
+        got = client.infer(name, [inp])
+        out0 = got.as_numpy(meta["outputs"][0]["name"])
+        assert out0.shape[0] == 2 and np.all(np.isfinite(out0))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the server left after SIGTERM: {left}"
