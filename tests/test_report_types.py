@@ -26,6 +26,15 @@ from autotune.report.types import (
     Recommendation,
     ReportDocument,
     SearchSection,
+    ServingAtFraction,
+    ServingBaselines,
+    ServingCalls,
+    ServingConfig,
+    ServingKnob,
+    ServingPoint,
+    ServingRecommendation,
+    ServingSection,
+    ServingServer,
 )
 
 #: (type, schema field table, fields the type declares that the schema does not validate)
@@ -48,6 +57,15 @@ SECTIONS: dict[str, tuple[Any, dict[str, Any], set[str]]] = {
     "traffic_bucket": (TrafficBucket, schema.TRAFFIC_BUCKET_FIELDS, set()),
     "measurement": (MeasurementRecord, schema.MEASUREMENT_FIELDS, set()),
     "accuracy": (AccuracySummary, schema.ACCURACY_FIELDS, set()),
+    "serving": (ServingSection, schema.SERVING_FIELDS, set()),
+    "serving_recommendation": (ServingRecommendation, schema.SERVING_RECOMMENDATION_FIELDS, set()),
+    "serving_at_fraction": (ServingAtFraction, schema.SERVING_FRACTION_FIELDS, set()),
+    "serving_config": (ServingConfig, schema.SERVING_CONFIG_FIELDS, set()),
+    "serving_point": (ServingPoint, schema.SERVING_POINT_FIELDS, set()),
+    "serving_knob": (ServingKnob, schema.SERVING_KNOB_FIELDS, set()),
+    "serving_baselines": (ServingBaselines, schema.SERVING_BASELINE_FIELDS, set()),
+    "serving_calls": (ServingCalls, schema.SERVING_CALLS_FIELDS, set()),
+    "serving_server": (ServingServer, schema.SERVING_SERVER_FIELDS, set()),
 }
 
 

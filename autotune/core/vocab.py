@@ -42,3 +42,13 @@ SERVING_PERCENTILES: tuple[ServingPercentile, ...] = get_args(ServingPercentile)
 #: of ``serving.concurrency`` clients, or the recipe's file of timestamps replayed.
 Arrivals = Literal["poisson", "closed", "replay"]
 ARRIVALS: tuple[Arrivals, ...] = get_args(Arrivals)
+#: The serving stage's outcome (the report's ``serving.status``).
+ServingStatus = Literal["ok", "failed", "skipped"]
+SERVING_STATUSES: tuple[ServingStatus, ...] = get_args(ServingStatus)
+#: Why a configuration is in the serving section's table: tried by the search, one of the two baselines (one
+#: instance without batching; the search's batch size in a loop), or ruled out without real load.
+ServingRole = Literal["search", "naive", "batch-loop", "pruned"]
+SERVING_ROLES: tuple[ServingRole, ...] = get_args(ServingRole)
+#: The serving knobs, each a field of a configuration.
+ServingKnobName = Literal["instances", "threads", "max_batch", "max_delay_ms"]
+SERVING_KNOBS: tuple[ServingKnobName, ...] = get_args(ServingKnobName)

@@ -14,6 +14,8 @@ What a reader of the rendered report should be able to answer, in this order:
 3. What else was tried and why it lost or failed? (every candidate with its status and reason)
 4. Where is the memory wall? (batch boundary per variant, probes, fitted memory model)
 5. On what machine, and how do I reproduce it? (environment, code, ``autotune measure`` command)
+6. With a recipe's ``[serving]``: how do I serve it? (instances x threads, max batch and delay, the requests/s
+   within the SLO against the naive servers, the command and the other servers' files)
 
 Modules, each depending only on those above it:
 
@@ -26,6 +28,7 @@ Modules, each depending only on those above it:
   ``loader_script`` (``artifact/load.py``).
 - ``plots``: ``render_plots`` (matplotlib, imported lazily).
 - ``traffic``: the ``data`` section and the candidates' traffic by input shape, as rows and sentences.
+- ``serving``: the ``serving`` section (the serving stage) as sentences and rows (``serving_view``).
 - ``console``, ``sections`` + ``markdown`` / ``html``: the renderings.
 - ``write``: ``write_reports``, the files on disk.
 - ``assemble``: the document of a run: built when a run ends (``build_document``) and again from the stored

@@ -317,13 +317,13 @@ class RunDocument:
         doc["complete"] = complete
         doc["phase"] = "done" if complete else self.phase
         doc["interrupted"] = interrupted
-        if self.doc is not None:  # the deployment's sections, once written, stay
+        if self.doc is not None:  # the deployment's and the serving stage's sections, once written, stay
             if "artifact" in self.doc:
                 doc["artifact"] = self.doc["artifact"]
             if "profile" in self.doc:
                 doc["profile"] = self.doc["profile"]
             if "serving" in self.doc:
-                doc["serving"] = self.doc["serving"]  # type: ignore[typeddict-unknown-key]
+                doc["serving"] = self.doc["serving"]
         return doc
 
     def write(self, *, full: bool, complete: bool = False, interrupted: bool = False) -> ReportDocument:

@@ -23,6 +23,15 @@ from autotune.report.schema import (
     MEASUREMENT_FIELDS,
     PERCENTILES,
     REPORT_FILES,
+    SERVING_BASELINE_FIELDS,
+    SERVING_CALLS_FIELDS,
+    SERVING_CONFIG_FIELDS,
+    SERVING_FIELDS,
+    SERVING_FRACTION_FIELDS,
+    SERVING_KNOB_FIELDS,
+    SERVING_POINT_FIELDS,
+    SERVING_RECOMMENDATION_FIELDS,
+    SERVING_SERVER_FIELDS,
     TRAFFIC_BUCKET_FIELDS,
     TRAFFIC_FIELDS,
     show,
@@ -87,6 +96,7 @@ _ORDER_TOP = (
     "recommendation",
     "artifact",
     "profile",
+    "serving",
     "candidates",
     "pareto",
     "batch_boundary",
@@ -134,6 +144,40 @@ def _ordered(mapping: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]
     known = [key for key in order if key in mapping]
     rest = sorted(key for key in mapping if key not in order)
     return {key: mapping[key] for key in [*known, *rest]}
+
+
+def _records(value: Any, order: Sequence[str]) -> Any:
+    """Each mapping of a list in ``order`` (anything else as it is)."""
+    if not isinstance(value, list):
+        return value
+    return [_ordered(item, order) if isinstance(item, Mapping) else item for item in value]
+
+
+def _serving_config(config: Any) -> Any:
+    if not isinstance(config, Mapping):
+        return config
+    out = _ordered(config, tuple(SERVING_CONFIG_FIELDS))
+    if "points" in out:
+        out["points"] = _records(out["points"], tuple(SERVING_POINT_FIELDS))
+    return out
+
+
+def _serving(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The serving section in its documented order, each of its records too."""
+    out = _ordered(section, tuple(SERVING_FIELDS))
+    for key, order in (("recommendation", SERVING_RECOMMENDATION_FIELDS), ("calls", SERVING_CALLS_FIELDS),
+                       ("server", SERVING_SERVER_FIELDS)):
+        if isinstance(out.get(key), Mapping):
+            out[key] = _ordered(out[key], tuple(order))
+    for key, order in (("at_fraction", SERVING_FRACTION_FIELDS), ("knobs", SERVING_KNOB_FIELDS)):
+        if key in out:
+            out[key] = _records(out[key], tuple(order))
+    if isinstance(out.get("configs"), list):
+        out["configs"] = [_serving_config(c) for c in out["configs"]]
+    if isinstance(out.get("baselines"), Mapping):
+        baselines = _ordered(out["baselines"], tuple(SERVING_BASELINE_FIELDS))
+        out["baselines"] = {key: _serving_config(value) for key, value in baselines.items()}
+    return out
 
 
 def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,6 +229,8 @@ def _canonical(doc: Mapping[str, Any]) -> dict[str, Any]:
             data["shapes"] = [_ordered(s, tuple(DATA_SHAPE_FIELDS)) if isinstance(s, Mapping) else s
                               for s in data["shapes"]]
         out["data"] = data
+    if isinstance(out.get("serving"), Mapping):
+        out["serving"] = _serving(out["serving"])
     if isinstance(out.get("tool"), Mapping):
         out["tool"] = _ordered(out["tool"], ("name", "version"))
     out["candidates"] = [candidate(c) for c in out.get("candidates", [])]

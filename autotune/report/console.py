@@ -38,6 +38,7 @@ from autotune.report.format import (
 from autotune.report.precision import cost_sentence
 from autotune.report.schema import is_int, is_number
 from autotune.report.sections import showdown_cell, showdown_standings, showdown_summary, stop_summary
+from autotune.report.serving import serving_console_line
 from autotune.report.traffic import data_line, traffic_line, traffic_of
 from autotune.showdown.verdict import busy_text, undecided_keys
 
@@ -151,7 +152,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
     for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc, busy=not busy),
-                  stop_summary(doc)):
+                  stop_summary(doc), serving_console_line(doc)):
         if extra:
             lines.extend(_wrap(extra))
     constraints = constraints_text(doc)

@@ -24,7 +24,7 @@ from autotune.report.format import (
     short_list,
     study_objective,
 )
-from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, plot_pngs
+from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, SERVING_PLOT, plot_pngs
 from autotune.report.precision import PRECISION_HEADERS, PRECISION_INTRO, precision_rows
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
@@ -46,6 +46,7 @@ from autotune.report.sections import (
     stop_summary,
     title,
 )
+from autotune.report.serving import serving_view
 from autotune.report.traffic import (
     BUCKET_HEADERS,
     DATA_SHAPE_HEADERS,
@@ -123,6 +124,19 @@ _NUMERIC_HEADERS = {
     "batches",
     "calls",
     "samples",
+    "offered/s",
+    "answered/s",
+    "p99 95% CI",
+    "sent",
+    "failed",
+    "timed out",
+    "dropped",
+    "max requests/s",
+    "recommendation x",
+    "max batch",
+    "max delay ms",
+    "predicted max/s",
+    "measured max/s",
 }
 
 
@@ -153,6 +167,41 @@ def _html_inline_md(text: str) -> str:
     """Escape, then turn the ``**bold**`` and ```code``` used by shared sentences into <strong> and <code>."""
     text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _h(text))
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
+def _figure(name: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img alt="{_h(name)} plot" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_h(PLOT_CAPTIONS[name])}</figcaption></figure>")
+
+
+def _serving_html(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> list[str]:
+    view = serving_view(doc)
+    if view is None:
+        return []
+    card = "good" if view.recommended else "bad"
+    parts = [f'<section class="card {card}"><h2 style="margin-top:0;border:0">Serving</h2>'
+             f"<p>{'<strong>' + _h(view.headline) + '</strong>' if view.recommended else _h(view.headline)}</p>"]
+    if view.setup:
+        parts.append(f"<p class='muted small'>{_h(view.setup)}</p>")
+    for title_text, headers, rows, intro in view.tables:
+        parts.append(f"<h3>{_h(title_text)}</h3>" + (f"<p class='muted small'>{_h(intro)}</p>" if intro else "")
+                     + _html_table(headers, rows))
+    if view.knobs:
+        parts.append("<h3>What each knob was worth</h3><ul>" + "".join(f"<li>{_h(k)}</li>" for k in view.knobs)
+                     + "</ul>")
+    if SERVING_PLOT in plots:
+        parts.append(f'<div class="plots">{_figure(SERVING_PLOT, plots[SERVING_PLOT])}</div>')
+    if view.configs:
+        headers, rows, intro = view.configs
+        parts.append(f"<details><summary>{len(rows)} configurations</summary><p class='muted small'>{_h(intro)}</p>"
+                     f'<div class="scroll">{_html_table(headers, rows)}</div></details>')
+    if view.command:
+        parts.append("<p>" + (f"Server: {_h(view.stack)}. " if view.stack else "") + "Start it with:</p>"
+                     f"<pre><code>{_h(view.command)}</code></pre>")
+    parts += [f"<p class='muted small'>{_h(text)}</p>" for text in (view.files, view.cost) if text]
+    parts.append("</section>")
+    return parts
 
 
 def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
@@ -226,6 +275,8 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             f"<ul>{items}</ul></section>"
         )
 
+    parts += _serving_html(doc, plots)
+
     showdown = showdown_rows(doc)
     if showdown:
         parts.append(f"<h2>Showdown</h2><p>{_h(showdown_summary(doc))}</p>"
@@ -238,15 +289,9 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
             table = _html_table(headers, rows) if rows else "<p>No operators recorded.</p>"
             parts.append(f"<h3>{_h(title_text)}</h3>{table}<p class='muted small'>{_h(caption)}</p>")
 
-    if plots:
+    if any(name in plots for name in PLOT_NAMES):
         parts.append('<h2>Plots</h2><div class="plots">')
-        for name in PLOT_NAMES:
-            if name in plots:
-                data = base64.b64encode(plots[name]).decode("ascii")
-                parts.append(
-                    f'<figure><img alt="{_h(name)} plot" src="data:image/png;base64,{data}">'
-                    f"<figcaption>{_h(PLOT_CAPTIONS[name])}</figcaption></figure>"
-                )
+        parts += [_figure(name, plots[name]) for name in PLOT_NAMES if name in plots]
         parts.append("</div>")
 
     traffic_source = data_rows(doc)

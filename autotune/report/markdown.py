@@ -10,7 +10,7 @@ from autotune.environment import summary_line
 from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
 from autotune.report.canonical import normalise_report
 from autotune.report.format import short_list, study_objective
-from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES
+from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, SERVING_PLOT
 from autotune.report.precision import PRECISION_HEADERS, PRECISION_INTRO, precision_rows
 from autotune.report.reproduce import measure_line, reproduce_script
 from autotune.report.sections import (
@@ -32,6 +32,7 @@ from autotune.report.sections import (
     stop_summary,
     title,
 )
+from autotune.report.serving import serving_view
 from autotune.report.traffic import (
     BUCKET_HEADERS,
     DATA_SHAPE_HEADERS,
@@ -105,6 +106,29 @@ def _data_md(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _serving_md(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) -> list[str]:
+    view = serving_view(doc)
+    if view is None:
+        return []
+    out = ["## Serving", "", f"**{_md_text(view.headline)}**" if view.recommended else _md_text(view.headline), ""]
+    if view.setup:
+        out += [_md_text(view.setup), ""]
+    for title_text, headers, rows, intro in view.tables:
+        out += [f"### {title_text}", "", *([_md_text(intro), ""] if intro else []), _md_table(headers, rows), ""]
+    if view.knobs:
+        out += ["### What each knob was worth", "", *(f"- {_md_text(k)}" for k in view.knobs), ""]
+    if plot_files and SERVING_PLOT in plot_files:
+        out += [f"![{SERVING_PLOT}]({plot_files[SERVING_PLOT]})", "", f"_{PLOT_CAPTIONS[SERVING_PLOT]}_", ""]
+    if view.configs:
+        headers, rows, intro = view.configs
+        out += ["### Configurations", "", intro, "", _md_table(headers, rows), ""]
+    if view.command:
+        out += [(f"Server: {_md_text(view.stack)}. " if view.stack else "") + "Start it with:", "",
+                *_fenced(view.command, "bash"), ""]
+    out += [line for text in (view.files, view.cost) if text for line in (_md_text(text), "")]
+    return out
+
+
 def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) -> str:
     """report.md for a normalised document (see ``render_markdown``)."""
     rec = doc.get("recommendation")
@@ -142,13 +166,15 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         ] or ["- no candidate was evaluated"]
         out.append("")
 
+    out += _serving_md(doc, plot_files)
+
     showdown = showdown_rows(doc)
     if showdown:
         out += ["## Showdown", "", _md_text(showdown_summary(doc)), "", _md_table(SHOWDOWN_HEADERS, showdown), ""]
 
     out += _profile_md(doc)
 
-    if plot_files:
+    if plot_files and any(name in plot_files for name in PLOT_NAMES):
         out += ["## Plots", ""]
         for name in PLOT_NAMES:
             if name in plot_files:

@@ -1,9 +1,10 @@
-"""The report's plots as PNG bytes: throughput, latency, memory boundary, timing trace.
+"""The report's plots as PNG bytes: throughput, latency, accuracy, memory boundary, timing trace, and the serving
+stage's latency against throughput (shown in the report's Serving section rather than with the others).
 
 matplotlib is imported inside the functions only, so the report (and ``autotune`` itself) works
 without it; each figure is drawn on its own ``Figure`` with the Agg canvas (no pyplot), which
 touches no global matplotlib state and needs no display. The PNGs carry no "Software" metadata,
-so the same document gives the same bytes.
+so the same document gives the same bytes. Somewhat over 400 lines: one function per plot, none calling another.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ from autotune.report.format import (
 from autotune.report.precision import accuracy_front, accuracy_points
 from autotune.report.schema import is_int, is_number
 
-#: Plots in the order they appear; each is written to ``plots/<name>.png`` next to report.md.
+#: Plots in the order the Plots section shows them; each is written to ``plots/<name>.png`` next to report.md.
 PLOT_NAMES = ("throughput", "latency", "accuracy", "memory", "trace")
+#: The serving stage's plot, shown in the Serving section.
+SERVING_PLOT = "serving"
+#: Every plot file written, in this order.
+PLOT_FILES = (*PLOT_NAMES, SERVING_PLOT)
 #: Under each plot in report.md and report.html: what to read in it.
 PLOT_CAPTIONS = {
     "throughput": "Throughput vs batch size per variant; the star is the recommendation, red rings mark "
@@ -39,6 +44,8 @@ PLOT_CAPTIONS = {
     "budget rejected (not timed).",
     "memory": "Batch-size probes: peak memory, the fitted affine model and the memory limit.",
     "trace": "The recommended candidate's per-iteration timings with the detected warmup end.",
+    "serving": "Serving: p99 latency vs requests/s answered, one line per configuration loaded (its offered rates); "
+    "the dotted line is the SLO, the star the recommendation at its max rate.",
 }
 
 
@@ -372,6 +379,69 @@ def _plot_accuracy(doc: Mapping[str, Any], colors: Mapping[str, Any]) -> bytes |
     return _png(fig)
 
 
+#: How each role of a serving configuration is drawn: color, line width, alpha, legend label.
+_SERVING_STYLE = {
+    "naive": ("tab:red", 1.6, 0.9, "naive: one instance, no batching"),
+    "batch-loop": ("tab:orange", 1.6, 0.9, "batch loop"),
+    "search": ("tab:gray", 0.9, 0.55, "configurations tried"),
+    "pruned": ("tab:gray", 0.9, 0.55, "configurations tried"),
+}
+
+
+def _plot_serving(doc: Mapping[str, Any]) -> bytes | None:
+    """Each loaded configuration's points (answered requests/s, p99) as a line, the SLO, the recommendation."""
+    section = doc.get("serving")
+    if not isinstance(section, Mapping):
+        return None
+    baselines = section.get("baselines")
+    configs = [c for c in [*(section.get("configs") or []),
+                           *(baselines.values() if isinstance(baselines, Mapping) else [])] if isinstance(c, Mapping)]
+    lines: list[tuple[Mapping[str, Any], list[tuple[float, float]]]] = []
+    for c in configs:
+        points: list[tuple[float, float]] = []
+        for p in c.get("points") or []:
+            if not isinstance(p, Mapping):
+                continue
+            x = p.get("achieved_rate") if is_number(p.get("achieved_rate")) else p.get("rate")
+            y = p.get("p99_ms")
+            if is_number(x) and is_number(y):
+                points.append((float(x), float(y)))
+        if points and all(c != other for other, _ in lines):  # a baseline may be listed among the configs too
+            lines.append((c, sorted(points)))
+    if not lines:
+        return None
+    rec = section.get("recommendation") if isinstance(section.get("recommendation"), Mapping) else None
+    fig, ax = _new_axes("Serving: p99 latency vs throughput per configuration")
+    labelled: set[str] = set()
+    for c, points in lines:
+        is_rec = rec is not None and all(c.get(k) == rec.get(k) for k in
+                                         ("variant", "instances", "threads", "max_batch", "max_delay_ms"))
+        color, width, alpha, label = _SERVING_STYLE.get(str(c.get("role")), _SERVING_STYLE["search"])
+        if is_rec:
+            color, width, alpha = "tab:green", 2.2, 1.0
+            delay = c.get("max_delay_ms")
+            label = (f"{c.get('instances')} x {c.get('threads')}, batch {c.get('max_batch')}, delay "
+                     f"{f'{delay:g}' if is_number(delay) else '?'} ms")
+        ax.plot([x for x, _ in points], [y for _, y in points], marker="o", ms=3, lw=width, alpha=alpha,
+                color=color, label=None if label in labelled else label, zorder=3 if is_rec else 2)
+        labelled.add(label)
+    slo = section.get("slo_ms")
+    if is_number(slo):
+        ax.axhline(slo, color="red", ls=":", lw=1.4, label=f"SLO {section.get('percentile') or 'p99'} <= "
+                   f"{fmt_ms(slo)} ms")
+    if rec is not None and is_number(rec.get("max_rate")) and is_number(rec.get("p99_ms")):
+        _mark_recommended(ax, rec["max_rate"], rec["p99_ms"])
+    values = [y for _, points in lines for _, y in points if y > 0] + ([float(slo)] if is_number(slo) and slo > 0
+                                                                      else [])
+    if values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    ax.set_xlabel("requests / s answered")
+    ax.set_ylabel("p99 latency per request (ms)")
+    ax.set_xlim(left=0)
+    _legend(ax, len(labelled) + is_number(slo) + (rec is not None))
+    return _png(fig)
+
+
 def plot_pngs(doc: Mapping[str, Any]) -> dict[str, bytes]:
     """PNG bytes per plot name for a normalised document (see ``render_plots``)."""
     try:
@@ -385,12 +455,13 @@ def plot_pngs(doc: Mapping[str, Any]) -> dict[str, bytes]:
         "accuracy": _plot_accuracy(doc, colors),
         "memory": _plot_memory(doc, colors),
         "trace": _plot_trace(doc),
+        SERVING_PLOT: _plot_serving(doc),
     }
     return {name: png for name, png in rendered.items() if png is not None}
 
 
 def render_plots(doc: Mapping[str, Any]) -> dict[str, bytes]:
-    """PNG bytes per plot name (see ``PLOT_NAMES``); plots without data are left out, and all
+    """PNG bytes per plot name (see ``PLOT_FILES``); plots without data are left out, and all
     of them when matplotlib is not installed. Uses the Agg canvas on a ``Figure`` (no pyplot),
     so it touches no global matplotlib state and needs no display."""
     return plot_pngs(normalise_report(doc))

@@ -8,6 +8,9 @@ Validation is data-driven: every section is a ``Checker`` built from small combi
 error can name the exact field (``report.candidates[3].latency_ms.p99``) and the expected kind.
 The value predicates (``is_number``, ``is_int``) live here because the schema defines what a
 number is: a bool is not one, although Python says it is an int.
+
+Longer than most modules (~600 lines): it is one field table per section of the document, which reads best
+side by side (and ``tests/test_report_types.py`` pairs each with its TypedDict).
 """
 
 from __future__ import annotations
@@ -16,7 +19,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard
 
 from autotune.core.measurement import STOPPED_BY, decode_seconds
-from autotune.core.vocab import DATA_SOURCES, MODES, OBJECTIVES, PERCENTILES, SHAPE_POLICIES, STATUSES
+from autotune.core.vocab import (
+    ARRIVALS,
+    DATA_SOURCES,
+    MODES,
+    OBJECTIVES,
+    PERCENTILES,
+    SERVING_KNOBS,
+    SERVING_PERCENTILES,
+    SERVING_ROLES,
+    SERVING_STATUSES,
+    SHAPE_POLICIES,
+    STATUSES,
+)
 from autotune.core.warmup import CLASSIFICATIONS
 from autotune.errors import InputError
 
@@ -416,6 +431,118 @@ DATA_FIELDS: dict[str, tuple[Checker, bool]] = {
     "inputs": (_nullable(_list_of(_STR)), False),
     "dtypes": (_nullable(_list_of(_STR)), False),
 }
+#: The serving stage (optional within schema 2; recipe ``[serving]``): numbers that cannot be negative, intervals
+#: whose low end is not above the high one.
+_NON_NEGATIVE = _kind(lambda v: is_number(v) and v >= 0, "a number >= 0")
+_NON_NEGATIVE_INT = _kind(lambda v: is_int(v) and v >= 0, "an integer >= 0")
+_POSITIVE = _kind(lambda v: is_number(v) and v > 0, "a positive number")
+_FRACTION = _kind(lambda v: is_number(v) and 0 < v <= 1, "a fraction in (0, 1]")
+_REQUEST_SAMPLES = _kind(lambda v: (is_int(v) and v >= 1) or v == "batch", "a positive integer or 'batch'")
+
+
+def _interval(value: Any, path: str) -> None:
+    """``[low, high]``: two numbers >= 0, low <= high (a confidence interval of a rate or a latency)."""
+    _list_of(_NON_NEGATIVE, length=2)(value, path)
+    if value[0] > value[1]:
+        raise InputError(f"{path}: expected [low, high] with low <= high, got {show(list(value))}")
+
+
+_COUNTS: dict[str, tuple[Checker, bool]] = {name: (_NON_NEGATIVE_INT, False)
+                                             for name in ("sent", "ok", "failed", "timed_out", "dropped")}
+SERVING_POINT_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "rate": (_NON_NEGATIVE, True),
+    "p50_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ci_ms": (_nullable(_interval), False),
+    **_COUNTS,
+    "achieved_rate": (_nullable(_NON_NEGATIVE), False),
+    "passed": (_nullable(_BOOL), False),
+}
+SERVING_FRACTION_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "fraction": (_FRACTION, True),
+    "rate": (_NON_NEGATIVE, True),
+    "p50_ms": (_nullable(_NON_NEGATIVE), False),
+    "p90_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ci_ms": (_nullable(_interval), False),
+    **_COUNTS,
+    "achieved_rate": (_nullable(_NON_NEGATIVE), False),
+}
+_KNOBS: dict[str, tuple[Checker, bool]] = {
+    "variant": (_STR, True),
+    "environment": (_nullable(_STR), False),
+    "instances": (_POSITIVE_INT, True),
+    "threads": (_POSITIVE_INT, True),
+    "max_batch": (_POSITIVE_INT, True),
+    "max_delay_ms": (_NON_NEGATIVE, True),
+}
+SERVING_CONFIG_FIELDS: dict[str, tuple[Checker, bool]] = {
+    **_KNOBS,
+    "predicted_max_rate": (_nullable(_NON_NEGATIVE), False),
+    "max_rate": (_nullable(_NON_NEGATIVE), False),
+    "max_rate_ci": (_nullable(_interval), False),
+    "role": (_one_of(SERVING_ROLES), True),
+    "pruned_reason": (_nullable(_STR), False),
+    "points": (_nullable(_list_of(_record(SERVING_POINT_FIELDS))), False),
+}
+_SERVING_CONFIG = _record(SERVING_CONFIG_FIELDS)
+SERVING_RECOMMENDATION_FIELDS: dict[str, tuple[Checker, bool]] = {
+    **_KNOBS,
+    "max_rate": (_NON_NEGATIVE, True),
+    "max_rate_ci": (_nullable(_interval), False),
+    "p50_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ms": (_nullable(_NON_NEGATIVE), False),
+    "p99_ci_ms": (_nullable(_interval), False),
+    "goodput": (_nullable(_NON_NEGATIVE), False),
+}
+SERVING_KNOB_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "knob": (_one_of(SERVING_KNOBS), True),
+    "text": (_STR, True),
+    "ratio": (_nullable(_NON_NEGATIVE), False),
+}
+SERVING_BASELINE_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "naive": (_nullable(_SERVING_CONFIG), False),
+    "batch_loop": (_nullable(_SERVING_CONFIG), False),
+}
+SERVING_CALLS_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "calibration_s": (_nullable(_NON_NEGATIVE), False),
+    "load_s": (_nullable(_NON_NEGATIVE), False),
+}
+SERVING_SERVER_FIELDS: dict[str, tuple[Checker, bool]] = {"stack": (_STR, False), "command": (_STR, False)}
+SERVING_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "status": (_one_of(SERVING_STATUSES), True),
+    "reason": (_nullable(_STR), False),
+    "slo_ms": (_POSITIVE, False),
+    "percentile": (_one_of(SERVING_PERCENTILES), False),
+    "model_name": (_STR, False),
+    "arrivals": (_one_of(ARRIVALS), False),
+    "request_samples": (_REQUEST_SAMPLES, False),
+    "rate_target": (_nullable(_POSITIVE), False),
+    "cores": (_POSITIVE_INT, False),
+    "recommendation": (_nullable(_record(SERVING_RECOMMENDATION_FIELDS)), False),
+    "at_fraction": (_nullable(_list_of(_record(SERVING_FRACTION_FIELDS))), False),
+    "configs": (_nullable(_list_of(_SERVING_CONFIG)), False),
+    "baselines": (_nullable(_record(SERVING_BASELINE_FIELDS)), False),
+    "knobs": (_nullable(_list_of(_record(SERVING_KNOB_FIELDS))), False),
+    "seconds": (_nullable(_NON_NEGATIVE), False),
+    "share_of_run": (_nullable(_NON_NEGATIVE), False),
+    "calls": (_nullable(_record(SERVING_CALLS_FIELDS)), False),
+    "server": (_nullable(_record(SERVING_SERVER_FIELDS)), False),
+    "files": (_nullable(_list_of(_STR)), False),
+    "interrupted": (_nullable(_BOOL), False),
+}
+_SERVING_RECORD = _record(SERVING_FIELDS)
+
+
+def _serving(value: Any, path: str) -> None:
+    """The serving section: its records (each interval ``[low, high]`` with low <= high, no negative rate or
+    count), and a stage that ran (``ok``) says under which SLO."""
+    _SERVING_RECORD(value, path)
+    if value["status"] == "ok" and not is_number(value.get("slo_ms")):
+        raise InputError(f"{path}.slo_ms: a serving section with status ok needs its SLO, got "
+                         f"{show(value.get('slo_ms'))}")
+
+
 _STANDING = _record({
     "key": (_STR, True),
     "ratio": (_NUMBER, True),
@@ -470,6 +597,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "pareto": (_nullable(_list_of(_INT)), False),
     "notes": (_nullable(_list_of(_STR)), False),
     "data": (_nullable(_record(DATA_FIELDS)), False),
+    "serving": (_nullable(_serving), False),  # the serving stage (recipe [serving])
     # a run's document as it goes (autotune.report.assemble.RunDocument); absent in older reports: complete
     "complete": (_nullable(_BOOL), False),
     "phase": (_nullable(_one_of(RUN_PHASES)), False),

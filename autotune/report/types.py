@@ -18,7 +18,15 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from autotune.candidate import CandidateRow
-from autotune.core.vocab import DataSource, Objective
+from autotune.core.vocab import (
+    Arrivals,
+    DataSource,
+    Objective,
+    ServingKnobName,
+    ServingPercentile,
+    ServingRole,
+    ServingStatus,
+)
 
 
 class ToolInfo(TypedDict):
@@ -208,6 +216,129 @@ class DataSection(TypedDict):
     dtypes: NotRequired[list[str]]
 
 
+class ServingPoint(TypedDict):
+    """One offered load of a configuration (open-loop arrivals at ``rate`` requests/s) and what came back."""
+
+    rate: float
+    p50_ms: float | None
+    p99_ms: float | None
+    p99_ci_ms: list[float] | None  # [low, high]
+    sent: int
+    ok: int
+    failed: int
+    timed_out: int
+    dropped: int
+    achieved_rate: float | None  # answered requests/s
+    passed: bool | None  # within the SLO (None: not judged, e.g. too few requests)
+
+
+class ServingAtFraction(TypedDict):
+    """The recommendation loaded at a fraction (0.5, 0.8, 1.0) of its max rate: how much headroom buys."""
+
+    fraction: float
+    rate: float
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    p99_ci_ms: list[float] | None
+    sent: int
+    ok: int
+    failed: int
+    timed_out: int
+    dropped: int
+    achieved_rate: float | None
+
+
+class ServingConfig(TypedDict):
+    """One configuration the serving search considered: its knobs, predicted and measured max rate, and its role
+    (``search``: tried by the search; ``naive``: one instance, no batching; ``batch-loop``: the search's batch size
+    run in a loop; ``pruned``: ruled out without real load, with the reason)."""
+
+    variant: str
+    environment: str | None
+    instances: int
+    threads: int
+    max_batch: int
+    max_delay_ms: float
+    predicted_max_rate: float | None
+    max_rate: float | None
+    max_rate_ci: list[float] | None
+    role: ServingRole
+    pruned_reason: str | None
+    points: list[ServingPoint]
+
+
+class ServingRecommendation(TypedDict):
+    """How to serve: the configuration with the highest max rate within the SLO (or, with a rate target, the
+    fewest cores that serve it), its max rate and the latency at it."""
+
+    variant: str
+    environment: str | None
+    instances: int
+    threads: int
+    max_batch: int
+    max_delay_ms: float
+    max_rate: float
+    max_rate_ci: list[float] | None
+    p50_ms: float | None
+    p99_ms: float | None
+    p99_ci_ms: list[float] | None
+    goodput: float | None  # requests/s answered within the SLO at the max rate
+
+
+class ServingKnob(TypedDict):
+    """What one knob was worth: a sentence, and the max-rate ratio of having it over not (None: not measured)."""
+
+    knob: ServingKnobName
+    text: str
+    ratio: float | None
+
+
+class ServingBaselines(TypedDict):
+    naive: ServingConfig | None
+    batch_loop: ServingConfig | None
+
+
+class ServingCalls(TypedDict):
+    calibration_s: float
+    load_s: float
+
+
+class ServingServer(TypedDict):
+    stack: str  # "asyncio (autotune serve.py)"
+    command: str  # "./run.sh serve --port 8000"
+
+
+class _ServingStatus(TypedDict):
+    status: ServingStatus
+    reason: str | None
+
+
+class ServingSection(_ServingStatus, total=False):
+    """The serving stage (recipe ``[serving]``): the configuration that serves the most requests/s within the
+    latency SLO, measured under real load. A failed or skipped stage has the status and reason; ``ok`` without a
+    ``recommendation`` is undecided (the reason says why)."""
+
+    slo_ms: float
+    percentile: ServingPercentile
+    model_name: str
+    arrivals: Arrivals
+    request_samples: int | Literal["batch"]
+    rate_target: float | None
+    cores: int
+    recommendation: ServingRecommendation | None
+    at_fraction: list[ServingAtFraction]
+    configs: list[ServingConfig]
+    baselines: ServingBaselines
+    knobs: list[ServingKnob]
+    seconds: float
+    share_of_run: float | None
+    calls: ServingCalls
+    server: ServingServer
+    files: list[str]
+    interrupted: bool
+
+
 class ReportDocument(TypedDict):
     """report.json as the tuner writes it (schema 2; a report of an older version, loaded, says 1)."""
 
@@ -230,6 +361,8 @@ class ReportDocument(TypedDict):
     profile: NotRequired[ProfileSection | None]
     #: the traffic the candidates were measured on (written by versions that read a recipe's [data] table)
     data: NotRequired[DataSection | None]
+    #: the serving stage (recipe [serving]; written by versions that read the table)
+    serving: NotRequired[ServingSection | None]
     #: a run's document as it goes (autotune.report.assemble.RunDocument): False, with the phase it was written in
     #: (``done`` once complete), until the run ends; absent in older reports, which are complete
     complete: NotRequired[bool]
@@ -239,5 +372,7 @@ class ReportDocument(TypedDict):
 
 __all__ = [
     "ArtifactSection", "BoundarySection", "DataSection", "DataShape", "ProbeEntry", "ProfileSection", "RecipeSection",
-    "Recommendation", "ReportDocument", "SearchSection", "ShowdownStanding", "ToolInfo", "WorkerStats",
+    "Recommendation", "ReportDocument", "SearchSection", "ServingAtFraction", "ServingBaselines", "ServingCalls",
+    "ServingConfig", "ServingKnob", "ServingPoint", "ServingRecommendation", "ServingSection", "ServingServer",
+    "ShowdownStanding", "ToolInfo", "WorkerStats",
 ]

@@ -17,7 +17,7 @@ from autotune.errors import InputError
 from autotune.report.canonical import normalise_report, report_json
 from autotune.report.html import html_page
 from autotune.report.markdown import markdown_text
-from autotune.report.plots import PLOT_NAMES, plot_pngs
+from autotune.report.plots import PLOT_FILES, plot_pngs
 from autotune.report.schema import REPORT_FILES
 
 #: The plots are written to ``PLOTS_DIR/<name>.png`` next to report.md, which links them.
@@ -77,7 +77,7 @@ def write_reports(doc: Mapping[str, Any], out_dir: Path | str) -> dict[str, Path
     plot_paths: list[Path] = []
     if plots:
         plot_dir.mkdir(exist_ok=True)
-    for name in PLOT_NAMES:
+    for name in PLOT_FILES:
         target = plot_dir / f"{name}.png"
         if name in plots:
             _atomic_write(target, plots[name])

@@ -81,7 +81,7 @@ def _arrivals(r: TableReader, base_dir: Path) -> str:
         return value
     if not value.strip():
         raise r.error("arrivals", f"must not be empty; allowed: {_ARRIVALS_TEXT}")
-    file = Path(base_dir, value).expanduser()
+    file = base_dir / Path(value).expanduser()
     try:
         found = file.is_file()
     except (OSError, ValueError):  # a name too long for the file system, a NUL character

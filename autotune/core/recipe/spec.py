@@ -174,7 +174,7 @@ class ServingSpec:
         """The replayed file, resolved against the recipe's directory (None for a named kind)."""
         if self.arrivals in NAMED_ARRIVALS:
             return None
-        return Path(self.base_dir, self.arrivals).expanduser()
+        return Path(self.base_dir) / Path(self.arrivals).expanduser()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: tuples as lists, every field written (the table is new: no older form to keep)."""
