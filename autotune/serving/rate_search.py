@@ -59,6 +59,7 @@ class LoadPoint:
     p99_ms: float
     pct_ms: float  # the SLO's percentile
     pct_ci_ms: tuple[float, float]
+    p99_ci_ms: tuple[float, float]
     good: int  # requests answered within the SLO
     send_lag_p99_ms: float
     passed: bool
@@ -66,7 +67,8 @@ class LoadPoint:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["pct_ci_ms"] = list(self.pct_ci_ms)
+        d["pct_ci_ms"] = [round(x, 3) for x in self.pct_ci_ms]
+        d["p99_ci_ms"] = [round(x, 3) for x in self.p99_ci_ms]
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
 
 
@@ -83,11 +85,8 @@ def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, perce
         values = np.array([_NEVER_MS])
     q = [50.0, 90.0, 99.0, percentile]
     p50, p90, p99, pct = (float(v) for v in np.percentile(values, q))
-    if values.size >= 20 and float(values.max()) > float(values.min()):
-        # the ok latencies keep their order (autocorrelation); errors are appended, a small tail
-        lo, hi = replicate_interval(bootstrap_percentiles(values, percentile, n_boot=400, seed=int(rate) % 997))
-    else:
-        lo, hi = pct, pct
+    lo, hi = _interval(values, percentile, pct, seed=int(rate) % 997)
+    p99_ci = (lo, hi) if percentile == 99.0 else _interval(values, 99.0, p99, seed=int(rate) % 997)
     good = int(np.sum(lat <= slo_ms))
     lag = float(getattr(result, "send_lag_p99_ms", 0.0) or 0.0)
     passed = pct <= slo_ms
@@ -95,8 +94,17 @@ def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, perce
     return LoadPoint(rate=rate, seconds=seconds, sent=sent, ok=int(result.ok), failed=int(result.failed),
                      timed_out=int(result.timed_out), dropped=int(result.dropped),
                      achieved_rate=float(result.achieved_rate), p50_ms=p50, p90_ms=p90, p99_ms=p99, pct_ms=pct,
-                     pct_ci_ms=(float(lo), float(hi)), good=good, send_lag_p99_ms=lag, passed=passed,
+                     pct_ci_ms=(float(lo), float(hi)), p99_ci_ms=p99_ci, good=good, send_lag_p99_ms=lag, passed=passed,
                      clear=clear)
+
+
+def _interval(values: np.ndarray, q: float, estimate: float, *, seed: int) -> tuple[float, float]:
+    """The ``q``-th percentile's 95% block-bootstrap interval (the ok latencies keep their order, so their
+    autocorrelation is in it; errors are appended, a small tail)."""
+    if values.size < 20 or float(values.max()) == float(values.min()):
+        return estimate, estimate
+    lo, hi = replicate_interval(bootstrap_percentiles(values, q, n_boot=400, seed=seed))
+    return float(lo), float(hi)
 
 
 def point_seconds(rate: float, *, requests: int = 600, low: float = 2.0, high: float = 8.0) -> float:

@@ -372,7 +372,7 @@ class ServingSearch:
                    "max_rate_ci": [_r(x) for x in pick.max_rate_ci],
                    "p50_ms": _r(full.p50_ms) if full else None, "p99_ms": _r(full.p99_ms) if full else None,
                    "pct_ms": _r(full.pct_ms) if full else None,
-                   "p99_ci_ms": [_r(x) for x in full.pct_ci_ms] if full else None,
+                   "p99_ci_ms": [_r(x) for x in full.p99_ci_ms] if full else None,
                    "goodput": _r(full.good / full.seconds * (1 - 0.0)) if full else None}
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
