@@ -157,6 +157,34 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (overrides the recipe)")
     wk.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
     wk.add_argument("--no-progress", action="store_true")
+
+    lt = sub.add_parser(
+        "loadtest", help="open-loop load against a running KServe v2 server: latency percentiles, errors",
+        description="Send inference requests to URL (e.g. http://127.0.0.1:8000) at times drawn before the run "
+                    "(open loop: a slow answer never delays the next request; latency counts from the intended "
+                    "send time). Exit 0 when every request was answered (and p99 <= --slo-ms when given), 1 "
+                    "otherwise, 2 for bad input (unreachable URL, bad flag or file).")
+    lt.add_argument("url", metavar="URL", help="the server's base URL, http://HOST:PORT")
+    lt.add_argument("--rate", type=_positive_float, default=None, metavar="R",
+                    help="requests per second (poisson: required; a replayed file: played at this rate)")
+    lt.add_argument("--seconds", type=_positive_float, default=None, metavar="S",
+                    help="length of the run (default 10; a replayed file: the whole file once)")
+    lt.add_argument("--arrivals", default="poisson", metavar="poisson|closed|FILE",
+                    help="poisson (default), closed (--concurrency clients, each sending when answered) or a "
+                         "file of arrival timestamps in seconds, one per line or a JSON list, replayed")
+    lt.add_argument("--concurrency", type=_positive_int, default=None, metavar="N",
+                    help="--arrivals closed: clients (default 1)")
+    lt.add_argument("--model", default="model", metavar="NAME", help="the model's name on the server (default model)")
+    lt.add_argument("--inputs", type=Path, default=None, metavar="FILE.npz",
+                    help="request inputs: one array per input name, first axis = rows (default: random arrays "
+                         "shaped by the model's metadata)")
+    lt.add_argument("--samples", type=_positive_int, default=1, metavar="N", help="rows per request (default 1)")
+    lt.add_argument("--timeout-s", type=_positive_float, default=30.0, metavar="T",
+                    help="a request unanswered T seconds after its intended send time is timed out (default 30)")
+    lt.add_argument("--seed", type=_seed, default=0, help="seed of the arrivals and the random inputs (default 0)")
+    lt.add_argument("--slo-ms", type=_positive_float, default=None, metavar="X",
+                    help="latency SLO: exit 1 when p99 is above it; prints the goodput within it")
+    lt.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
 
 
@@ -168,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
-        "report": cmd_report, "worker": cmd_worker, "compare": cmd_compare,
+        "report": cmd_report, "worker": cmd_worker, "compare": cmd_compare, "loadtest": cmd_loadtest,
     }[args.command]
     if args.command in ("run", "report", "worker"):
         import optuna
@@ -466,6 +494,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
             bar.close()
     print(f"measured {summary.measured_this_run} candidates for study {study}; stopped by {summary.stopped_by}")
     return EXIT_INTERRUPTED if summary.stopped_by == "interrupted" else EXIT_OK
+
+
+# ----------------------------------------------------------------------------- loadtest
+
+
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    """The body is autotune.serving.loadtest_cli's (the model's metadata, the bodies, the run, the table)."""
+    from autotune.serving.loadtest_cli import run as run_loadtest
+
+    return run_loadtest(args)
 
 
 # ----------------------------------------------------------------------------- compare
