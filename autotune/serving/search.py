@@ -20,7 +20,6 @@ is what ships. An interrupt keeps every configuration measured so far (``interru
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -162,22 +161,18 @@ class ServingSearch:
         self.notes: list[str] = []
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
         self.request_rows = 1
+        self._closed = getattr(spec, "arrivals_kind", spec.arrivals) == "closed"
 
     # ---- load --------------------------------------------------------------------------------------------
 
     def _offsets(self, rate: float, seconds: float, seed: int) -> np.ndarray:
+        """The arrival times of one load point: Poisson, or the recipe's trace played at ``rate``."""
         from autotune.serving import schedule
 
-        arrivals = str(self.spec.arrivals)
-        if arrivals in ("poisson", "closed"):
-            return schedule.poisson(rate, seconds, seed)
-        base = schedule.replay(Path(getattr(self.spec, "base_dir", ".")) / arrivals)
-        native = len(base) / max(float(base[-1]), 1e-9)  # the file's own rate; scaled to `rate`, repeated
-        scaled = base * (native / rate)
-        reps = int(math.ceil(seconds / max(float(scaled[-1]), 1e-9))) + 1
-        period = float(scaled[-1]) + 1.0 / rate
-        tiled = np.concatenate([scaled + k * period for k in range(reps)])
-        return tiled[tiled < seconds]
+        path = getattr(self.spec, "arrivals_path", None)
+        if getattr(self.spec, "arrivals_kind", "poisson") == "replay" and path is not None:
+            return schedule.rescale(schedule.replay(path), rate, seconds)
+        return schedule.poisson(rate, seconds, seed)
 
     def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
         from autotune.serving.loadgen import run_load
@@ -213,7 +208,7 @@ class ServingSearch:
         self.say(f"{role}: {config.label()} (predicted {start:.0f} req/s)")
 
         def run(srv: ServerProcess) -> Measured:
-            if self.spec.arrivals == "closed":  # the clients set the rate: one point, at their concurrency
+            if self._closed:  # the clients set the rate: one point, at their concurrency
                 point = self._closed_point(srv)
                 best = point.achieved_rate if point.passed else 0.0
                 m = Measured(config, role, self.predicted.get(config), best, (best, best), [point], "closed")
@@ -337,7 +332,7 @@ class ServingSearch:
                 self._bisect(loop, "batch-loop", self.predicted.get(loop) or 10.0,
                              time.monotonic() + min(share, deadline - time.monotonic() - 3))
             pick = self._choose()
-            if pick is not None and self.spec.arrivals != "closed" and deadline - time.monotonic() > 5:
+            if pick is not None and not self._closed and deadline - time.monotonic() > 5:
                 self._measure_curve(pick, deadline)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -388,7 +383,7 @@ class ServingSearch:
                      if role in by_role}
         return {
             "status": status, "reason": reason, "slo_ms": self.spec.slo_ms, "percentile": self.spec.percentile,
-            "model_name": t.model_name, "arrivals": _arrivals_kind(self.spec.arrivals),
+            "model_name": t.model_name, "arrivals": getattr(self.spec, "arrivals_kind", "poisson"),
             "request_samples": self.request_rows, "rate_target": getattr(self.spec, "rate", None),
             "cores": self.cores, "recommendation": rec,
             "at_fraction": [dict(p.to_dict(), fraction=f) for f, p in zip(CURVE_FRACTIONS, self.curve, strict=False)],
@@ -433,10 +428,6 @@ class ServingSearch:
             out.append({"knob": knob, "ratio": round(ratio, 3), "source": source,
                         "text": f"{knob}: {ratio:.2f}x the max rate of {alt.label()} ({source})"})
         return out
-
-
-def _arrivals_kind(arrivals: str) -> str:
-    return arrivals if arrivals in ("poisson", "closed") else "replay"
 
 
 def _diverse(ranked: Sequence[ServingConfig], k: int) -> list[ServingConfig]:
