@@ -25,7 +25,7 @@ threads = [1]
 max_batch = [1, 4]
 max_delay_ms = [0, 2]
 confirm = 1
-time_budget_s = 30
+time_budget_s = 45
 """
 
 
@@ -62,7 +62,7 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
     for c in measured:  # every confirmed configuration was loaded for real, open loop, with its points
         assert c["points"] and all(p["sent"] > 0 for p in c["points"])
     assert serving["at_fraction"], "the pick's curve"
-    assert serving["seconds"] <= 30 * 1.5 + 30  # its budget, plus the last point and the server stops
+    assert serving["seconds"] <= 45 * 1.25 + 15  # its budget, plus the last point and the server stops
     assert 0 < serving["share_of_run"] < 1
     assert "Serving" in (out / "report.md").read_text()
 

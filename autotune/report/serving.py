@@ -103,7 +103,10 @@ def serving_sentence(doc: Mapping[str, Any]) -> str | None:
     if section is None or not isinstance(rec, Mapping):
         return None
     ci = _interval(rec.get("max_rate_ci"), _rate)
-    rate = f"{_rate(rec.get('max_rate'))} requests/s" + (f" (CI {ci})" if ci else "")
+    if rec.get("bracketed") is False:  # no rate above it failed: a lower bound
+        rate = f"at least {_rate(rec.get('max_rate'))} requests/s (no higher rate was tried)"
+    else:
+        rate = f"{_rate(rec.get('max_rate'))} requests/s" + (f" (CI {ci})" if ci else "")
     latency = f"p50 {_ms(rec.get('p50_ms'))} ms, p99 {_ms(rec.get('p99_ms'))} ms at that rate"
     target = section.get("rate_target")
     if is_number(target):
@@ -130,6 +133,9 @@ def serving_sentence(doc: Mapping[str, Any]) -> str | None:
         text += f" Goodput at that rate: {_rate(rec['goodput'])} requests/s answered within the SLO."
     if section.get("interrupted"):
         text += " The serving stage was interrupted: this is the best configuration measured before it stopped."
+    notes = [str(n) for n in section.get("notes") or [] if isinstance(n, str)]
+    if notes:
+        text += " Notes: " + "; ".join(notes) + "."
     return text
 
 

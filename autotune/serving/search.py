@@ -96,7 +96,12 @@ class Measured:
                 "max_batch": self.config.max_batch, "max_delay_ms": self.config.max_delay_ms,
                 "predicted_max_rate": _r(self.predicted), "max_rate": _r(self.max_rate),
                 "max_rate_ci": [_r(x) for x in self.max_rate_ci], "role": self.role, "pruned_reason": None,
-                "stopped_by": self.stopped_by, "points": as_dicts(self.points)}
+                "stopped_by": self.stopped_by, "bracketed": self.bracketed, "points": as_dicts(self.points)}
+
+    @property
+    def bracketed(self) -> bool:
+        """Whether a rate above the max failed: without one, the max rate is a lower bound."""
+        return any(not p.passed and p.rate > self.max_rate for p in self.points)
 
 
 def _r(x: float | None) -> float | None:
@@ -249,7 +254,22 @@ class ServingSearch:
         sizes = sorted(cal.service_s)
         spread = max((cal.spread.get(b, 1.0) for b in sizes), default=1.0)
         return ServiceModel(tuple(sizes), tuple(cal.service_s[b] for b in sizes),
-                            spread=ServiceModel.sigma_from_ratio(spread), overhead_s=self.overhead_s)
+                            spread=ServiceModel.sigma_from_ratio(spread), overhead_s=self.overhead_s,
+                            front_end_rate=1.0 / self.overhead_s if self.overhead_s > 0 else None)
+
+    def _start_rate(self, config: ServingConfig) -> float:
+        """Where a bisection starts: the simulation's prediction, else (a layout not calibrated) 70% of what
+        the calibrated batch-1 call and the front end allow."""
+        predicted = self.predicted.get(config) or 0.0
+        if predicted > 0:
+            return predicted
+        cal = self.calibrations.get(config.layout) or next(iter(self.calibrations.values()), None)
+        if cal is None:
+            return 10.0
+        rate = config.instances / cal.service_s[min(cal.service_s)]
+        if self.overhead_s > 0:
+            rate = min(rate, 1.0 / self.overhead_s)
+        return 0.7 * rate
 
     def _simulate(self, configs: Sequence[ServingConfig]) -> None:
         for c in configs:
@@ -306,7 +326,7 @@ class ServingSearch:
             with ServerProcess(self.target.artifact, self._server_args(naive)) as srv:
                 self._overhead(srv)
                 self._simulate([*configs, naive])
-                self._bisect(naive, "naive", self.predicted.get(naive) or 10.0,
+                self._bisect(naive, "naive", self._start_rate(naive),
                              time.monotonic() + share, server=srv)
             ranked = sorted((c for c in configs if c in self.predicted and c != naive),
                             key=lambda c: -self.predicted[c])
@@ -325,11 +345,8 @@ class ServingSearch:
             loop = ServingConfig(1, min(self.target.threads or self.cores, self.cores), self.target.batch_size,
                                  round(1000 * (self.target.call_seconds or 0.0), 3))
             if loop not in [m.config for m in self.measured] and deadline - time.monotonic() > 10:
-                if loop.layout not in self.calibrations:
-                    self.predicted.setdefault(loop, 0.0)
-                else:
-                    self._simulate([loop])
-                self._bisect(loop, "batch-loop", self.predicted.get(loop) or 10.0,
+                self._simulate([loop])
+                self._bisect(loop, "batch-loop", self._start_rate(loop),
                              time.monotonic() + min(share, deadline - time.monotonic() - 3))
             pick = self._choose()
             if pick is not None and not self._closed and deadline - time.monotonic() > 5:
@@ -368,7 +385,11 @@ class ServingSearch:
                    "p50_ms": _r(full.p50_ms) if full else None, "p99_ms": _r(full.p99_ms) if full else None,
                    "pct_ms": _r(full.pct_ms) if full else None,
                    "p99_ci_ms": [_r(x) for x in full.p99_ci_ms] if full else None,
-                   "goodput": _r(full.good / full.seconds * (1 - 0.0)) if full else None}
+                   "goodput": _r(full.good / full.seconds) if full else None,
+                   "bracketed": pick.bracketed}
+            if not pick.bracketed:
+                self.notes.append(f"the pick passed at every rate tried, up to {pick.max_rate:.1f} requests/s: its "
+                                  "max rate is at least that (the serving budget ran out before a rate failed)")
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
         measured = {m.config for m in self.measured}
@@ -415,7 +436,7 @@ class ServingSearch:
         for knob, alt in alts.items():
             if alt == c:
                 out.append({"knob": knob, "ratio": None, "source": None,
-                            "text": f"{knob}: the pick already uses the plain setting"})
+                            "text": "the pick already uses the plain setting"})
                 continue
             if alt in measured and measured[alt] > 0:
                 ratio, source = pick.max_rate / measured[alt], "measured"
@@ -423,10 +444,10 @@ class ServingSearch:
                 ratio, source = self.predicted[c] / self.predicted[alt], "predicted"
             else:
                 out.append({"knob": knob, "ratio": None, "source": None,
-                            "text": f"{knob}: {alt.label()} not measured or predicted"})
+                            "text": f"{alt.label()} neither measured nor predicted"})
                 continue
             out.append({"knob": knob, "ratio": round(ratio, 3), "source": source,
-                        "text": f"{knob}: {ratio:.2f}x the max rate of {alt.label()} ({source})"})
+                        "text": f"against {alt.label()} ({source})"})
         return out
 
 

@@ -90,7 +90,7 @@ def _other_servers(doc: dict[str, Any], artifact_dir: Path, section: dict[str, A
     if plan is None:
         return []
     got = server_configs(plan)
-    section.setdefault("notes", []).extend(got.notes)
+    section["server_notes"] = list(got.notes)  # how to use each file (report.json; the headline keeps its own)
     return write_other_servers(artifact_dir, got.files)
 
 
