@@ -90,3 +90,36 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
         assert proc.wait(timeout=30) == 0
     left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not left, f"processes of the server left after SIGTERM: {left}"
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+def test_an_interrupted_serving_stage_keeps_its_points_and_leaves_no_server(write_recipe, tmp_path: Path) -> None:
+    """Ctrl-C while the serving search loads a server: exit 130, report.json says so and keeps the points
+    measured so far, and no serve.py or instance process of the run is left."""
+    recipe = write_recipe(tiny_recipe(variants='["eager"]', batch_sizes="[1, 4]", time_budget_s=15) + SERVING)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(recipe), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stderr is not None
+        seen = b""
+        deadline = time.monotonic() + 300
+        while b"req/s: p99" not in seen:  # the first load point of the naive baseline is done
+            assert proc.poll() is None and time.monotonic() < deadline, seen.decode(errors="replace")[-2000:]
+            seen += proc.stderr.readline()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["complete"] is False and doc["phase"] == "serving" and doc["interrupted"] is True
+    assert doc["serving"]["interrupted"] is True
+    kept = [p for c in doc["serving"]["configs"] for p in c["points"]]
+    assert kept, "the points measured before the interrupt"
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(out / "artifact")], capture_output=True, text=True).stdout.split()
+    assert not left, f"server processes left: {left}"

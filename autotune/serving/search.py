@@ -31,7 +31,7 @@ import numpy as np
 
 from autotune.serving.batcher import BatchPolicy
 from autotune.serving.processes import Calibration, ServerProcess, ServingError, calibrate
-from autotune.serving.rate_search import LoadPoint, as_dicts, find_max_rate, point_from
+from autotune.serving.rate_search import LoadPoint, as_dicts, find_max_rate, max_rate_of, point_from
 from autotune.serving.requests import cut_requests, load_batches
 from autotune.serving.simulate import ServiceModel, Simulator, percentile_of
 
@@ -219,11 +219,21 @@ class ServingSearch:
                 m = Measured(config, role, self.predicted.get(config), best, (best, best), [point], "closed")
                 self.measured.append(m)
                 return m
-            got = find_max_rate(lambda r, s: self._point(srv, r, s), start=start, deadline=deadline,
-                                floor=max(0.5, start * 0.05))
-            m = Measured(config, role, self.predicted.get(config), got.max_rate, got.max_rate_ci,
-                         list(got.points), got.stopped_by)
-            self.measured.append(m)
+            m = Measured(config, role, self.predicted.get(config), 0.0, (0.0, 0.0), [], "running")
+            self.measured.append(m)  # kept, with the points so far, whatever interrupts the bisection
+
+            def measure(rate: float, seconds: float) -> LoadPoint:
+                point = self._point(srv, rate, seconds)
+                m.points.append(point)
+                m.max_rate, m.max_rate_ci = max_rate_of(m.points)
+                return point
+
+            try:
+                got = find_max_rate(measure, start=start, deadline=deadline, floor=max(0.5, start * 0.05))
+            except KeyboardInterrupt:
+                m.stopped_by = "interrupted"
+                raise
+            m.max_rate, m.max_rate_ci, m.stopped_by = got.max_rate, got.max_rate_ci, got.stopped_by
             return m
 
         if server is not None:
