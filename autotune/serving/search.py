@@ -338,8 +338,8 @@ class ServingSearch:
                 self._simulate([*configs, naive])
                 self._bisect(naive, "naive", self._start_rate(naive),
                              time.monotonic() + share, server=srv)
-            ranked = sorted((c for c in configs if c in self.predicted and c != naive),
-                            key=lambda c: -self.predicted[c])
+            ranked = sorted((c for c in configs if self.predicted.get(c, 0.0) > 0 and c != naive),
+                            key=lambda c: -self.predicted[c])  # predicted to miss the SLO at any rate: pruned
             rate = getattr(self.spec, "rate", None)
             if rate:  # the cheapest that is predicted to serve the rate, with a margin, first
                 fits = [c for c in ranked if self.predicted[c] >= 1.1 * rate]
