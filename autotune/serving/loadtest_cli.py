@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def _trace_seconds(base: np.ndarray, rate: float | None) -> float:
 
 def fetch_metadata(url: str, model: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """``GET URL/v2/models/MODEL``: the model's inputs (name, datatype, shape) and ``max_batch_size``."""
-    address = f"{url}/v2/models/{urllib.request.quote(model, safe='')}"
+    address = f"{url}/v2/models/{quote(model, safe='')}"
     try:
         with urllib.request.urlopen(address, timeout=timeout_s) as response:
             raw = response.read(1 << 20)
