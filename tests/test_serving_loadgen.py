@@ -207,12 +207,13 @@ def test_slow_answers_do_not_delay_later_sends(server: TinyServer) -> None:
     assert res.send_lag_p99_ms < 20.0, res
     lat = res.latencies_ms
     slow, fast = lat[::5], np.delete(lat, np.arange(0, 100, 5))
-    assert np.all(slow >= 300.0) and np.all(slow < 300.0 + 60.0)  # from the intended time, the sleep included
+    assert np.all(slow >= 300.0) and np.all(slow < 300.0 + 100.0)  # from the intended time, the sleep included
     assert np.median(fast) < 20.0  # the fast ones did not queue behind the slow ones
     # the server saw the requests at the schedule's times, not pushed back by the slow answers
     seen = np.array(server.arrivals) - t_start
     assert seen.size == 100
-    assert np.all(np.abs(np.diff(seen) - 0.02) < 0.02)
+    gaps = np.diff(seen)
+    assert np.median(gaps) == pytest.approx(0.02, abs=0.005) and gaps.max() < 0.1  # a waiting client: 0.3 s gaps
     assert seen[-1] - seen[0] == pytest.approx(offsets[-1], abs=0.03)
     # up to 15 slow requests in flight at once (0.3 s x 10 slow/s, plus fast ones): the pool grew
     assert server.max_inflight >= 4 and res.connections >= server.max_inflight
