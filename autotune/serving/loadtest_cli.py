@@ -244,7 +244,7 @@ def summary(result: loadgen.LoadResult, *, url: str, model: str, label: str, slo
         lines.append(f"  {q} ms    {_ms(value)}  (95% CI {_ms(ci[0])} - {_ms(ci[1])})")
     if result.arrivals == "open":
         lines.append(f"  send lag  p99 {result.send_lag_p99_ms:.2f} ms, max {result.send_lag_max_ms:.2f} ms "
-                     "(actual - intended send time: large means the client fell behind)")
+                     "(actual - intended send time: large means the client fell behind or every connection was busy)")
     if slo_ms is not None:
         verdict = "within" if math.isfinite(result.p99_ms) and result.p99_ms <= slo_ms else "OVER"
         lines.append(f"  SLO       p99 {verdict} {slo_ms:g} ms; goodput {result.goodput(slo_ms):.1f} req/s")
