@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def _trace_seconds(base: np.ndarray, rate: float | None) -> float:
 
 def fetch_metadata(url: str, model: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """``GET URL/v2/models/MODEL``: the model's inputs (name, datatype, shape) and ``max_batch_size``."""
-    address = f"{url}/v2/models/{urllib.request.quote(model, safe='')}"
+    address = f"{url}/v2/models/{quote(model, safe='')}"
     try:
         with urllib.request.urlopen(address, timeout=timeout_s) as response:
             raw = response.read(1 << 20)
@@ -243,7 +244,7 @@ def summary(result: loadgen.LoadResult, *, url: str, model: str, label: str, slo
         lines.append(f"  {q} ms    {_ms(value)}  (95% CI {_ms(ci[0])} - {_ms(ci[1])})")
     if result.arrivals == "open":
         lines.append(f"  send lag  p99 {result.send_lag_p99_ms:.2f} ms, max {result.send_lag_max_ms:.2f} ms "
-                     "(actual - intended send time: large means the client fell behind)")
+                     "(actual - intended send time: large means the client fell behind or every connection was busy)")
     if slo_ms is not None:
         verdict = "within" if math.isfinite(result.p99_ms) and result.p99_ms <= slo_ms else "OVER"
         lines.append(f"  SLO       p99 {verdict} {slo_ms:g} ms; goodput {result.goodput(slo_ms):.1f} req/s")
