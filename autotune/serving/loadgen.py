@@ -521,31 +521,13 @@ def run_closed(url: str, model: str, bodies: Sequence[tuple[bytes, Mapping[str, 
 
 # ---- request bodies -------------------------------------------------------------------------------------------
 
-_DATATYPES = {
-    ("b", 1): "BOOL", ("u", 1): "UINT8", ("u", 2): "UINT16", ("u", 4): "UINT32", ("u", 8): "UINT64",
-    ("i", 1): "INT8", ("i", 2): "INT16", ("i", 4): "INT32", ("i", 8): "INT64",
-    ("f", 2): "FP16", ("f", 4): "FP32", ("f", 8): "FP64",
-}
-
-
 def encode_binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
-    """An infer request with every input as a binary tensor and binary outputs asked for: (body, headers).
+    """An infer request with every input as a binary tensor and binary outputs asked for: (body, headers), the
+    wire format ``tritonclient.http`` sends (:func:`autotune.serving.v2.encode_infer_request`); an input numpy
+    has no v2 datatype for is an InputError naming it."""
+    from autotune.serving.v2 import ProtocolError, encode_infer_request
 
-    The wire format of the binary tensor extension (what ``tritonclient.http`` sends): the JSON header, then
-    each input's raw little-endian bytes in input order; the header's length in ``Inference-Header-Content-Length``.
-    """
-    tensors, blobs = [], []
-    for name, value in inputs.items():
-        arr = np.asarray(value)
-        datatype = _DATATYPES.get((arr.dtype.kind, arr.dtype.itemsize))
-        if datatype is None:
-            raise InputError(f"input {name!r}: numpy dtype {arr.dtype} has no v2 datatype; allowed: "
-                             + ", ".join(sorted(set(_DATATYPES.values()))))
-        raw = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
-        tensors.append({"name": name, "datatype": datatype, "shape": list(arr.shape),
-                        "parameters": {"binary_data_size": len(raw)}})
-        blobs.append(raw)
-    header = json.dumps({"inputs": tensors, "parameters": {"binary_data_output": True}},
-                        separators=(",", ":")).encode()
-    return b"".join([header, *blobs]), {"Content-Type": "application/octet-stream",
-                                        "Inference-Header-Content-Length": str(len(header))}
+    try:
+        return encode_infer_request(inputs, binary=True)
+    except ProtocolError as exc:
+        raise InputError(str(exc)) from exc
