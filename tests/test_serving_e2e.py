@@ -55,7 +55,9 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
     assert serving["status"] == "ok", serving.get("reason")
     rec = serving["recommendation"]
     assert rec["max_rate"] > 0 and rec["max_rate_ci"][0] <= rec["max_rate"] <= rec["max_rate_ci"][1]
-    assert rec["instances"] == 1 and rec["threads"] == 1 and rec["max_batch"] in (1, 4)
+    # the grid's (1 x 1 thread) or a baseline's (1 x all cores): the best measured wins, whichever it is
+    assert rec["instances"] == 1 and rec["threads"] * rec["instances"] <= serving["cores"]
+    assert rec["max_batch"] in (1, 4)
     roles = {c["role"] for c in serving["configs"]}
     assert {"naive", "search"} <= roles
     measured = [c for c in serving["configs"] if c["role"] != "pruned"]
