@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ import numpy as np
 
 from autotune.errors import InputError
 from autotune.serving import loadgen, schedule
+from autotune.serving.requests import cut_requests, load_batches
 
 #: A dynamic non-batch dimension of a random input (the metadata's -1 after the batch dim).
 DYNAMIC_DIM = 16
@@ -191,7 +193,9 @@ def _dtype(datatype: Any, name: str) -> np.dtype[Any]:
 
 
 def bodies_from_npz(path: Path, samples: int, metadata: dict[str, Any]) -> list[tuple[bytes, dict[str, str]]]:
-    """Requests of ``samples`` rows each from an ``.npz`` (keys: input names; first axis: rows), in row order."""
+    """Requests of ``samples`` rows each from an ``.npz`` (keys: input names; first axis: rows), in row order; or
+    from an artifact's ``traffic.npz`` (keys ``b<i>.<input>``), cut as the serving search cut it
+    (:func:`autotune.serving.requests.cut_requests`)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
@@ -203,6 +207,9 @@ def bodies_from_npz(path: Path, samples: int, metadata: dict[str, Any]) -> list[
     if not isinstance(arrays, dict) or not arrays:
         raise InputError(f"--inputs {path}: no arrays in it; expected one array per input name, first axis = rows")
     names = [i["name"] for i in _inputs_of(metadata)]
+    if all(re.fullmatch(r"b\d+\..+", k) for k in arrays):  # an artifact's traffic.npz: its requests, as served
+        reqs = cut_requests(load_batches(path, names or None), samples)
+        return [loadgen.encode_binary_request(r) for r in reqs[:MAX_BODIES]]
     if names and sorted(names) != sorted(arrays):
         raise InputError(f"--inputs {path}: arrays {sorted(arrays)} do not match the model's inputs {names}")
     rows = set()
