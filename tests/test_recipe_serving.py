@@ -36,7 +36,7 @@ def test_defaults_with_only_the_slo(write_recipe) -> None:
                                                                                      "poisson", None)
     assert (s.request_samples, s.rate, s.instances, s.threads, s.max_batch) == (1, None, "auto", "auto", "auto")
     assert s.max_delay_ms == (0.0, 1.0, 2.0, 5.0, 10.0)
-    assert (s.time_budget_s, s.finalists, s.confirm) == (120.0, 1, 3)
+    assert (s.time_budget_s, s.confirm) == (120.0, 3)
     assert s.model_name == "resnet_demo"  # the recipe's name made safe
     assert s.arrivals_path is None
     assert Path(s.base_dir) == Path(recipe.path).resolve().parent
@@ -54,7 +54,6 @@ threads = 2
 max_batch = [8, 1]
 max_delay_ms = [5, 0, 0.5]
 time_budget_s = 60
-finalists = 2
 model_name = "resnet-18.v2"
 confirm = 5
 """)
@@ -65,8 +64,7 @@ confirm = 5
     assert (s.request_samples, s.rate, s.instances, s.threads, s.max_batch) == ("batch", 300.0, (1, 2, 4), (2,),
                                                                                   (1, 8))
     assert s.max_delay_ms == (0.0, 0.5, 5.0)
-    assert (s.percentile, s.time_budget_s, s.finalists, s.model_name, s.confirm) == ("p99.9", 60.0, 2,
-                                                                                     "resnet-18.v2", 5)
+    assert (s.percentile, s.time_budget_s, s.model_name, s.confirm) == ("p99.9", 60.0, "resnet-18.v2", 5)
     data = recipe.to_dict()
     assert data["serving"]["instances"] == [1, 2, 4] and data["serving"]["threads"] == [2]
     assert Recipe.from_dict(json.loads(json.dumps(data))) == recipe
@@ -143,7 +141,7 @@ def test_safe_model_name(name: str, safe: str) -> None:
         ("slo_ms = 40\nmax_delay_ms = inf\n", r"field 'serving\.max_delay_ms': must be a finite number"),
         ("slo_ms = 40\nmax_delay_ms = [\"1ms\"]\n", r"field 'serving\.max_delay_ms\[0\]': must be a finite number"),
         ("slo_ms = 40\ntime_budget_s = 0\n", r"field 'serving\.time_budget_s': must be positive"),
-        ("slo_ms = 40\nfinalists = 0\n", r"field 'serving\.finalists': must be positive"),
+        ("slo_ms = 40\nconfirm = 0\n", r"field 'serving\.confirm': must be positive"),
         ("slo_ms = 40\nconfirm = 0\n", r"field 'serving\.confirm': must be positive"),
         ("slo_ms = 40\nmodel_name = \"my model\"\n",
          r"field 'serving\.model_name': 'my model' is not allowed; allowed: up to 64 letters.*'my_model'"),

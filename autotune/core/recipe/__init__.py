@@ -43,7 +43,6 @@ The format (every field documented in README.md)::
     instances = "auto"                     # or a list; and threads, max_batch likewise
     max_delay_ms = [0, 1, 2, 5, 10]        # the batcher's waits tried
     time_budget_s = 120                    # the serving stage's own budget
-    finalists = 1                          # the search's best variants that get a serving search
     model_name = "resnet"                  # default: the recipe's name made safe
     confirm = 3                            # configurations confirmed with real load after the simulation
 

@@ -68,7 +68,6 @@ def parse_serving(path: Path, table: dict[str, Any] | None, *, recipe_name: str)
         max_batch=_counts(r, "max_batch"),
         max_delay_ms=_delays(r),
         time_budget_s=r.positive("time_budget_s", float, ServingSpec.time_budget_s),
-        finalists=r.positive("finalists", int, ServingSpec.finalists),
         model_name=model_name if model_name is not None else safe_model_name(recipe_name),
         confirm=r.positive("confirm", int, ServingSpec.confirm),
         base_dir=str(base_dir),

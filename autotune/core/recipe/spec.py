@@ -154,9 +154,6 @@ class ServingSpec:
     max_delay_ms: tuple[float, ...] = DEFAULT_MAX_DELAYS_MS
     #: The serving stage's own budget, on top of the search's ``time_budget_s``.
     time_budget_s: float = 120.0
-    #: How many of the search's best variants get a serving search (the best batch-1 variant is not always the
-    #: best one served: a variant that batches well can serve more).
-    finalists: int = 1
     #: The name the server answers to (``/v2/models/NAME``) and Triton's model directory; :func:`safe_model_name`
     #: of the recipe's name when the recipe leaves it out (filled in by the parser).
     model_name: str | None = None
