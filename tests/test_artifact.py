@@ -114,8 +114,9 @@ def test_artifact_loads_in_a_fresh_process_and_matches_eager(tmp_path: Path, var
     assert section["status"] == "ok", section
     names = {f["name"] for f in section["files"]}
     assert {model_file, LOADER_NAME} <= names
-    assert section["size_bytes"] == sum(f["bytes"] for f in section["files"]
-                                       if f["name"] not in (LOADER_NAME, RUN_SCRIPT_NAME)) > 0
+    # the model's files alone: not the loader, run.sh, the traffic or the server (serve.py and its siblings)
+    assert section["size_bytes"] == sum(f["bytes"] for f in section["files"] if f["name"].startswith("model.")) > 0
+    assert {"traffic.npz", "serve.py", "serving.json", RUN_SCRIPT_NAME} <= names
     assert (tmp_path / ARTIFACT_DIR / LOADER_NAME).read_text() == section["loader_code"]
     assert not list(tmp_path.glob(f".{ARTIFACT_DIR}.*")), "the staging directory is left behind"
     _check_fresh_process(recipe, tmp_path, VariantSpec.parse(variant), 4)
