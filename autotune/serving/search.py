@@ -366,6 +366,8 @@ class ServingSearch:
             status, reason = "failed", "interrupted"
         except ServingError as exc:
             status, reason = "failed", str(exc)
+        except Exception as exc:  # like the artifact step: the stage fails with its reason, the run stands
+            status, reason = "failed", f"the serving search failed: {type(exc).__name__}: {exc}"
         return self._section(status, reason, time.monotonic() - t0)
 
     def _measure_curve(self, pick: Measured, deadline: float) -> None:
