@@ -308,9 +308,13 @@ def test_real_detector_reordered_by_a_correct_variant_passes() -> None:
     with torch.inference_mode():
         ref = model(*_images(0))
         out = built.fn(*built.prepare_inputs(_images(0)))
-    # the discontinuity is there: compared by position (as before this gate), the variant is rejected
+    # where the discontinuity is there, compared by position (as before this gate) the variant is rejected. It
+    # depends on the CPU's kernels: on the AVX2 EPYC channels_last reordered tied detections; on a Sapphire
+    # Rapids part (AVX-512, AMX; 2026-11-26) it computed the same values in the same order, so nothing moved
+    # and the positional comparison rightly passes. The gate must pass either way.
     positional = compare_outputs(_positional(ref), _positional(out), tolerance=FP32)
-    assert not positional.passed and "elements outside tolerance" in _reason(positional)
+    if not positional.passed:
+        assert "elements outside tolerance" in _reason(positional)
     gate = check_variant(model, built, _images, batches=2)
     assert gate.passed, gate.reason
     assert gate.max_abs_error < 1e-2
