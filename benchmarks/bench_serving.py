@@ -52,9 +52,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(artifact: Path, port: int) -> subprocess.Popen[bytes]:
-    """The artifact's one command: ``./run.sh serve --port P``."""
-    proc = subprocess.Popen(["sh", str(artifact / "run.sh"), "serve", "--port", str(port)], cwd=artifact,
+def start_server(artifact: Path, port: int, cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
+    """The artifact's one command, ``./run.sh serve --port P``, on the CPUs the search measured it on
+    (``taskset``), the client on the others (as the search ran them)."""
+    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+    proc = subprocess.Popen([*pin, "sh", str(artifact / "run.sh"), "serve", "--port", str(port)], cwd=artifact,
                             env=dict(os.environ, PYTHON=sys.executable), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
@@ -116,7 +118,10 @@ def checks(out: Path, seconds: float) -> dict[str, Any]:
           f"delay {rec['max_delay_ms']} ms: {rate:.1f} req/s (CI {rec['max_rate_ci']}), SLO p99 <= {slo} ms",
           flush=True)
     port = free_port()
-    proc = start_server(artifact, port)
+    cpus = serving.get("cpus") or {}
+    proc = start_server(artifact, port, cpus.get("server"))
+    if cpus.get("client"):
+        os.sched_setaffinity(0, set(cpus["client"]))  # tritonclient on the client's CPU, as the search's client ran
     replay: dict[str, Any] = {}
     try:
         for f, secs in ((0.5, min(15.0, seconds)), (0.9, seconds), (1.3, seconds)):

@@ -38,10 +38,32 @@ class ServingError(AutotuneError):
     """The artifact's server could not be started, calibrated or measured (the serving stage reports why)."""
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _child_setup(cpus: frozenset[int] | None) -> Any:
+    """What runs in the child between fork and exec: a session of its own, SIGTERM when the tuner dies, and
+    the CPUs it may run on (inherited by the instances it starts)."""
+
+    def setup() -> None:
+        os.setsid()
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
+@contextlib.contextmanager
+def pinned(cpus: frozenset[int] | None) -> Iterator[None]:
+    """This process on ``cpus`` for the block (the load client on its own core), then back where it was."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _command(artifact: Path, args: Sequence[str]) -> list[str]:
@@ -65,7 +87,7 @@ class Calibration:
 
 
 def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence[int], seconds: float,
-              timeout: float) -> Calibration:
+              timeout: float, cpus: frozenset[int] | None = None) -> Calibration:
     """``serve.py --calibrate``: ``instances`` processes of ``threads`` threads each time ``predict`` at every
     batch size at once (so the figure includes what they cost each other on shared cores and caches)."""
     t0 = time.monotonic()
@@ -73,7 +95,7 @@ def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence
             "--batches", ",".join(str(b) for b in batches), "--seconds", f"{seconds:g}"]
     try:
         proc = subprocess.run(_command(artifact, args), capture_output=True, text=True, timeout=timeout,
-                              env=_environ(), preexec_fn=_die_with_parent, check=False)
+                              env=_environ(), preexec_fn=_child_setup(cpus), check=False)
     except subprocess.TimeoutExpired as exc:
         raise ServingError(f"calibrating {instances}x{threads} took longer than {timeout:.0f} s") from exc
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -89,8 +111,10 @@ def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence
 class ServerProcess:
     """``run.sh serve`` with one configuration, on a free port of 127.0.0.1; a context manager."""
 
-    def __init__(self, artifact: Path, args: Sequence[str], *, start_timeout: float = 180.0) -> None:
+    def __init__(self, artifact: Path, args: Sequence[str], *, start_timeout: float = 180.0,
+                 cpus: frozenset[int] | None = None) -> None:
         self.artifact = artifact
+        self.cpus = cpus
         self.args = list(args)
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
@@ -111,7 +135,7 @@ class ServerProcess:
                 _command(self.artifact, [*self.args, "--host", "127.0.0.1", "--port", "0",
                                          "--ready-file", str(ready)]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_environ(),
-                preexec_fn=_die_with_parent)
+                preexec_fn=_child_setup(self.cpus))
         try:
             while not ready.exists():
                 if self.proc.poll() is not None:
@@ -161,10 +185,4 @@ class ServerProcess:
         self._dir.cleanup()
 
 
-@contextlib.contextmanager
-def serving(artifact: Path, args: Sequence[str]) -> Iterator[ServerProcess]:
-    with ServerProcess(artifact, args) as server:
-        yield server
-
-
-__all__ = ["Calibration", "ServerProcess", "ServingError", "calibrate", "serving"]
+__all__ = ["Calibration", "ServerProcess", "ServingError", "calibrate", "pinned"]

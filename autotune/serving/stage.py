@@ -69,7 +69,8 @@ def run_serving(spec: Any, doc: dict[str, Any], out_dir: Path, *, run_started: f
         settings = read_serving_json(artifact_dir)
         settings.update(model_name=target.model_name, instances=rec["instances"], threads=rec["threads"],
                         max_batch=rec["max_batch"], max_delay_ms=rec["max_delay_ms"],
-                        slo_ms=spec.slo_ms, percentile=spec.percentile, max_rate=rec["max_rate"])
+                        slo_ms=spec.slo_ms, percentile=spec.percentile, max_rate=rec["max_rate"],
+                        measured_on_cpus=(section.get("cpus") or {}).get("server"))
         write_serving_json(artifact_dir, settings)
         files += _other_servers(doc, artifact_dir, section)
     total = time.monotonic() - run_started
