@@ -433,6 +433,7 @@ class ServingSearch:
                                   "max rate is at least that (the serving budget ran out before a rate failed)")
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
+        self._did_knobs_help(pick)
         measured = {m.config for m in self.measured}
         pruned: list[dict[str, Any]] = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,
                    "threads": c.threads, "max_batch": c.max_batch, "max_delay_ms": c.max_delay_ms,
@@ -463,6 +464,24 @@ class ServingSearch:
             "notes": self.notes,
             "interrupted": self.interrupted,
         }
+
+    def _did_knobs_help(self, pick: Measured | None) -> None:
+        """Say so when the search's knobs bought nothing over the naive server, and what the calibration says
+        about why (a batch's cost per sample against a single call's)."""
+        naive = next((m for m in self.measured if m.role == "naive" and m.max_rate > 0), None)
+        if pick is None or naive is None or pick.max_rate >= 1.1 * naive.max_rate:
+            return
+        text = (f"batching and instances did not beat the naive server here ({pick.max_rate / naive.max_rate:.2f}x "
+                f"its max rate)")
+        cal = self.calibrations.get(pick.config.layout)
+        if cal and len(cal.service_s) > 1:
+            one, big = min(cal.service_s), max(cal.service_s)
+            per = cal.service_s[big] / big
+            text += (f": a call of {big} costs {per * 1000:.2f} ms per sample against {cal.service_s[one] * 1000:.2f}"
+                     f" ms for one ({cal.service_s[one] / per:.2f}x), so a batch saves little and its wait costs "
+                     "latency")
+        if text not in self.notes:
+            self.notes.append(text)
 
     def _knobs(self, pick: Measured | None) -> list[dict[str, Any]]:
         """What each knob was worth: the pick against the pick with that knob at its naive value, measured
