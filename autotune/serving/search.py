@@ -42,7 +42,7 @@ CURVE_FRACTIONS = (0.5, 0.8, 1.0)
 SUSTAIN_SECONDS = 10.0
 SUSTAIN_STEP = 0.9
 SUSTAIN_TRIES = 3
-#: Seconds of the serving budget kept for the pick's sustain check and curve.
+#: Seconds of the serving budget kept for the pick's sustain check and curve (at most a quarter of it).
 CURVE_RESERVE_S = 30.0
 
 
@@ -363,7 +363,8 @@ class ServingSearch:
             configs = list(dict.fromkeys(configs))
             naive = ServingConfig(1, self.cores, self.request_rows, 0.0)
             n_runs = self.spec.confirm + 2
-            share = (deadline - time.monotonic() - CURVE_RESERVE_S) / (n_runs + 0.2)
+            reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
+            share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
                 self._overhead(srv)
                 self._simulate([*configs, naive])
