@@ -190,6 +190,7 @@ class ServingSearch:
         self.load_s = 0.0
         self.curve: list[LoadPoint] = []
         self._curve_fractions: list[float] = []
+        self._held: Measured | None = None  # the configuration whose max rate held (its curve is self.curve)
         self.interrupted = False
         self.notes: list[str] = []
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
@@ -391,8 +392,15 @@ class ServingSearch:
                 self._bisect(loop, "batch-loop", self._start_rate(loop),
                              time.monotonic() + min(share, deadline - time.monotonic() - 3))
             pick = self._choose()
-            if pick is not None and not self._closed and deadline - time.monotonic() > 5:
-                self._measure_curve(pick, deadline)
+            held: set[int] = set()
+            # the pick must hold its max rate; one that does not is lowered, and may then lose its place to
+            # another configuration, whose max rate must hold in turn
+            while (pick is not None and not self._closed and id(pick) not in held
+                   and deadline + 0.1 * self.spec.time_budget_s - time.monotonic() > SUSTAIN_SECONDS):
+                held.add(id(pick))
+                if self._measure_curve(pick, deadline):
+                    break
+                pick = self._choose()
         except KeyboardInterrupt:
             self.interrupted = True
             status, reason = "failed", "interrupted"
@@ -402,14 +410,14 @@ class ServingSearch:
             status, reason = "failed", f"the serving search failed: {type(exc).__name__}: {exc}"
         return self._section(status, reason, time.monotonic() - t0)
 
-    def _measure_curve(self, pick: Measured, deadline: float) -> None:
+    def _measure_curve(self, pick: Measured, deadline: float) -> bool:
         """On a fresh server: the pick's max rate held for SUSTAIN_SECONDS (lowered until it holds), then the
-        curve's 50% and 80% points of what held."""
+        curve's 50% and 80% points of what held; whether it held."""
         late = deadline + 0.1 * self.spec.time_budget_s
         with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
             full = self._sustain(pick, srv, late)
             if full is None:
-                return
+                return False
             points = {1.0: full}
             for f in CURVE_FRACTIONS[:-1]:
                 rate = pick.max_rate * f
@@ -420,6 +428,8 @@ class ServingSearch:
                 points[f] = self._point(srv, rate, seconds)
             self.curve = [points[f] for f in CURVE_FRACTIONS if f in points]
             self._curve_fractions = [f for f in CURVE_FRACTIONS if f in points]
+            self._held = pick
+            return True
 
     def _sustain(self, pick: Measured, srv: ServerProcess, late: float) -> LoadPoint | None:
         """The pick's max rate for SUSTAIN_SECONDS; a failure lowers it by SUSTAIN_STEP (the failing point joins
@@ -454,8 +464,11 @@ class ServingSearch:
                     f"clients elsewhere leave the server all {len(self.server_cpus) + len(self.client_cpus)} cores")
             if note not in self.notes:
                 self.notes.append(note)
-        pick = self._choose()
+        pick = self._held or self._choose()  # the one whose max rate held for SUSTAIN_SECONDS, if any did
         rec = None
+        if pick is not None and self._held is None and not self._closed:
+            self.notes.append(f"the recommendation's max rate was not held for {SUSTAIN_SECONDS:g} s on a fresh "
+                              "server (see above): take it as an upper bound")
         if pick is not None:
             top = [p for p in pick.points if p.passed and p.rate <= pick.max_rate]
             at_max = max(top, key=lambda p: p.rate) if top else None
@@ -468,7 +481,7 @@ class ServingSearch:
                    "pct_ms": _r(full.pct_ms) if full else None,
                    "p99_ci_ms": [_r(x) for x in full.p99_ci_ms] if full else None,
                    "goodput": _r(full.good / full.seconds) if full else None,
-                   "bracketed": pick.bracketed}
+                   "bracketed": pick.bracketed, "held_s": SUSTAIN_SECONDS if pick is self._held else None}
             if not pick.bracketed:
                 self.notes.append(f"the pick passed at every rate tried, up to {pick.max_rate:.1f} requests/s: its "
                                   "max rate is at least that (the serving budget ran out before a rate failed)")
