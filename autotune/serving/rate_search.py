@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -177,11 +177,5 @@ def as_dicts(points: Sequence[LoadPoint]) -> list[dict[str, Any]]:
     return [p.to_dict() for p in points]
 
 
-def point_summary(p: LoadPoint | Mapping[str, Any]) -> str:
-    d = p.to_dict() if isinstance(p, LoadPoint) else p
-    return (f"{d['rate']:.1f} req/s: p50 {d['p50_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, "
-            f"{d['ok']}/{d['sent']} ok")
-
-
 __all__ = ["LoadPoint", "RateOutcome", "as_dicts", "find_max_rate", "max_rate_of", "point_from",
-           "point_seconds", "point_summary"]
+           "point_seconds"]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -167,9 +166,4 @@ def percentile_of(name: str) -> float:
     return float(name.lstrip("p"))
 
 
-def rank(predicted: Sequence[tuple[object, float]]) -> list[tuple[object, float]]:
-    """Configurations by predicted max rate, best first (stable for equal rates: the grid's order)."""
-    return sorted(predicted, key=lambda kv: -kv[1])
-
-
-__all__ = ["Prediction", "ServiceModel", "Simulator", "percentile_of", "rank"]
+__all__ = ["Prediction", "ServiceModel", "Simulator", "percentile_of"]
