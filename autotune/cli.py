@@ -256,7 +256,7 @@ def _check_out(out: Path) -> None:
 def print_step(event: Any) -> None:
     """Print a step of the run as a line on stderr: boundary probes one line each, with or without the bar
     (candidates are the bar's: :data:`STEP_KINDS` says which events are steps)."""
-    if event.kind in ("boundary_probe", "boundary_found"):
+    if event.kind in ("boundary_probe", "boundary_found", "generate"):
         print(event.message, file=sys.stderr, flush=True)
     elif event.kind in STEP_KINDS:
         print(f"{event.message} ...", file=sys.stderr, flush=True)
@@ -311,6 +311,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     recipe = _load(args.recipe, device=args.device, time_budget=args.time_budget, seed=args.seed)
     out = args.out or Path("out") / recipe.name
     _check_out(out)
+    if recipe.generate is not None:
+        return _run_generate(recipe, out)
     bar = None if args.no_progress else ProgressBar()
     try:
         result = tune(recipe, out=out, storage=args.storage, study=args.study,
@@ -332,6 +334,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("autotune: interrupted; the report holds what was measured (run again to resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK if doc["recommendation"] is not None else EXIT_INFEASIBLE
+
+
+def _run_generate(recipe: Any, out: Path) -> int:
+    """A ``[generate]`` recipe: the generate search (:mod:`autotune.generate`), its lines printed as they come."""
+    from autotune.generate import run_generate
+
+    doc = run_generate(recipe, out, on_event=print_step)
+    print(f"\nreports: {out / 'report.md'}  {out / 'report.json'}")
+    artifact = doc.get("artifact")
+    if isinstance(artifact, dict):
+        print(f"artifact: {out / 'artifact'}/ (load it with load.py)" if artifact.get("status") == "ok" else
+              f"artifact: not written: {artifact.get('reason')}")
+    return EXIT_OK if doc["generate"].get("recommendation") is not None else EXIT_INFEASIBLE
 
 
 # ----------------------------------------------------------------------------- warmup

@@ -31,6 +31,9 @@ from autotune.core.protocol import (
     ArtifactResult,
     DeviceMemoryRequest,
     DeviceMemoryResult,
+    GenerateAction,
+    GenerateOutcome,
+    GenerateRequest,
     HelloResult,
     MeasureOutcome,
     MeasureRequest,
@@ -132,4 +135,16 @@ class WorkerClient:
         req: ArtifactRequest = {"op": "artifact", "recipe": _recipe_data(recipe), "variant": variant,
                                 "batch_size": batch_size, "directory": None if directory is None else str(directory),
                                 "profile": profile}
+        return self.runner.call(req, timeout=timeout)
+
+    def generate(self, recipe: RecipeLike, config: Mapping[str, str], concurrency: int, *, action: GenerateAction,
+                 calls: int = 0, memory_budget_bytes: int | None = None, directory: str | Path | None = None,
+                 timeout: float) -> GenerateOutcome | Outcome | CallFailure:
+        """One ``[generate]`` configuration at ``concurrency`` sequences: measured, probed for memory or saved
+        (:mod:`autotune.worker.generation`); in a fresh worker when the runner has ``fresh_measure``."""
+        req: GenerateRequest = {"op": "generate", "recipe": _recipe_data(recipe), "config": dict(config),
+                                "concurrency": concurrency, "action": action, "calls": calls,
+                                "memory_budget_bytes": memory_budget_bytes}
+        if directory is not None:
+            req["directory"] = str(directory)
         return self.runner.call(req, timeout=timeout)

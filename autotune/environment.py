@@ -175,6 +175,11 @@ def _meminfo_bytes(field: str) -> int | None:
     return None
 
 
+def host_memory_available() -> int | None:
+    """MemAvailable now (None where /proc/meminfo cannot be read)."""
+    return _safe(lambda: _meminfo_bytes("MemAvailable"))
+
+
 def _memory_total() -> int | None:
     total = _safe(lambda: _meminfo_bytes("MemTotal"))
     if total is not None:

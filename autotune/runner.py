@@ -36,6 +36,8 @@ from autotune.core.protocol import (
     ArtifactResult,
     DeviceMemoryRequest,
     DeviceMemoryResult,
+    GenerateOutcome,
+    GenerateRequest,
     HelloRequest,
     HelloResult,
     MeasureOutcome,
@@ -305,6 +307,8 @@ class Runner:
     def call(self, message: SliceRequest, *, timeout: float) -> SliceOutcome | CallFailure: ...
     @overload
     def call(self, message: ArtifactRequest, *, timeout: float) -> ArtifactResult | CallFailure: ...
+    @overload
+    def call(self, message: GenerateRequest, *, timeout: float) -> GenerateOutcome | Outcome | CallFailure: ...
 
     def call(self, message: Request, *, timeout: float) -> Result | CallFailure:
         """Send ``message`` to the worker of its op's role; the op's result (its type in
@@ -313,7 +317,7 @@ class Runner:
         environment = None
         if message["op"] in ENVIRONMENT_OPS and isinstance(message.get("variant"), str):
             environment = environment_of_variant(str(message.get("variant")))
-        if message["op"] == "measure" and self._fresh_measure:
+        if message["op"] in ("measure", "generate") and self._fresh_measure:
             used = self._workers.get(role)
             if used is not None and used.requests_served > 1:  # more than its hello
                 self.recycle(role)

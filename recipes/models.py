@@ -30,6 +30,36 @@ def bert_classifier(vocab_size: int = 30522, hidden_size: int = 128, layers: int
     return BertForSequenceClassification(config).eval()
 
 
+def gpt2_lm(vocab_size: int = 50257, hidden_size: int = 128, layers: int = 2, heads: int = 2,
+            max_positions: int = 1024) -> nn.Module:
+    """A Hugging Face ``GPT2LMHeadModel`` from a ``GPT2Config`` (random weights, nobody's checkpoint), eval mode.
+
+    GPT-2's vocabulary (50,257 ids: the logits of a long prompt are what fills memory first), learned positions,
+    fused QKV (``Conv1D``), tied input and output embeddings; a few thin layers so ``generate`` runs in
+    milliseconds per token on a CPU.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=vocab_size, n_embd=hidden_size, n_layer=layers, n_head=heads,
+                        n_positions=max_positions)
+    return GPT2LMHeadModel(config).eval()
+
+
+def llama_lm(vocab_size: int = 32000, hidden_size: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+             intermediate_size: int = 344, max_positions: int = 2048) -> nn.Module:
+    """A Hugging Face ``LlamaForCausalLM`` from a ``LlamaConfig`` (random weights), in eval mode.
+
+    Llama's parts: rotary positions, grouped-query attention (``kv_heads`` < ``heads``: a smaller KV cache),
+    RMSNorm, SwiGLU MLP, untied output embedding; Llama 2's vocabulary size.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         intermediate_size=intermediate_size, max_position_embeddings=max_positions)
+    return LlamaForCausalLM(config).eval()
+
+
 class TokenClassifier(nn.Module):
     """Embedding + transformer encoder + mean pooling + linear head, on integer token inputs."""
 

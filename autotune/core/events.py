@@ -17,7 +17,7 @@ from typing import Any, Literal
 #: ``batch_size``, ``phase``, ``predicted_seconds`` or None, ``seconds``, ``fits``); ``boundary_found`` its
 #: answer (``variant``, ``document`` or ``failure``), stored in the study at once.
 EventKind = Literal["validated", "boundary", "boundary_probe", "boundary_found", "candidate_start",
-                    "candidate_done", "showdown", "artifact", "serving", "done"]
+                    "candidate_done", "showdown", "artifact", "serving", "generate", "done"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 #: The ops a worker serves (:data:`autotune.worker.ops.OPS` maps each to its function).
 OpName = Literal["hello", "validate", "measure", "probe", "device_memory", "parse_variant", "stage", "slice",
-                 "artifact"]
+                 "artifact", "generate"]
 OP_NAMES: tuple[OpName, ...] = get_args(OpName)
 
 #: Worker roles. A ``probe`` worker pins allocator settings the memory probes need; a ``measure``
@@ -140,6 +140,27 @@ class SliceRequest(TypedDict):
     id: NotRequired[int]
 
 
+GenerateAction = Literal["measure", "probe", "artifact"]
+
+
+class GenerateRequest(TypedDict):
+    """op ``generate`` (a ``[generate]`` recipe): one configuration of ``model.generate`` at a concurrency.
+
+    ``action``: ``measure`` (the check prompts' greedy tokens, then ``calls`` timed calls after a first one),
+    ``probe`` (does ``concurrency`` fit: the peak of one call at the longest bucket and the most new tokens,
+    against ``memory_budget_bytes``), ``artifact`` (the configuration saved into ``directory``).
+    """
+
+    op: Literal["generate"]
+    recipe: dict[str, Any]
+    config: dict[str, str]  # cache, compile, attention, precision (autotune.generate.configs.GenerateConfig)
+    concurrency: int
+    action: GenerateAction
+    calls: int
+    memory_budget_bytes: int | None
+    directory: NotRequired[str]
+
+
 class ArtifactRequest(TypedDict):
     """Build the recommendation once, save it into ``directory`` (None: no artifact) and profile it and eager."""
 
@@ -154,7 +175,7 @@ class ArtifactRequest(TypedDict):
 
 
 Request = (HelloRequest | ValidateRequest | MeasureRequest | ProbeRequest | DeviceMemoryRequest
-           | ParseVariantRequest | StageRequest | SliceRequest | ArtifactRequest)
+           | ParseVariantRequest | StageRequest | SliceRequest | ArtifactRequest | GenerateRequest)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -286,6 +307,31 @@ class ProbeOutcome(Outcome, total=False):
     forward_calls: int
 
 
+class GenerateOutcome(Outcome, total=False):
+    """op ``generate``: the raw per-call series (seconds), in call order; the parent computes the statistics.
+
+    ``ttft`` one per call (prompt in, first token out), ``itl`` one list per call (each decode step),
+    ``useful_tokens`` per call (each prompt's own new tokens, summed), ``generated_tokens`` per call (the batch
+    decoded to its longest), ``tokens`` the check prompts' first greedy tokens.
+    """
+
+    ttft: list[float]
+    itl: list[list[float]]
+    call_seconds: list[float]
+    useful_tokens: list[int]
+    generated_tokens: list[int]
+    tokens: list[list[int]]
+    first_call_seconds: float
+    recompiles: int
+    peak_memory_bytes: int
+    baseline_bytes: int
+    fits: bool
+    step_seconds: float | None
+    model: dict[str, Any]  # model_type, layers, parameters, vocab_size
+    notes: list[str]
+    files: list[str]
+
+
 class ArtifactResult(TypedDict):
     """op ``artifact``: each part's own status and reason (``autotune.worker.artifact.deploy``); None when not asked."""
 
@@ -303,7 +349,7 @@ def directory_files(directory: Path) -> list[dict[str, Any]]:
 
 
 Result = (HelloResult | ValidateResult | DeviceMemoryResult | ParseVariantResult | Outcome | MeasureOutcome
-          | StageOutcome | SliceOutcome | ProbeOutcome | ArtifactResult)
+          | StageOutcome | SliceOutcome | ProbeOutcome | ArtifactResult | GenerateOutcome)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -164,7 +164,10 @@ def find_max_rate(measure: Callable[[float, float], LoadPoint], *, start: float,
         elif lo is None:
             if rate <= floor:
                 break
-            rate = max(floor, rate * 0.7)
+            # overloaded, the server still answered at its capacity (or below it, its queue draining after
+            # the schedule ended): start under that rather than stepping down 30% at a time from far above
+            served = points[-1].achieved_rate
+            rate = max(floor, min(rate * 0.7, 0.9 * served) if 0 < served < 0.8 * rate else rate * 0.7)
         elif hi / lo <= 1.0 + tolerance:
             break
         else:

@@ -46,6 +46,8 @@ from autotune.core.protocol import (  # noqa: E402
     ArtifactResult,
     DeviceMemoryRequest,
     DeviceMemoryResult,
+    GenerateOutcome,
+    GenerateRequest,
     HelloRequest,
     HelloResult,
     MeasureOutcome,
@@ -112,7 +114,7 @@ GATE_BATCHES = 6
 
 
 #: The outcome type of an op's body (a subtype of :class:`Outcome` with the op's own fields).
-_O = TypeVar("_O", MeasureOutcome, StageOutcome, ProbeOutcome)
+_O = TypeVar("_O", MeasureOutcome, StageOutcome, ProbeOutcome, GenerateOutcome)
 
 
 def _guarded(backend: devices.DeviceBackend, body: Callable[[], _O]) -> _O | Outcome:
@@ -603,6 +605,21 @@ def op_artifact(state: WorkerState, req: ArtifactRequest) -> ArtifactResult:
         reset_compiler_state()
 
 
+def op_generate(state: WorkerState, req: GenerateRequest) -> GenerateOutcome | Outcome:
+    """A ``[generate]`` configuration at a concurrency: measured, probed or saved
+    (:func:`autotune.worker.generation.run.run_generate`); an OOM is the ``oom`` status, as for a forward."""
+    from autotune.worker.generation.run import run_generate
+
+    device = devices.resolve_device(str(req["recipe"].get("device", "auto")))
+    backend = devices.backend_for(device)
+    backend.activate()
+    try:
+        return _guarded(backend, lambda: run_generate(req, device=device, backend=backend,
+                                                      tool_bytes=TOOL_IMPORT_BYTES))
+    finally:
+        reset_compiler_state()
+
+
 #: Each op's function; a request's ``op`` picks one (the request's type is the op's: see the signatures).
 OPS: dict[OpName, Callable[[WorkerState, Any], Result]] = {
     "artifact": op_artifact,
@@ -614,4 +631,5 @@ OPS: dict[OpName, Callable[[WorkerState, Any], Result]] = {
     "parse_variant": op_parse_variant,
     "stage": op_stage,
     "slice": op_slice,
+    "generate": op_generate,
 }

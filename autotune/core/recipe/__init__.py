@@ -95,7 +95,8 @@ Where each part lives (one concept per module; this package re-exports the publi
 * :mod:`~autotune.core.recipe.reader`: the strict reader of one table and the wording of its errors (why strict:
   there), :func:`closest` for "did you mean" hints;
 * :mod:`~autotune.core.recipe.parse`: :func:`load_recipe` and :func:`parse_recipe`, one function per table;
-  :mod:`~autotune.core.recipe.serving` the ``[serving]`` table's (:class:`ServingSpec`).
+  :mod:`~autotune.core.recipe.serving` the ``[serving]`` table's (:class:`ServingSpec`),
+  :mod:`~autotune.core.recipe.generate` the ``[generate]`` table and its :class:`GenerateSpec`.
 
 What a recipe adds to a study's fingerprint (the factory file's hash, the inputs) reads files and metadata
 beyond the recipe, in the parent only: :mod:`autotune.study.model_identity`.
@@ -107,6 +108,7 @@ one as its JSON form, which the worker reads back with ``Recipe.from_dict``. Dep
 
 from __future__ import annotations
 
+from autotune.core.recipe.generate import GenerateSpec
 from autotune.core.recipe.parse import load_recipe, parse_recipe
 from autotune.core.recipe.reader import closest
 from autotune.core.recipe.spec import (
@@ -143,6 +145,7 @@ __all__ = [
     "BatchSpec",
     "Constraints",
     "DataSpec",
+    "GenerateSpec",
     "InputSpec",
     "MeasureSpec",
     "ModelSpec",

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from autotune.core.device_names import ALLOWED_TEXT, is_device_name
 from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
 from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
+from autotune.core.recipe.generate import parse_generate
 from autotune.core.recipe.reader import TableReader
 from autotune.core.recipe.serving import parse_serving
 from autotune.core.recipe.spec import (
@@ -38,7 +39,7 @@ from autotune.core.vocab import MODES, OBJECTIVES, PERCENTILES, STRATEGIES
 from autotune.errors import InputError, RecipeError
 
 _TOP_KEYS = ("name", "description", "device", "model", "inputs", "data", "accuracy", "search", "constraints", "batch",
-             "measure", "serving")
+             "measure", "serving", "generate")
 #: ``search.shapes``: how shape-specialising variants meet dynamic dimensions (see :class:`SearchSpec`).
 SHAPE_POLICIES = ("dynamic", "buckets")
 
@@ -91,11 +92,12 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
     model = ModelSpec(factory=factory, kwargs=dict(kwargs), base_dir=str(path.resolve().parent))
 
     data_spec = _parse_data(path, top.get("data", dict, None))
-    raw_inputs = top.get("inputs", list, None, required=data_spec is None)
+    generate = parse_generate(path, top.get("generate", dict, None))
+    raw_inputs = top.get("inputs", list, None, required=data_spec is None and generate is None)
     if data_spec is not None and raw_inputs:
         raise top.error("inputs", "must be left out when [data] names a factory: the inputs are the factory's "
                         "batches (their names, dtypes and shapes)")
-    inputs = _parse_inputs(path, raw_inputs) if data_spec is None else ()
+    inputs = _parse_inputs(path, raw_inputs) if data_spec is None and raw_inputs is not None else ()
     accuracy = _parse_accuracy(path, top.get("accuracy", dict, None), has_data=data_spec is not None)
     search = _parse_search(path, top.get("search", dict, {}))
     constraints = _parse_constraints(path, top.get("constraints", dict, {}))
@@ -123,6 +125,7 @@ def parse_recipe(data: Mapping[str, Any], *, path: Path) -> Recipe:
         data=data_spec,
         accuracy=accuracy,
         serving=serving,
+        generate=generate,
     )
 
 

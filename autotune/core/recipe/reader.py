@@ -103,6 +103,34 @@ class TableReader:
         return tuple(value)
 
 
+    def counts(self, key: str, default: tuple[int, ...] | str = "auto") -> tuple[int, ...] | str:
+        """``"auto"``, a positive integer or a list of them (sorted, duplicates dropped)."""
+        allowed = "\"auto\", a positive integer or a list of positive integers"
+        raw = self.get(key, (list, str, int), default if isinstance(default, str) else list(default))
+        if isinstance(raw, str):
+            if raw != "auto":
+                raise self.error(key, f"'{raw}' is not allowed; allowed: {allowed}")
+            return "auto"
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            raise self.error(key, f"must not be empty; allowed: {allowed}")
+        for i, n in enumerate(items):
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                where = f"{key}[{i}]" if isinstance(raw, list) else key
+                raise self.error(where, f"must be a positive integer, got {n!r}; allowed: {allowed}")
+        return tuple(sorted(set(items)))
+
+    def choices(self, key: str, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
+        """A string or a list of strings, each one of ``allowed`` (order kept, duplicates dropped)."""
+        values = self.string_list(key, default)
+        for i, v in enumerate(values):
+            if v not in allowed:
+                where = f"{key}[{i}]" if isinstance(self.table.get(key), list) else key
+                raise self.error(where, f"'{v}' is not allowed; allowed: {', '.join(allowed)}",
+                                 hint=closest(v, allowed))
+        return tuple(dict.fromkeys(values))
+
+
 def closest(word: str, options: tuple[str, ...] | list[str]) -> str | None:
     """The most similar valid spelling, for "did you mean" hints (None when nothing is close)."""
     found = difflib.get_close_matches(word, list(options), n=1, cutoff=0.5)

@@ -109,21 +109,7 @@ def _request_samples(r: TableReader) -> int | Literal["batch"]:
 
 
 def _counts(r: TableReader, key: str) -> tuple[int, ...] | Literal["auto"]:
-    """``"auto"``, a positive integer or a list of them (sorted, duplicates dropped)."""
-    allowed = "\"auto\", a positive integer or a list of positive integers"
-    raw = r.get(key, (list, str, int), "auto")
-    if isinstance(raw, str):
-        if raw != "auto":
-            raise r.error(key, f"'{raw}' is not allowed; allowed: {allowed}")
-        return "auto"
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise r.error(key, f"must not be empty; allowed: {allowed}")
-    for i, n in enumerate(items):
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            where = f"{key}[{i}]" if isinstance(raw, list) else key
-            raise r.error(where, f"must be a positive integer, got {n!r}; allowed: {allowed}")
-    return tuple(sorted(set(items)))
+    return r.counts(key)  # type: ignore[return-value]
 
 
 def _delays(r: TableReader) -> tuple[float, ...]:

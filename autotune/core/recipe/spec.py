@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from autotune.core.recipe.generate import GenerateSpec
+
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32")
 INTEGER_DTYPES = ("int64", "int32")
 DEFAULT_MAX_BATCH_SIZE = 65536
@@ -269,6 +271,8 @@ class Recipe:
     data: DataSpec | None = None
     accuracy: AccuracySpec | None = None
     serving: ServingSpec | None = None
+    #: ``[generate]``: the recipe tunes ``generate()`` (:mod:`autotune.generate`), not one forward pass.
+    generate: GenerateSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, used in report.json and to hand the recipe to a worker."""
@@ -280,6 +284,7 @@ class Recipe:
         data.pop("data")
         data.pop("accuracy")
         data.pop("serving")
+        data.pop("generate")
         if self.search.shapes == ("dynamic",):
             data["search"].pop("shapes")
         if self.search.environments == ():
@@ -297,6 +302,8 @@ class Recipe:
             data["accuracy"] = asdict(self.accuracy)
         if self.serving is not None:
             data["serving"] = self.serving.to_dict()
+        if self.generate is not None:
+            data["generate"] = self.generate.to_dict()
         for key in ("batch_sizes", "threads"):
             value = getattr(self.search, key)
             data["search"][key] = value if isinstance(value, str) else list(value)
@@ -335,6 +342,7 @@ class Recipe:
             data=_data_from_dict(data.get("data")),
             accuracy=AccuracySpec(**data["accuracy"]) if data.get("accuracy") else None,
             serving=ServingSpec.from_dict(data["serving"]) if data.get("serving") else None,
+            generate=GenerateSpec.from_dict(data["generate"]) if data.get("generate") else None,
         )
 
 

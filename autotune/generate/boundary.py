@@ -1,0 +1,75 @@
+"""The concurrency boundary: how many sequences one ``generate`` call can decode before memory runs out.
+
+The batch boundary's machinery (:func:`autotune.batch.find_max_batch_size`, then
+:func:`autotune.batch.refine_max_batch_size` at the answer) on a different probe: ``generate`` at ``c``
+sequences, every one at the longest prompt bucket and decoding the most new tokens (the worst case a deployment
+of this workload meets), in a fresh worker each (torch, transformers, the model at its precision, the prompts,
+the KV cache, the logits: what a deployment process holds). The limit is the recipe's ``batch.memory_budget``,
+else half the host memory available at the start (CPU), or the memory free to a fresh process on the GPU, where
+the allocator is capped at it and "does not fit" is its own out-of-memory error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from autotune.batch import BatchBoundary, ProbeRecord, ProbeResult, find_max_batch_size, refine_max_batch_size
+from autotune.client import WorkerClient
+from autotune.core.recipe import Recipe
+from autotune.errors import VariantError
+from autotune.generate.configs import GenerateConfig
+from autotune.runner import WorkerCrash
+
+DEFAULT_BUDGET_FRACTION = 0.5
+
+
+def probe_function(client: WorkerClient, recipe: Recipe, config: GenerateConfig, *, budget: int | None
+                   ) -> Callable[[int], ProbeResult]:
+    data = recipe.to_dict()
+
+    def probe(c: int) -> ProbeResult:
+        res = client.generate(data, config.to_dict(), c, action="probe", memory_budget_bytes=budget,
+                              timeout=recipe.measure.timeout_s)
+        crash = res.get("crash")
+        if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
+            return ProbeResult(fits=False, error=crash.reason)
+        if res["status"] == "oom":
+            return ProbeResult(fits=False, error=res["reason"])
+        if res["status"] != "ok":
+            raise VariantError(f"probing {c} sequences failed: {res['reason']}")
+        got: Any = res
+        step = got.get("step_seconds")
+        return ProbeResult(fits=bool(got.get("fits")), peak_memory_bytes=got.get("peak_memory_bytes"),
+                           error=got.get("reason") or None, baseline_bytes=got.get("baseline_bytes"),
+                           step_seconds=float(step) if step is not None else None)
+
+    return probe
+
+
+def find_concurrency_boundary(client: WorkerClient, recipe: Recipe, config: GenerateConfig, *, limit: int | None,
+                              upper: int, on_probe: Callable[[ProbeRecord, float | None], None] | None = None
+                              ) -> BatchBoundary:
+    """The largest concurrency (<= ``upper``) whose worst-case call fits ``limit``; confirmed at b and b + 1."""
+    probe = probe_function(client, recipe, config, budget=limit)
+    found = find_max_batch_size(probe, granularity=1, max_batch_size=upper, memory_limit_bytes=limit,
+                                on_probe=on_probe, clock=time.monotonic)
+    if found.stopped_early or limit is None:
+        return found
+    # every probe already ran in a fresh process, so the confirmation only adds the probes at b and b + 1 the
+    # search may not have made (answers it has are not probed again)
+    return refine_max_batch_size(probe, found, on_probe=on_probe, clock=time.monotonic)
+
+
+def boundary_document(found: BatchBoundary, *, limit: int | None, source: str, prompt_tokens: int,
+                      new_tokens: int, config: GenerateConfig) -> dict[str, Any]:
+    fits = found.max_batch_size
+    return {"config": config.label(), "max_concurrency": fits, "memory_limit_bytes": limit,
+            "limit_source": source, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+            "stopped_by": found.stopped_by,
+            "probes": [r.to_dict() for r in found.probes],
+            "sentence": (f"at {prompt_tokens} + {new_tokens} tokens, {fits} sequences fit"
+                         + (f" in {limit / 2**30:.2f} GiB" if limit else "")
+                         + ("" if found.stopped_by != "upper_bound" else
+                            f" (generate.max_concurrency = {fits}: memory did not stop it)"))}

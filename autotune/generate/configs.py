@@ -1,0 +1,66 @@
+"""The ``[generate]`` configurations: cache x compile x attention x precision, named, ordered by simplicity.
+
+Pure. The reference is dynamic-cache eager fp32 (``generate`` as a transformers user first calls it): its
+greedy tokens are what every other configuration is checked against, and the ratio "static + compile vs
+dynamic eager" is taken against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import product
+
+from autotune.core.recipe import GenerateSpec
+
+#: Simplicity rank of each setting (lower: simpler to deploy and to trust): ties go to the simpler one.
+_RANK = {"dynamic": 0, "static": 1, "none": 0, "default": 1, "reduce-overhead": 2,
+         "max-autotune-no-cudagraphs": 3, "max-autotune": 3, "sdpa": 0, "eager": 1,
+         "fp32": 0, "bf16": 1, "fp16": 1, "int8": 2, "int4": 3}
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    cache: str = "dynamic"
+    compile: str = "none"
+    attention: str = "sdpa"
+    precision: str = "fp32"
+
+    def label(self) -> str:
+        """``static+compile:default/sdpa/fp32``: what the report and the console call it."""
+        compiled = "" if self.compile == "none" else f"+compile:{self.compile}"
+        return f"{self.cache}{compiled}/{self.attention}/{self.precision}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @property
+    def lower_precision(self) -> bool:
+        return self.precision != "fp32"
+
+    @property
+    def simplicity(self) -> int:
+        return sum(_RANK.get(v, 5) for v in (self.cache, self.compile, self.attention, self.precision))
+
+
+def reference(spec: GenerateSpec) -> GenerateConfig:
+    """Dynamic cache, no compile, fp32, the recipe's first attention (sdpa when it lists it)."""
+    return GenerateConfig(attention="sdpa" if "sdpa" in spec.attention else spec.attention[0])
+
+
+def grid(spec: GenerateSpec) -> list[GenerateConfig]:
+    """Every configuration the recipe asks for (compile only with the static cache), the reference first."""
+    out = [reference(spec)]
+    for cache, mode, attention, precision in product(spec.cache, spec.compile, spec.attention, spec.precisions):
+        if mode != "none" and cache != "static":
+            continue
+        c = GenerateConfig(cache, mode, attention, precision)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def from_label(label: str) -> GenerateConfig:
+    """Inverse of :meth:`GenerateConfig.label` (for report.json read back)."""
+    head, attention, precision = label.split("/")
+    cache, _, mode = head.partition("+compile:")
+    return GenerateConfig(cache, mode or "none", attention, precision)

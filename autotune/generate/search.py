@@ -1,0 +1,277 @@
+"""The generate search: the concurrency boundary, every configuration at each concurrency, the checks, the pick,
+and the side-by-side rounds that back it.
+
+Pseudo-code::
+
+    ref = dynamic cache, eager, fp32 (configs.reference)
+    measure ref at 1 sequence                         # the model runs; its greedy tokens at c = 1
+    concurrencies = the recipe's, or (auto) the boundary B (boundary.find_concurrency_boundary on ref) and
+                    the powers of two below it
+    for c ascending, for config in the grid (ref first):   # each point a fresh process; budget checked before
+        point = measure(config, c); tokens checked against ref's at c (fp32 exact, else the budget)
+    eligible = ok, tokens agree, p99 TTFT / ITL within the recipe's limits
+    pick = the most useful tokens/s; any eligible point at the pick's concurrency whose tokens/s interval
+           overlaps the pick's and is simpler takes its place (the tie goes to the simpler setting)
+    rounds: the pick, ref and the fastest static-cache point (compiled first), at the pick's concurrency,
+            measured again in generate.rounds fresh processes, interleaved (A B C A B C ...): the ratios
+            pick / ref and static(+compile) / ref with 95% intervals over the rounds; "undecided" where the
+            interval holds 1; a pick not surely faster than ref gives way to ref (the simpler)
+    compile payback = compile seconds / (ref's seconds per call - its seconds per call), in calls
+
+Every point is a fresh worker (``Runner(fresh_measure=True)``): a compiled decode step's cost and memory are
+those of a process that compiled it, as a deployment would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.client import WorkerClient
+from autotune.core.recipe import GenerateSpec, Recipe
+from autotune.generate.agreement import TokenCheck, check_tokens
+from autotune.generate.configs import GenerateConfig, grid, reference
+from autotune.generate.points import GenPoint, point_from, ratio_ci
+from autotune.runner import WorkerCrash
+
+
+@dataclass
+class PointResult:
+    config: GenerateConfig
+    concurrency: int
+    status: str  # ok | rejected | failed | oom | skipped
+    reason: str = ""
+    point: GenPoint | None = None
+    check: TokenCheck | None = None
+    tokens: list[list[int]] | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        base: dict[str, Any] = self.point.to_dict() if self.point is not None else \
+            {"config": self.config.label(), "concurrency": self.concurrency}
+        base.update(status=self.status, reason=self.reason, seconds=self.seconds,
+                    tokens_check=self.check.to_dict() if self.check else None)
+        return base
+
+
+@dataclass
+class Progress:
+    """What the search has so far (the stage writes the report from it after every point)."""
+
+    points: list[PointResult] = field(default_factory=list)
+    boundary: dict[str, Any] | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    rounds: dict[str, Any] | None = None
+    pick: PointResult | None = None
+    notes: list[str] = field(default_factory=list)
+    stopped_by: str = "complete"
+
+
+class GenerateSearch:
+    def __init__(self, client: WorkerClient, recipe: Recipe, *, on_point: Callable[[Progress], None],
+                 say: Callable[[str], None], limit: int | None, limit_source: str) -> None:
+        assert recipe.generate is not None
+        self.client, self.recipe, self.spec = client, recipe, recipe.generate
+        self.on_point, self.say = on_point, say
+        self.limit, self.limit_source = limit, limit_source
+        self.progress = Progress()
+        self.started = time.monotonic()
+        self.costs: dict[GenerateConfig, float] = {}
+
+    # ------------------------------------------------------------------ the pieces
+    def left(self) -> float:
+        return self.spec.time_budget_s - (time.monotonic() - self.started)
+
+    def measure(self, config: GenerateConfig, c: int, *, calls: int | None = None) -> PointResult:
+        t0 = time.monotonic()
+        res = self.client.generate(self.recipe.to_dict(), config.to_dict(), c, action="measure",
+                                   calls=calls or self.spec.calls, timeout=self.recipe.measure.timeout_s)
+        seconds = time.monotonic() - t0
+        self.costs[config] = seconds
+        crash = res.get("crash")
+        if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
+            return PointResult(config, c, "oom", crash.reason, seconds=seconds)
+        if res["status"] != "ok":
+            return PointResult(config, c, str(res["status"]), str(res["reason"]), seconds=seconds)
+        raw: Any = res
+        if raw.get("model"):
+            self.progress.model = dict(raw["model"])
+        return PointResult(config, c, "ok", point=point_from(config.label(), c, raw), tokens=raw["tokens"],
+                           seconds=seconds)
+
+    def concurrencies(self, ref: GenerateConfig) -> list[int]:
+        spec = self.spec
+        if spec.concurrency != "auto":
+            return list(spec.concurrency)
+        from autotune.generate.boundary import boundary_document, find_concurrency_boundary
+
+        self.say(f"concurrency boundary of {ref.label()} (limit "
+                 f"{'none' if self.limit is None else f'{self.limit / 2**30:.2f} GiB'}, {self.limit_source})")
+        found = find_concurrency_boundary(
+            self.client, self.recipe, ref, limit=self.limit, upper=spec.max_concurrency,
+            on_probe=lambda r, _p: self.say(f"  probe {r.batch_size} sequences: "
+                                            f"{'fits' if r.fits else 'does not fit'} ({r.seconds:.1f} s)"))
+        prompt_tokens = max(_bucket(n, spec.bucket) for n in _prompt_lengths(spec, self.progress.model))
+        self.progress.boundary = boundary_document(found, limit=self.limit, source=self.limit_source,
+                                                   prompt_tokens=prompt_tokens, new_tokens=spec.max_new_tokens,
+                                                   config=ref)
+        self.say(self.progress.boundary["sentence"])
+        top = found.max_batch_size
+        return sorted({2 ** k for k in range(int(math.log2(top)) + 1)} | {top})
+
+    # ------------------------------------------------------------------ the search
+    def run(self) -> Progress:
+        spec, prog = self.spec, self.progress
+        ref = reference(spec)
+        configs = grid(spec)
+        first = self.measure(ref, 1)
+        prog.points.append(first)
+        if first.status != "ok":
+            prog.stopped_by = "reference_failed"
+            prog.notes.append(f"the reference ({ref.label()}) failed at 1 sequence: {first.reason}")
+            return prog
+        self.on_point(prog)
+        levels = self.concurrencies(ref)
+        refs: dict[int, PointResult] = {1: first}
+        for c in levels:
+            for config in configs:
+                if c == 1 and config == ref:
+                    continue
+                predicted = self.costs.get(config, self.costs.get(ref, 0.0)) * (1.0 + 0.1 * math.log2(c))
+                if self.left() < predicted:
+                    prog.points.append(PointResult(config, c, "skipped", "generate.time_budget_s spent"))
+                    prog.stopped_by = "time_budget"
+                    continue
+                self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
+                result = self.measure(config, c)
+                if config == ref and result.status == "ok":
+                    refs[c] = result
+                self._check(result, refs.get(c))
+                prog.points.append(result)
+                self.on_point(prog)
+        prog.pick = self.pick()
+        if prog.pick is not None and self.left() > 0 and spec.rounds > 0:
+            prog.rounds = self.rounds(prog.pick, refs)
+            self._settle(refs)
+        self.on_point(prog)
+        return prog
+
+    def reference_tokens(self, c: int) -> list[list[int]] | None:
+        """The reference's greedy tokens at ``c`` sequences (what the artifact's ``load.py --check`` compares)."""
+        ref = reference(self.spec)
+        return next((r.tokens for r in self.progress.points if r.config == ref and r.concurrency == c
+                     and r.tokens is not None), None)
+
+    def _check(self, result: PointResult, ref: PointResult | None) -> None:
+        if result.status != "ok" or result.tokens is None:
+            return
+        if ref is None or ref.tokens is None:
+            result.reason = "not checked: the reference did not run at this concurrency"
+            result.status = "rejected"
+            return
+        if result is ref:
+            return
+        result.check = check_tokens(ref.tokens, result.tokens, exact=not result.config.lower_precision,
+                                    budget=self.spec.token_agreement)
+        if not result.check.passed:
+            result.status, result.reason = "rejected", result.check.reason
+
+    def eligible(self, r: PointResult) -> bool:
+        if r.status != "ok" or r.point is None:
+            return False
+        spec = self.spec
+        if spec.max_ttft_ms is not None and r.point.ttft.p99 > spec.max_ttft_ms:
+            return False
+        return spec.max_itl_ms is None or r.point.itl.p99 <= spec.max_itl_ms
+
+    def pick(self) -> PointResult | None:
+        ok = [r for r in self.progress.points if self.eligible(r)]
+        if not ok:
+            return None
+        best = max(ok, key=lambda r: r.point.tokens_per_s if r.point else 0.0)
+        assert best.point is not None
+        low = best.point.tokens_per_s_ci[0]
+        ties = [r for r in ok if r.concurrency == best.concurrency and r.point is not None
+                and r.point.tokens_per_s_ci[1] >= low]
+        return min(ties, key=lambda r: (r.config.simplicity, -(r.point.tokens_per_s if r.point else 0.0)))
+
+    def _settle(self, refs: dict[int, PointResult]) -> None:
+        """The rounds decide: a pick that is not surely faster than the reference (its ratio's interval holds 1,
+        or is below it) gives way to the reference at the same concurrency, the simpler setting."""
+        prog, pick = self.progress, self.progress.pick
+        if pick is None or prog.rounds is None:
+            return
+        comp = next((x for x in prog.rounds["comparisons"] if x["config"] == pick.config.label()), None)
+        ref = refs.get(pick.concurrency)
+        if comp is None or comp["verdict"] == "faster" or ref is None or not self.eligible(ref):
+            return
+        lo, hi = comp["ratio_ci"]
+        prog.notes.append(f"{pick.config.label()} led the screen, but side by side it was {comp['verdict']} against "
+                          f"{ref.config.label()} ({comp['ratio']:.2f}x, 95% CI {lo:.2f}-{hi:.2f}): the simpler "
+                          "reference is recommended")
+        prog.pick = ref
+
+    def rounds(self, pick: PointResult, refs: dict[int, PointResult]) -> dict[str, Any]:
+        c = pick.concurrency
+        ref = reference(self.spec)
+        # the static cache's best (compiled ones first): the ratio "static + compile vs dynamic eager"
+        static = [r for r in self.progress.points if r.concurrency == c and r.config.cache == "static"
+                  and r.status == "ok" and r.point is not None]
+        compiled = [r for r in static if r.config.compile != "none"] or static
+        contenders = [pick.config, ref]
+        if compiled:
+            fastest = max(compiled, key=lambda r: r.point.tokens_per_s if r.point else 0.0).config
+            if fastest not in contenders:
+                contenders.append(fastest)
+        contenders = list(dict.fromkeys(contenders))
+        rates: dict[GenerateConfig, list[float]] = {k: [] for k in contenders}
+        points: dict[GenerateConfig, list[GenPoint]] = {k: [] for k in contenders}
+        self.say(f"side-by-side rounds at {c} sequences: {', '.join(k.label() for k in contenders)}")
+        for _ in range(self.spec.rounds):
+            for config in contenders:
+                if self.left() <= 0:
+                    break
+                r = self.measure(config, c)
+                if r.status == "ok" and r.point is not None:
+                    rates[config].append(r.point.tokens_per_s)
+                    points[config].append(r.point)
+        out: dict[str, Any] = {"concurrency": c, "rounds": {k.label(): v for k, v in rates.items()},
+                               "comparisons": []}
+        base = rates[ref]
+        for config in contenders:
+            if config == ref or len(rates[config]) < 2 or len(base) < 2:
+                continue
+            ratio, ci = ratio_ci(rates[config], base, seed=len(out["comparisons"]))
+            verdict = "faster" if ci[0] > 1.0 else "slower" if ci[1] < 1.0 else "undecided"
+            entry: dict[str, Any] = {"config": config.label(), "against": ref.label(), "ratio": ratio,
+                                     "ratio_ci": list(ci), "verdict": verdict, "rounds": len(rates[config])}
+            entry.update(_payback(points[config], points[ref]))
+            out["comparisons"].append(entry)
+        return out
+
+
+def _payback(mine: list[GenPoint], ref: list[GenPoint]) -> dict[str, Any]:
+    """The compile cost (the first call's excess, median over processes) against the seconds a call saves."""
+    if not mine or not ref:
+        return {}
+    compile_s = sorted(p.compile_seconds for p in mine)[len(mine) // 2]
+    per_call = sorted(sum(p.call_seconds) / len(p.call_seconds) for p in mine)[len(mine) // 2]
+    ref_call = sorted(sum(p.call_seconds) / len(p.call_seconds) for p in ref)[len(ref) // 2]
+    saved = ref_call - per_call
+    calls = math.ceil(compile_s / saved) if saved > 0 else None
+    return {"compile_seconds": compile_s, "seconds_per_call": per_call, "reference_seconds_per_call": ref_call,
+            "payback_calls": calls,
+            "payback": (f"pays back its {compile_s:.1f} s of compile after {calls} calls" if calls is not None else
+                        f"never pays back its {compile_s:.1f} s of compile: it is not faster per call")}
+
+
+def _bucket(n: int, bucket: int) -> int:
+    return max(bucket, -(-n // bucket) * bucket)
+
+
+def _prompt_lengths(spec: GenerateSpec, model: dict[str, Any]) -> tuple[int, ...]:
+    lengths = model.get("prompt_lengths")
+    return tuple(lengths) if lengths else spec.prompt_lengths

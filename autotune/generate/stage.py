@@ -1,0 +1,118 @@
+"""``autotune run`` on a recipe with ``[generate]``: the generate search, its report and its artifact.
+
+The run's report.json is rewritten (atomically) after every point, so Ctrl-C, SIGTERM or a kill leaves a
+valid report of what was measured (``complete: false``, ``interrupted`` on Ctrl-C / SIGTERM); report.md and
+``generate.png`` follow at the end and on an interruption. The artifact is written last, only for a
+recommendation, and swapped in whole (:func:`autotune.deployment.swap_in`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.client import WorkerClient
+from autotune.core.events import OnEvent, emit
+from autotune.core.recipe import Recipe
+from autotune.environment import host_memory_available, machine_facts
+from autotune.generate.boundary import DEFAULT_BUDGET_FRACTION
+from autotune.generate.configs import from_label
+from autotune.generate.search import GenerateSearch, Progress
+from autotune.outdir import hold_out_dir
+from autotune.report.generate import GENERATE_PLOT, console_lines, markdown, plot
+from autotune.report.write import _atomic_write
+from autotune.runner import Runner
+from autotune.version import __version__
+
+REPORT_KIND = "generate"
+SCHEMA_VERSION = 1
+
+
+def run_generate(recipe: Recipe, out_dir: Path, *, on_event: OnEvent | None = None,
+                 artifact: bool = True) -> dict[str, Any]:
+    """The generate pipeline (see :mod:`autotune.generate.search`); returns the report document."""
+    spec = recipe.generate
+    assert spec is not None
+    t0 = time.monotonic()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = lambda text: emit(on_event, "generate", text)  # noqa: E731
+    doc: dict[str, Any] = {"kind": REPORT_KIND, "schema_version": SCHEMA_VERSION, "tool": {"version": __version__},
+                           "complete": False, "interrupted": False, "phase": "generate",
+                           "recipe": recipe.to_dict(), "environment": machine_facts(None), "generate": {}}
+    with contextlib.ExitStack() as held:
+        held.enter_context(hold_out_dir(out_dir))
+        device = recipe.device if recipe.device != "auto" else "cpu"
+        limit, source = _limit(recipe)
+        runner = held.enter_context(Runner(fresh_measure=True))
+        client = WorkerClient(runner)
+        search = GenerateSearch(client, recipe, on_point=lambda prog: _write(doc, prog, out_dir, t0, recipe),
+                                say=say, limit=limit, limit_source=source)
+        try:
+            progress = search.run()
+        except KeyboardInterrupt:
+            doc["interrupted"] = True
+            _write(doc, search.progress, out_dir, t0, recipe, full=True)
+            raise
+        _write(doc, progress, out_dir, t0, recipe)
+        rec = doc["generate"].get("recommendation")
+        if artifact and rec is not None:
+            doc["phase"] = "artifact"
+            say(f"artifact of {rec['config']} at {rec['concurrency']} sequences")
+            from autotune.generate.artifact import write_artifact
+
+            doc["artifact"] = write_artifact(client, recipe, from_label(rec["config"]), rec, progress.model,
+                                             out_dir, device=device,
+                                             reference_tokens=search.reference_tokens(rec["concurrency"]))
+        doc["complete"] = True
+        doc["phase"] = "done"
+        _write(doc, progress, out_dir, t0, recipe, full=True)
+    for line in console_lines(doc["generate"]):
+        say(line)
+    return doc
+
+
+def _limit(recipe: Recipe) -> tuple[int | None, str]:
+    if recipe.batch.memory_budget_bytes is not None:
+        return recipe.batch.memory_budget_bytes, "budget"
+    if recipe.device.startswith("cuda"):
+        return None, "device (the allocator's own out-of-memory error)"
+    available = host_memory_available()
+    if available is None:
+        return None, "unknown"
+    return int(available * DEFAULT_BUDGET_FRACTION), f"{DEFAULT_BUDGET_FRACTION:.0%} of the memory available"
+
+
+def section(progress: Progress, recipe: Recipe, seconds: float) -> dict[str, Any]:
+    spec = recipe.generate
+    assert spec is not None
+    pick = progress.pick
+    rec = None
+    if pick is not None and pick.point is not None:
+        rec = pick.point.to_dict()
+        rec["config_settings"] = pick.config.to_dict()
+        rec["tokens_check"] = pick.check.to_dict() if pick.check else {"passed": True, "reference": True}
+    lengths = progress.model.get("prompt_lengths") or list(spec.prompt_lengths)
+    workload = {"prompts": progress.model.get("prompts", spec.prompt_count), "prompt_lengths": lengths,
+                "bucket": spec.bucket, "new_tokens": list(spec.new_tokens), "check_tokens": spec.check_tokens,
+                "text": (f"{progress.model.get('prompts', spec.prompt_count)} prompts of {min(lengths)}-{max(lengths)} "
+                         f"tokens (left-padded to multiples of {spec.bucket}), {'/'.join(map(str, spec.new_tokens))} "
+                         f"new tokens each, greedy; the first {spec.check_tokens} tokens of every prompt checked "
+                         "against dynamic-cache eager fp32.")}
+    return {"model": progress.model, "workload": workload, "boundary": progress.boundary,
+            "points": [p.to_dict() for p in progress.points], "recommendation": rec, "rounds": progress.rounds,
+            "notes": list(progress.notes), "stopped_by": progress.stopped_by, "seconds": round(seconds, 3),
+            "reason": None if rec else "no configuration passed its checks within the limits"}
+
+
+def _write(doc: dict[str, Any], progress: Progress, out_dir: Path, t0: float, recipe: Recipe, *,
+           full: bool = False) -> None:
+    doc["generate"] = section(progress, recipe, time.monotonic() - t0)
+    _atomic_write(out_dir / "report.json", (json.dumps(doc, indent=2, default=str) + "\n").encode())
+    if full:
+        _atomic_write(out_dir / "report.md", markdown(doc).encode())
+        png = plot(doc["generate"])
+        if png is not None:
+            _atomic_write(out_dir / GENERATE_PLOT, png)
