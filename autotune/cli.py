@@ -486,7 +486,17 @@ def _describe_row(row: dict[str, Any]) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.generate.stage import generate_report
     from autotune.report.assemble import rerender
+
+    if generate_report(args.dir) is not None:
+        from autotune.generate.stage import rerender as rerender_generate
+        from autotune.report.generate import console_lines
+
+        gen = rerender_generate(args.dir)
+        print("\n".join(console_lines(gen["generate"])))
+        print(f"\nreports: {args.dir / 'report.md'}  {args.dir / 'report.json'}")
+        return EXIT_OK if gen["generate"].get("recommendation") is not None else EXIT_INFEASIBLE
 
     doc = rerender(args.dir, storage=args.storage)
     from autotune.report import console_table

@@ -178,3 +178,23 @@ def test_layouts_fit_the_cores_and_the_batch_grid_the_artifact() -> None:
     ranked = [ServingConfig(2, 1, 8, 2), ServingConfig(2, 1, 4, 2), ServingConfig(1, 2, 8, 1),
               ServingConfig(1, 1, 8, 1)]
     assert _diverse(ranked, 3) == [ranked[0], ranked[2], ranked[3]]  # one per layout first
+    one = [ServingConfig(1, 1, 8, 0), ServingConfig(1, 1, 8, 1), ServingConfig(1, 1, 8, 2), ServingConfig(1, 1, 2, 0),
+           ServingConfig(1, 1, 4, 5), ServingConfig(1, 1, 2, 1)]
+    # one layout: one per max batch before a second delay of the same max batch
+    assert _diverse(one, 3) == [one[0], one[3], one[4]]
+    assert _diverse(one, 4) == [one[0], one[1], one[3], one[4]]
+
+
+def test_an_overloaded_first_point_sends_the_next_under_what_the_server_answered() -> None:
+    """Offered 10x its capacity, the server still answers about its capacity: the next point goes just under
+    that, not 30% lower at a time (1,190 -> 833 -> 583 requests/s on a server that held 190)."""
+    rates: list[float] = []
+
+    def measure(rate: float, seconds: float) -> LoadPoint:
+        rates.append(rate)
+        point = _fake_point(rate, seconds, knee=100.0)
+        return point if rate <= 150 else LoadPoint(**{**point.__dict__, "achieved_rate": 120.0})
+
+    got = find_max_rate(measure, start=1000.0, deadline=time.monotonic() + 60, max_points=10)
+    assert rates[1] == pytest.approx(0.9 * 120.0)
+    assert 100.0 / 1.10 <= got.max_rate <= 100.0 * 1.02

@@ -248,7 +248,8 @@ class GenerateSearch:
             verdict = "faster" if ci[0] > 1.0 else "slower" if ci[1] < 1.0 else "undecided"
             entry: dict[str, Any] = {"config": config.label(), "against": ref.label(), "ratio": ratio,
                                      "ratio_ci": list(ci), "verdict": verdict, "rounds": len(rates[config])}
-            entry.update(_payback(points[config], points[ref]))
+            if config.compile != "none":
+                entry.update(_payback(points[config], points[ref]))
             out["comparisons"].append(entry)
         return out
 

@@ -74,6 +74,44 @@ def run_generate(recipe: Recipe, out_dir: Path, *, on_event: OnEvent | None = No
     return doc
 
 
+def generate_report(directory: Path) -> dict[str, Any] | None:
+    """``DIR/report.json`` when a ``[generate]`` run wrote it (``"kind": "generate"``), else None; an unreadable or
+    malformed one is an :class:`InputError` naming the file."""
+    from autotune.core.limits import MAX_REPORT_BYTES, read_text_limited
+    from autotune.errors import InputError
+
+    path = directory / "report.json"
+    try:
+        doc = json.loads(read_text_limited(path, MAX_REPORT_BYTES, what="report.json"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != REPORT_KIND:
+        return None
+    if not isinstance(doc.get("generate"), dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        raise InputError(f"{path}: field 'generate': not a generate report of schema version {SCHEMA_VERSION}")
+    return doc
+
+
+def rerender(directory: Path) -> dict[str, Any]:
+    """``autotune report DIR`` for a generate run: report.md and the plot again, from report.json (the run's
+    own record: a generate run keeps no study)."""
+    from autotune.errors import InputError
+
+    doc = generate_report(directory)
+    if doc is None:
+        raise InputError(f"{directory / 'report.json'}: not a generate run's report")
+    with hold_out_dir(directory):
+        try:
+            text, png = markdown(doc), plot(doc["generate"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise InputError(f"{directory / 'report.json'}: field 'generate': malformed ({type(exc).__name__}: "
+                             f"{exc})") from None
+        _atomic_write(directory / "report.md", text.encode())
+        if png is not None:
+            _atomic_write(directory / GENERATE_PLOT, png)
+    return doc
+
+
 def _limit(recipe: Recipe) -> tuple[int | None, str]:
     if recipe.batch.memory_budget_bytes is not None:
         return recipe.batch.memory_budget_bytes, "budget"

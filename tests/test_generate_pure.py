@@ -1,0 +1,143 @@
+"""The generate pipeline's pure parts: the ``[generate]`` table, the configurations, the token check, a point's
+statistics and the pick. The real thing (workers, transformers, the artifact) is tests/test_generate_e2e.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autotune.core.recipe import Recipe, parse_recipe
+from autotune.errors import RecipeError
+from autotune.generate.agreement import check_tokens, wilson_low
+from autotune.generate.configs import GenerateConfig, from_label, grid, reference
+from autotune.generate.points import point_from, ratio_ci
+from autotune.generate.search import GenerateSearch, PointResult
+
+PATH = Path("/tmp/r.toml")
+
+
+def _recipe(**generate: Any) -> Recipe:
+    return parse_recipe({"model": {"factory": "m.py:f"}, "generate": generate}, path=PATH)
+
+
+# ---- the recipe ------------------------------------------------------------------------------------------
+
+
+def test_a_generate_table_needs_no_inputs_and_survives_its_json_form() -> None:
+    r = _recipe(prompt_lengths=[40, 16, 16], new_tokens=[8, 4], cache="static", compile=["none", "default"],
+                concurrency=[4, 1], max_itl_ms=50)
+    assert r.inputs == () and r.generate is not None
+    assert r.generate.prompt_lengths == (16, 40) and r.generate.new_tokens == (4, 8)
+    assert r.generate.concurrency == (1, 4) and r.generate.cache == ("static",)
+    assert Recipe.from_dict(r.to_dict()) == r
+    assert "generate" not in parse_recipe({"model": {"factory": "m.py:f"}, "inputs": [{"shape": [3]}]},
+                                          path=PATH).to_dict()
+
+
+@pytest.mark.parametrize(("table", "words"), [
+    ({"compile": "default", "cache": "dynamic"}, ["generate.compile", "static"]),
+    ({"precisions": ["fp32", "bf61"]}, ["generate.precisions[1]", "bf16"]),
+    ({"cache": "paged"}, ["generate.cache", "allowed: dynamic, static"]),
+    ({"token_agreement": 1.5}, ["generate.token_agreement", "(0, 1]"]),
+    ({"prompts_kwargs": {"n": 3}}, ["generate.prompts_kwargs", "generate.prompts"]),
+    ({"prompts": "nofunction"}, ["generate.prompts", "factory reference"]),
+    ({"new_tokens": 0}, ["generate.new_tokens", "positive integer"]),
+    ({"prompt_lengths": [10, 100000]}, ["generate.prompt_lengths", "limit"]),
+    ({"concurrency": "many"}, ["generate.concurrency", "auto"]),
+    ({"max_tokens": 3}, ["generate.max_tokens", "unknown key"]),
+])
+def test_a_bad_generate_table_names_the_file_the_field_and_what_is_allowed(table: dict[str, Any],
+                                                                          words: list[str]) -> None:
+    with pytest.raises(RecipeError) as err:
+        _recipe(**table)
+    assert str(PATH) in str(err.value)
+    for w in words:
+        assert w in str(err.value)
+
+
+# ---- the configurations ----------------------------------------------------------------------------------
+
+
+def test_the_grid_starts_with_the_reference_and_compiles_only_a_static_cache() -> None:
+    r = _recipe(cache=["static", "dynamic"], compile=["none", "default"], attention=["eager", "sdpa"],
+                precisions=["int8", "fp32"])
+    assert r.generate is not None
+    configs = grid(r.generate)
+    assert configs[0] == reference(r.generate) == GenerateConfig()
+    assert all(c.cache == "static" for c in configs if c.compile != "none")
+    assert len(configs) == len(set(configs)) == 2 * 2 * 2 + 2 * 2  # static x 2 modes, dynamic x none
+    for c in configs:
+        assert from_label(c.label()) == c
+    assert GenerateConfig().simplicity < GenerateConfig("static", "default").simplicity
+    assert reference(_recipe(attention="eager").generate).attention == "eager"  # type: ignore[arg-type]
+
+
+# ---- the token check -------------------------------------------------------------------------------------
+
+
+def test_fp32_must_agree_exactly_and_names_the_first_difference() -> None:
+    ref = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    ok = check_tokens(ref, [[1, 2, 3, 4], [5, 6, 7, 8]], exact=True, budget=0.9)
+    assert ok.passed and ok.first_difference is None and ok.prompts_identical == 2
+    bad = check_tokens(ref, [[1, 2, 3, 4], [5, 6, 9, 8]], exact=True, budget=0.9)
+    assert not bad.passed and bad.first_difference == (1, 2)
+    assert "prompt 1, token 2" in bad.reason
+    # positions after a difference are not compared: the prefix before it agrees
+    assert bad.agreeing == 4 + 2 and bad.compared == 8
+
+
+def test_a_lower_precision_passes_on_the_lower_end_of_its_agreement_interval() -> None:
+    ref = [[t for t in range(32)] for _ in range(8)]
+    near = [list(r) for r in ref]
+    near[0][31] = -1  # 255 of 256 positions agree
+    assert check_tokens(ref, near, exact=False, budget=0.95).passed
+    few = check_tokens([[1, 2]], [[1, 2]], exact=False, budget=0.95)
+    assert not few.passed and "too few" in few.reason  # 2 of 2 cannot show 95%
+    assert wilson_low(2, 2) < 0.5 < wilson_low(255, 256)
+
+
+# ---- a point's statistics --------------------------------------------------------------------------------
+
+
+def test_a_point_counts_useful_tokens_and_leaves_the_compile_spike_out_of_the_steady_itl() -> None:
+    rng = np.random.default_rng(3)
+    itl = [list(0.010 + rng.normal(0, 0.0002, 31)) for _ in range(6)]
+    itl[0][0] = 0.900  # a recompile in the first timed step
+    raw = {"call_seconds": [0.40] * 6, "useful_tokens": [100] * 6, "generated_tokens": [128] * 6, "itl": itl,
+           "ttft": [0.02] * 6, "first_call_seconds": 5.4, "recompiles": 1, "peak_memory_bytes": 2**30}
+    p = point_from("static+compile:default/sdpa/fp32", 4, raw)
+    assert p.tokens_per_s == pytest.approx(600 / 2.4) and p.generated_per_s == pytest.approx(768 / 2.4)
+    assert p.compile_seconds == pytest.approx(5.0)
+    assert p.itl.p99 < 20.0  # the 900 ms step is not the p99
+    assert p.itl.p50 == pytest.approx(10.0, rel=0.05)
+    assert p.tokens_per_s_ci[0] <= p.tokens_per_s <= p.tokens_per_s_ci[1]
+    assert p.to_dict()["recompiles"] == 1
+    r, (lo, hi) = ratio_ci([2.0, 2.1, 1.9], [1.0, 1.05, 0.95])
+    assert r == pytest.approx(2.0) and lo < 2.0 < hi and lo > 1.5
+
+
+def _result(label: str, c: int, rate: float, ci: tuple[float, float], status: str = "ok") -> PointResult:
+    point = SimpleNamespace(tokens_per_s=rate, tokens_per_s_ci=ci, ttft=SimpleNamespace(p99=10.0),
+                            itl=SimpleNamespace(p99=5.0))
+    return PointResult(from_label(label), c, status, point=point)  # type: ignore[arg-type]
+
+
+def test_the_pick_is_the_fastest_and_a_tie_goes_to_the_simpler_setting() -> None:
+    search = GenerateSearch.__new__(GenerateSearch)
+    search.spec = _recipe(max_itl_ms=8).generate  # type: ignore[assignment]
+    search.progress = SimpleNamespace(points=[  # type: ignore[assignment]
+        _result("dynamic/sdpa/fp32", 8, 900, (850, 950)),
+        _result("static+compile:default/sdpa/fp32", 8, 940, (900, 980)),  # overlaps: the simpler one wins
+        _result("static/sdpa/int8", 16, 2000, (1900, 2100), status="rejected"),  # tokens disagreed
+        _result("dynamic/sdpa/fp32", 4, 500, (480, 520)),
+    ])
+    pick = search.pick()
+    assert pick is not None and pick.config == GenerateConfig() and pick.concurrency == 8
+    search.progress.points.append(_result("static/sdpa/fp32", 16, 1500, (1450, 1550)))
+    assert search.pick().concurrency == 16  # type: ignore[union-attr]
+    search.spec = _recipe(max_itl_ms=4).generate  # type: ignore[assignment]
+    assert search.pick() is None  # every ITL p99 (5 ms) is over the limit
