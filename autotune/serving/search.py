@@ -555,6 +555,14 @@ class ServingSearch:
         """Say so when the search's knobs bought nothing over the naive server, and what the calibration says
         about why (a batch's cost per sample against a single call's)."""
         naive = next((m for m in self.measured if m.role == "naive" and m.max_rate > 0), None)
+        loop = next((m for m in self.measured if m.role == "batch-loop" and m.max_rate > 0), None)
+        if (pick is not None and naive is not None and pick.max_rate >= 1.1 * naive.max_rate and loop is not None
+                and pick is not loop and pick.max_rate < 1.1 * loop.max_rate):
+            note = (f"batching helps here ({pick.max_rate / naive.max_rate:.2f}x the naive server), but the batch "
+                    f"loop's own max batch and wait, served as they are, already get most of it: the search's pick "
+                    f"is {pick.max_rate / loop.max_rate:.2f}x that baseline ({loop.max_rate:.0f} requests/s)")
+            if note not in self.notes:
+                self.notes.append(note)
         if pick is None or naive is None or pick.max_rate >= 1.1 * naive.max_rate:
             return
         text = (f"batching and instances did not beat the naive server here ({pick.max_rate / naive.max_rate:.2f}x "
