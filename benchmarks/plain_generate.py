@@ -35,11 +35,17 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--via-load", action="store_true")
     ap.add_argument("--probe", type=int, default=0, help="one call at this concurrency, worst case: peak memory")
+    ap.add_argument("--config", help="CACHE[+compile:MODE]/ATTENTION/PRECISION instead of generate.json's (the "
+                    "boundary's configuration, e.g. dynamic/sdpa/fp32)")
     args = ap.parse_args()
     settings = json.loads((args.artifact / "generate.json").read_text())
     data = json.loads((args.artifact / "prompts.json").read_text())
     cfg = settings["config"]
-    if args.via_load:
+    if args.config:
+        head, attention, precision = args.config.split("/")
+        cache, _, mode = head.partition("+compile:")
+        cfg = {"cache": cache, "compile": mode or "none", "attention": attention, "precision": precision}
+    if args.via_load and not args.config:
         sys.path.insert(0, str(args.artifact))
         from load import load  # the artifact's own
 

@@ -72,6 +72,10 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     md = (out / "report.md").read_text()
     assert "## Configurations" in md and "continuous batching" in md
     assert (out / "generate.png").stat().st_size > 1000
+    (out / "report.md").unlink()
+    code, stdout, err = run_cli("report", str(out))  # rendered again from report.json (no study)
+    assert code == 0, err
+    assert "useful tokens/s" in stdout and "## Configurations" in (out / "report.md").read_text()
 
     artifact = out / "artifact"
     settings = json.loads((artifact / "generate.json").read_text())

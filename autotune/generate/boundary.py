@@ -1,7 +1,8 @@
 """The concurrency boundary: how many sequences one ``generate`` call can decode before memory runs out.
 
-The batch boundary's machinery (:func:`autotune.batch.find_max_batch_size`, then
-:func:`autotune.batch.refine_max_batch_size` at the answer) on a different probe: ``generate`` at ``c``
+The batch boundary's search (:func:`autotune.batch.find_max_batch_size`; every probe is a fresh process, so a
+search that ends on memory has probed b and b + 1 as a deployment would, and needs no
+:func:`autotune.batch.refine_max_batch_size`) on a different probe: ``generate`` at ``c``
 sequences, every one at the longest prompt bucket and decoding the most new tokens (the worst case a deployment
 of this workload meets), in a fresh worker each (torch, transformers, the model at its precision, the prompts,
 the KV cache, the logits: what a deployment process holds). The limit is the recipe's ``batch.memory_budget``,
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.batch import BatchBoundary, ProbeRecord, ProbeResult, find_max_batch_size, refine_max_batch_size
+from autotune.batch import BatchBoundary, ProbeRecord, ProbeResult, find_max_batch_size
 from autotune.client import WorkerClient
 from autotune.core.recipe import Recipe
 from autotune.errors import VariantError
@@ -53,13 +54,10 @@ def find_concurrency_boundary(client: WorkerClient, recipe: Recipe, config: Gene
                               ) -> BatchBoundary:
     """The largest concurrency (<= ``upper``) whose worst-case call fits ``limit``; confirmed at b and b + 1."""
     probe = probe_function(client, recipe, config, budget=limit)
-    found = find_max_batch_size(probe, granularity=1, max_batch_size=upper, memory_limit_bytes=limit,
-                                on_probe=on_probe, clock=time.monotonic)
-    if found.stopped_early or limit is None:
-        return found
-    # every probe already ran in a fresh process, so the confirmation only adds the probes at b and b + 1 the
-    # search may not have made (answers it has are not probed again)
-    return refine_max_batch_size(probe, found, on_probe=on_probe, clock=time.monotonic)
+    # every probe ran in a fresh process: a search that ended on memory probed b (fits) and b + 1 (does not) as a
+    # deployment process would, which is what the batch boundary's refinement adds to its reused-worker search
+    return find_max_batch_size(probe, granularity=1, max_batch_size=upper, memory_limit_bytes=limit,
+                               on_probe=on_probe, clock=time.monotonic)
 
 
 def boundary_document(found: BatchBoundary, *, limit: int | None, source: str, prompt_tokens: int,

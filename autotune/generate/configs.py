@@ -7,10 +7,9 @@ dynamic eager" is taken against it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from itertools import product
 
-from autotune.core.recipe import GenerateSpec
+from autotune.core.recipe import GenerateConfig, GenerateSpec
 
 #: Simplicity rank of each setting (lower: simpler to deploy and to trust): ties go to the simpler one.
 _RANK = {"dynamic": 0, "static": 1, "none": 0, "default": 1, "reduce-overhead": 2,
@@ -18,28 +17,12 @@ _RANK = {"dynamic": 0, "static": 1, "none": 0, "default": 1, "reduce-overhead": 
          "fp32": 0, "bf16": 1, "fp16": 1, "int8": 2, "int4": 3}
 
 
-@dataclass(frozen=True)
-class GenerateConfig:
-    cache: str = "dynamic"
-    compile: str = "none"
-    attention: str = "sdpa"
-    precision: str = "fp32"
+def lower_precision(config: GenerateConfig) -> bool:
+    return config.precision != "fp32"
 
-    def label(self) -> str:
-        """``static+compile:default/sdpa/fp32``: what the report and the console call it."""
-        compiled = "" if self.compile == "none" else f"+compile:{self.compile}"
-        return f"{self.cache}{compiled}/{self.attention}/{self.precision}"
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-    @property
-    def lower_precision(self) -> bool:
-        return self.precision != "fp32"
-
-    @property
-    def simplicity(self) -> int:
-        return sum(_RANK.get(v, 5) for v in (self.cache, self.compile, self.attention, self.precision))
+def simplicity(config: GenerateConfig) -> int:
+    return sum(_RANK.get(v, 5) for v in (config.cache, config.compile, config.attention, config.precision))
 
 
 def reference(spec: GenerateSpec) -> GenerateConfig:
@@ -61,6 +44,4 @@ def grid(spec: GenerateSpec) -> list[GenerateConfig]:
 
 def from_label(label: str) -> GenerateConfig:
     """Inverse of :meth:`GenerateConfig.label` (for report.json read back)."""
-    head, attention, precision = label.split("/")
-    cache, _, mode = head.partition("+compile:")
-    return GenerateConfig(cache, mode or "none", attention, precision)
+    return GenerateConfig.from_label(label)

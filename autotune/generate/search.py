@@ -33,7 +33,7 @@ from typing import Any
 from autotune.client import WorkerClient
 from autotune.core.recipe import GenerateSpec, Recipe
 from autotune.generate.agreement import TokenCheck, check_tokens
-from autotune.generate.configs import GenerateConfig, grid, reference
+from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference, simplicity
 from autotune.generate.points import GenPoint, point_from, ratio_ci
 from autotune.runner import WorkerCrash
 
@@ -99,8 +99,12 @@ class GenerateSearch:
         raw: Any = res
         if raw.get("model"):
             self.progress.model = dict(raw["model"])
-        return PointResult(config, c, "ok", point=point_from(config.label(), c, raw), tokens=raw["tokens"],
-                           seconds=seconds)
+        point = point_from(config.label(), c, raw)
+        if self.limit is not None and point.peak_memory_bytes is not None and point.peak_memory_bytes > self.limit:
+            return PointResult(config, c, "rejected", f"peak {point.peak_memory_bytes / 2**20:,.0f} MiB is over the "
+                               f"memory limit ({self.limit / 2**20:,.0f} MiB, {self.limit_source})", point=point,
+                               tokens=raw["tokens"], seconds=seconds)
+        return PointResult(config, c, "ok", point=point, tokens=raw["tokens"], seconds=seconds)
 
     def concurrencies(self, ref: GenerateConfig) -> list[int]:
         spec = self.spec
@@ -174,7 +178,7 @@ class GenerateSearch:
             return
         if result is ref:
             return
-        result.check = check_tokens(ref.tokens, result.tokens, exact=not result.config.lower_precision,
+        result.check = check_tokens(ref.tokens, result.tokens, exact=not lower_precision(result.config),
                                     budget=self.spec.token_agreement)
         if not result.check.passed:
             result.status, result.reason = "rejected", result.check.reason
@@ -196,7 +200,7 @@ class GenerateSearch:
         low = best.point.tokens_per_s_ci[0]
         ties = [r for r in ok if r.concurrency == best.concurrency and r.point is not None
                 and r.point.tokens_per_s_ci[1] >= low]
-        return min(ties, key=lambda r: (r.config.simplicity, -(r.point.tokens_per_s if r.point else 0.0)))
+        return min(ties, key=lambda r: (simplicity(r.config), -(r.point.tokens_per_s if r.point else 0.0)))
 
     def _settle(self, refs: dict[int, PointResult]) -> None:
         """The rounds decide: a pick that is not surely faster than the reference (its ratio's interval holds 1,

@@ -108,7 +108,7 @@ one as its JSON form, which the worker reads back with ``Recipe.from_dict``. Dep
 
 from __future__ import annotations
 
-from autotune.core.recipe.generate import GenerateSpec
+from autotune.core.recipe.generate import GenerateConfig, GenerateSpec
 from autotune.core.recipe.parse import load_recipe, parse_recipe
 from autotune.core.recipe.reader import closest
 from autotune.core.recipe.spec import (
@@ -145,6 +145,7 @@ __all__ = [
     "BatchSpec",
     "Constraints",
     "DataSpec",
+    "GenerateConfig",
     "GenerateSpec",
     "InputSpec",
     "MeasureSpec",

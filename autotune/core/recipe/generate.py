@@ -28,6 +28,36 @@ MAX_TOKENS = 32_768
 
 
 @dataclass(frozen=True)
+class GenerateConfig:
+    """One configuration of ``generate``: the parent searches them (:mod:`autotune.generate.configs`), the worker
+    builds them (:mod:`autotune.worker.generation.build`); the request carries :meth:`to_dict`."""
+
+    cache: str = "dynamic"
+    compile: str = "none"
+    attention: str = "sdpa"
+    precision: str = "fp32"
+
+    def label(self) -> str:
+        """``static+compile:default/sdpa/fp32``: what the report and the console call it."""
+        compiled = "" if self.compile == "none" else f"+compile:{self.compile}"
+        return f"{self.cache}{compiled}/{self.attention}/{self.precision}"
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GenerateConfig:
+        return cls(**{k: str(data[k]) for k in ("cache", "compile", "attention", "precision")})
+
+    @classmethod
+    def from_label(cls, label: str) -> GenerateConfig:
+        """Inverse of :meth:`label`."""
+        head, attention, precision = label.split("/")
+        cache, _, mode = head.partition("+compile:")
+        return cls(cache, mode or "none", attention, precision)
+
+
+@dataclass(frozen=True)
 class GenerateSpec:
     """``[generate]``: greedy ``model.generate(...)`` measured per configuration and concurrency.
 

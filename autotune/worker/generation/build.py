@@ -9,27 +9,14 @@ every prompt), so what is measured is what a transformers user deploying this se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from autotune.core.recipe import GenerateConfig as Config
 from autotune.errors import VariantError, WorkloadError
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Config:
-    cache: str = "dynamic"
-    compile: str = "none"
-    attention: str = "sdpa"
-    precision: str = "fp32"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, str]) -> Config:
-        return cls(**{k: str(data[k]) for k in ("cache", "compile", "attention", "precision")})
 
 
 def check_generative(model: torch.nn.Module, *, where: str) -> None:
