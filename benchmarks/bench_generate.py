@@ -12,9 +12,9 @@
    the report's figure.
 3. Tokens: ``OUT/artifact/load.py --check`` in a plain process: the run's prompts give the reference's greedy
    tokens.
-4. Boundary (``concurrency = "auto"``): plain processes' peak resident memory for one worst-case call at b and
-   at b + 1 (three processes each, the boundary's own configuration) against the limit: the largest at b within
-   it and the largest at b + 1 over it, each within +-3% of the limit.
+4. Boundary (``concurrency = "auto"``): plain processes' peak resident memory for a worst-case call and the
+   workload's calls after it at b and at b + 1 (three processes each, the boundary's own configuration) against
+   the limit: the largest at b within it and the largest at b + 1 over it, each within +-3% of the limit.
 """
 
 from __future__ import annotations
@@ -108,8 +108,10 @@ def boundary(out: Path, doc: dict[str, Any], repeats: int = 3) -> dict[str, Any]
     limit, n = int(b["memory_limit_bytes"]), int(b["max_concurrency"])
     # the boundary's own configuration (the reference), which may not be the recommendation's; REPEATS plain
     # processes at each (a process's peak at one concurrency varies by several percent: allocator and timing)
-    at = [plain(out / "artifact", "--probe", str(n), "--config", b["config"])["vmhwm_bytes"] for _ in range(repeats)]
-    above = [plain(out / "artifact", "--probe", str(n + 1), "--config", b["config"])["vmhwm_bytes"]
+    calls = str(doc["recipe"]["generate"]["calls"])
+    at = [plain(out / "artifact", "--probe", str(n), "--calls", calls, "--config", b["config"])["vmhwm_bytes"]
+          for _ in range(repeats)]
+    above = [plain(out / "artifact", "--probe", str(n + 1), "--calls", calls, "--config", b["config"])["vmhwm_bytes"]
              for _ in range(repeats)]
     # a deployment's worst case decides: b fits if its largest peak is within the limit (+3%), b + 1 does not if
     # its largest peak is over it (-3%)

@@ -2,7 +2,7 @@
 
     python plain_generate.py ARTIFACT --calls 5                 # model.generate with generate.json's settings
     python plain_generate.py ARTIFACT --calls 5 --via-load      # the artifact's own load.py instead
-    python plain_generate.py ARTIFACT --probe 12                # peak resident memory of one worst-case call
+    python plain_generate.py ARTIFACT --probe 12 --calls 4      # peak memory: a worst-case call, then 4 calls
 
 The model is the artifact's saved one (``ARTIFACT/model``), the prompts the run's (``prompts.json``), batched as
 the run batched them (``concurrency`` at a time, cyclically, left-padded to the bucket of each batch's longest).
@@ -93,9 +93,12 @@ def main() -> int:
         useful = c * max(wanted) if worst else sum(wanted[i] for i in idx)
         return ids, mask, new, useful, idx
 
-    if args.probe:
+    if args.probe:  # the worst case, then --calls of the workload's batches (as autotune's probe)
         ids, mask, new, _, _ = batch(0, args.probe, worst=True)
         generate(ids, mask, new)
+        for k in range(1, args.calls + 1):
+            ids, mask, new, _, _ = batch(k, args.probe)
+            generate(ids, mask, new)
         print(json.dumps({"concurrency": args.probe, "vmhwm_bytes": vmhwm()}))
         return 0
 

@@ -1,13 +1,14 @@
 """The concurrency boundary: how many sequences one ``generate`` call can decode before memory runs out.
 
-The batch boundary's search (:func:`autotune.batch.find_max_batch_size`; every probe is a fresh process, so a
-search that ends on memory has probed b and b + 1 as a deployment would, and needs no
-:func:`autotune.batch.refine_max_batch_size`) on a different probe: ``generate`` at ``c``
-sequences, every one at the longest prompt bucket and decoding the most new tokens (the worst case a deployment
-of this workload meets), in a fresh worker each (torch, transformers, the model at its precision, the prompts,
-the KV cache, the logits: what a deployment process holds). The limit is the recipe's ``batch.memory_budget``,
-else half the host memory available at the start (CPU), or the memory free to a fresh process on the GPU, where
-the allocator is capped at it and "does not fit" is its own out-of-memory error.
+The batch boundary's search (:func:`autotune.batch.find_max_batch_size`; every probe is a fresh process, so a search
+that ends on memory has probed b and b + 1 as a deployment would, and needs no
+:func:`autotune.batch.refine_max_batch_size`) on a different probe: ``generate`` at ``c`` sequences, first every one
+at the longest prompt bucket decoding the most new tokens (the worst case a deployment of this workload meets), then
+``generate.calls`` of the workload's own batches (a serving process's peak after several calls of mixed shapes is
+above one call's), in a fresh worker each (torch, transformers, the model at its precision, the prompts, the KV
+cache, the logits: what a deployment process holds). The limit is the recipe's ``batch.memory_budget``, else half
+the host memory available at the start (CPU), or the memory free to a fresh process on the GPU, where the allocator
+is capped at it and "does not fit" is its own out-of-memory error.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ DEFAULT_BUDGET_FRACTION = 0.5
 def probe_function(client: WorkerClient, recipe: Recipe, config: GenerateConfig, *, budget: int | None
                    ) -> Callable[[int], ProbeResult]:
     data = recipe.to_dict()
+    spec = recipe.generate
+    assert spec is not None
 
     def probe(c: int) -> ProbeResult:
         res = client.generate(data, config.to_dict(), c, action="probe", memory_budget_bytes=budget,
-                              timeout=recipe.measure.timeout_s)
+                              calls=spec.calls, timeout=recipe.measure.timeout_s)
         crash = res.get("crash")
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, error=crash.reason)
