@@ -137,7 +137,7 @@ class WorkerClient:
                                 "profile": profile}
         return self.runner.call(req, timeout=timeout)
 
-    def generate(self, recipe: RecipeLike, config: Mapping[str, str], concurrency: int, *, action: GenerateAction,
+    def generate(self, recipe: RecipeLike, config: Mapping[str, Any], concurrency: int, *, action: GenerateAction,
                  calls: int = 0, memory_budget_bytes: int | None = None, directory: str | Path | None = None,
                  timeout: float) -> GenerateOutcome | Outcome | CallFailure:
         """One ``[generate]`` configuration at ``concurrency`` sequences: measured, probed for memory or saved

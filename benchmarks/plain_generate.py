@@ -44,7 +44,11 @@ def main() -> int:
     if args.config:
         head, attention, precision = args.config.split("/")
         cache, _, mode = head.partition("+compile:")
-        cfg = {"cache": cache, "compile": mode or "none", "attention": attention, "precision": precision}
+        precision, _, threads = precision.partition("@")
+        cfg = {"cache": cache, "compile": mode or "none", "attention": attention, "precision": precision,
+               "threads": int(threads.rstrip("t") or 0)}
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))
     if args.via_load and not args.config:
         sys.path.insert(0, str(args.artifact))
         from load import load  # the artifact's own

@@ -49,6 +49,7 @@ def test_a_generate_table_needs_no_inputs_and_survives_its_json_form() -> None:
     ({"prompt_lengths": [10, 100000]}, ["generate.prompt_lengths", "limit"]),
     ({"concurrency": "many"}, ["generate.concurrency", "auto"]),
     ({"max_tokens": 3}, ["generate.max_tokens", "unknown key"]),
+    ({"threads": [0]}, ["generate.threads[0]", "positive integer"]),
 ])
 def test_a_bad_generate_table_names_the_file_the_field_and_what_is_allowed(table: dict[str, Any],
                                                                           words: list[str]) -> None:
@@ -74,6 +75,9 @@ def test_the_grid_starts_with_the_reference_and_compiles_only_a_static_cache() -
         assert from_label(c.label()) == c
     assert simplicity(GenerateConfig()) < simplicity(GenerateConfig("static", "default"))
     assert reference(_recipe(attention="eager").generate).attention == "eager"  # type: ignore[arg-type]
+    threaded = grid(_recipe(cache="dynamic", threads=[2, 1]).generate)  # type: ignore[arg-type]
+    assert [c.label() for c in threaded] == ["dynamic/sdpa/fp32", "dynamic/sdpa/fp32@1t", "dynamic/sdpa/fp32@2t"]
+    assert from_label("static+compile:default/sdpa/int8@2t") == GenerateConfig("static", "default", "sdpa", "int8", 2)
 
 
 # ---- the token check -------------------------------------------------------------------------------------

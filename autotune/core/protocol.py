@@ -153,7 +153,7 @@ class GenerateRequest(TypedDict):
 
     op: Literal["generate"]
     recipe: dict[str, Any]
-    config: dict[str, str]  # cache, compile, attention, precision (autotune.generate.configs.GenerateConfig)
+    config: dict[str, Any]  # GenerateConfig.to_dict(): cache, compile, attention, precision, threads
     concurrency: int
     action: GenerateAction
     calls: int

@@ -56,6 +56,8 @@ def load(device=None):
 
     config = SETTINGS["config"]
     device = torch.device(device or SETTINGS.get("device") or "cpu")
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
     model = AutoModelForCausalLM.from_pretrained(HERE / "model", attn_implementation=config["attention"])
     model = model.eval().to(device)
     precision = config["precision"]

@@ -22,21 +22,23 @@ def lower_precision(config: GenerateConfig) -> bool:
 
 
 def simplicity(config: GenerateConfig) -> int:
-    return sum(_RANK.get(v, 5) for v in (config.cache, config.compile, config.attention, config.precision))
+    return sum(_RANK.get(v, 5) for v in (config.cache, config.compile, config.attention, config.precision)) + \
+        (1 if config.threads else 0)
 
 
 def reference(spec: GenerateSpec) -> GenerateConfig:
-    """Dynamic cache, no compile, fp32, the recipe's first attention (sdpa when it lists it)."""
+    """Dynamic cache, no compile, fp32, the recipe's first attention (sdpa when it lists it), torch's threads."""
     return GenerateConfig(attention="sdpa" if "sdpa" in spec.attention else spec.attention[0])
 
 
 def grid(spec: GenerateSpec) -> list[GenerateConfig]:
     """Every configuration the recipe asks for (compile only with the static cache), the reference first."""
     out = [reference(spec)]
-    for cache, mode, attention, precision in product(spec.cache, spec.compile, spec.attention, spec.precisions):
+    for cache, mode, attention, precision, threads in product(spec.cache, spec.compile, spec.attention,
+                                                              spec.precisions, spec.threads or (0,)):
         if mode != "none" and cache != "static":
             continue
-        c = GenerateConfig(cache, mode, attention, precision)
+        c = GenerateConfig(cache, mode, attention, precision, threads)
         if c not in out:
             out.append(c)
     return out

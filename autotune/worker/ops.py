@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -618,6 +619,9 @@ def op_generate(state: WorkerState, req: GenerateRequest) -> GenerateOutcome | O
                                                       tool_bytes=TOOL_IMPORT_BYTES))
     finally:
         reset_compiler_state()
+        cache = os.environ.pop("TORCHINDUCTOR_CACHE_DIR", "")  # the cold compile's own cache (generation.run)
+        if "autotune-inductor-" in cache:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 #: Each op's function; a request's ``op`` picks one (the request's type is the op's: see the signatures).

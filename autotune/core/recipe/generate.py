@@ -36,25 +36,30 @@ class GenerateConfig:
     compile: str = "none"
     attention: str = "sdpa"
     precision: str = "fp32"
+    #: torch's intra-op threads in the process; 0: torch's default (the process's CPUs)
+    threads: int = 0
 
     def label(self) -> str:
-        """``static+compile:default/sdpa/fp32``: what the report and the console call it."""
+        """``static+compile:default/sdpa/fp32`` (``@2t`` added for 2 threads): what the report calls it."""
         compiled = "" if self.compile == "none" else f"+compile:{self.compile}"
-        return f"{self.cache}{compiled}/{self.attention}/{self.precision}"
+        threads = f"@{self.threads}t" if self.threads else ""
+        return f"{self.cache}{compiled}/{self.attention}/{self.precision}{threads}"
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> GenerateConfig:
-        return cls(**{k: str(data[k]) for k in ("cache", "compile", "attention", "precision")})
+        return cls(**{k: str(data[k]) for k in ("cache", "compile", "attention", "precision")},
+                   threads=int(data.get("threads") or 0))
 
     @classmethod
     def from_label(cls, label: str) -> GenerateConfig:
         """Inverse of :meth:`label`."""
-        head, attention, precision = label.split("/")
+        head, attention, tail = label.split("/")
+        precision, _, threads = tail.partition("@")
         cache, _, mode = head.partition("+compile:")
-        return cls(cache, mode or "none", attention, precision)
+        return cls(cache, mode or "none", attention, precision, int(threads.rstrip("t") or 0))
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class GenerateSpec:
     compile: tuple[str, ...] = ("none",)
     attention: tuple[str, ...] = ("sdpa",)
     precisions: tuple[str, ...] = ("fp32",)
+    #: torch's intra-op threads per process to try; empty: torch's default only
+    threads: tuple[int, ...] = ()
     #: Greedy tokens compared with eager fp32's, per prompt: fp32 configurations must agree exactly.
     check_tokens: int = 16
     #: Lower precisions: the share of compared token positions (up to the first difference of each prompt,
@@ -110,7 +117,7 @@ class GenerateSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["prompts_kwargs"] = dict(self.prompts_kwargs)
-        for key in ("prompt_lengths", "new_tokens", "cache", "compile", "attention", "precisions"):
+        for key in ("prompt_lengths", "new_tokens", "cache", "compile", "attention", "precisions", "threads"):
             data[key] = list(data[key])
         if not isinstance(self.concurrency, str):
             data["concurrency"] = list(self.concurrency)
@@ -120,7 +127,8 @@ class GenerateSpec:
     def from_dict(cls, data: dict[str, Any]) -> GenerateSpec:
         d = dict(data)
         d["prompts_kwargs"] = tuple(sorted(dict(d.get("prompts_kwargs") or {}).items()))
-        for key in ("prompt_lengths", "new_tokens", "cache", "compile", "attention", "precisions"):
+        d.setdefault("threads", [])
+        for key in ("prompt_lengths", "new_tokens", "cache", "compile", "attention", "precisions", "threads"):
             d[key] = tuple(d[key])
         if not isinstance(d["concurrency"], str):
             d["concurrency"] = tuple(d["concurrency"])
@@ -163,6 +171,7 @@ def parse_generate(path: Path, table: dict[str, Any] | None) -> GenerateSpec | N
         compile=compile_modes,
         attention=r.choices("attention", ATTENTIONS, GenerateSpec.attention),
         precisions=r.choices("precisions", GENERATE_PRECISIONS, GenerateSpec.precisions),
+        threads=_threads(r),
         check_tokens=r.positive("check_tokens", int, GenerateSpec.check_tokens),
         token_agreement=agreement,
         bucket=r.positive("bucket", int, GenerateSpec.bucket),
@@ -174,6 +183,16 @@ def parse_generate(path: Path, table: dict[str, Any] | None) -> GenerateSpec | N
         seed=r.positive("seed", int, 0, allow_zero=True),
         base_dir=str(path.resolve().parent),
     )
+
+
+def _threads(r: TableReader) -> tuple[int, ...]:
+    if "threads" not in r.table:
+        return ()
+    counts = r.counts("threads", ())
+    if isinstance(counts, str):
+        raise r.error("threads", f"must be a positive integer or a list of them (torch's intra-op threads), got "
+                      f"{counts!r}")
+    return counts
 
 
 def _token_counts(r: TableReader, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
