@@ -6,8 +6,10 @@ process agreement and the boundary check are in benchmarks/bench_generate.py.)""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,33 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4/4 prompts identical" in proc.stdout
     assert "autotune" not in proc.stderr
+
+
+@pytest.mark.worker
+def test_an_interrupted_generate_run_keeps_what_it_measured(write_recipe, tmp_path: Path) -> None:
+    """SIGTERM mid-search: exit 130, report.json and report.md hold the points so far, marked interrupted."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(_recipe(write_recipe, rounds=0)), "--out",
+                             str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    points: list = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            points = json.loads((out / "report.json").read_text())["generate"].get("points") or []
+        except (OSError, ValueError, KeyError):
+            points = []
+        if len(points) >= 2:
+            break
+        time.sleep(0.3)
+    assert len(points) >= 2, "the run did not measure two points in time"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["interrupted"] and not doc["complete"]
+    assert len(doc["generate"]["points"]) >= 2 and doc["generate"]["points"][0]["status"] == "ok"
+    assert "Incomplete: interrupted" in (out / "report.md").read_text()
+    assert not (out / "artifact").exists()
 
 
 @pytest.mark.worker

@@ -145,3 +145,42 @@ def test_the_pick_is_the_fastest_and_a_tie_goes_to_the_simpler_setting() -> None
     assert search.pick().concurrency == 16  # type: ignore[union-attr]
     search.spec = _recipe(max_itl_ms=4).generate  # type: ignore[assignment]
     assert search.pick() is None  # every ITL p99 (5 ms) is over the limit
+
+
+class _FakeClient:
+    """Canned worker replies (the real op runs in tests/test_generate_e2e.py): int4 cannot be built here, static
+    int8 disagrees on one token, everything else runs and agrees with the reference."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        cfg = GenerateConfig.from_dict(config)
+        self.calls.append((cfg.label(), c))
+        if cfg.precision == "int4":
+            return {"status": "failed", "reason": "int4 weight-only (torchao) needs a CUDA GPU"}
+        tokens = [[i, i + 1, i + 2, i + 3] for i in range(4)]
+        if cfg.precision == "int8" and cfg.cache == "static":
+            tokens[2][3] = -1
+        rate = 100.0 * c * (1.3 if cfg.cache == "static" else 1.0)
+        return {"status": "ok", "reason": "", "model": {"vocab_size": 10}, "ttft": [0.01] * 3,
+                "itl": [[0.002] * 5] * 3, "call_seconds": [4 * c / rate] * 3, "useful_tokens": [4 * c] * 3,
+                "generated_tokens": [4 * c] * 3, "tokens": tokens, "first_call_seconds": 0.1, "recompiles": 0,
+                "peak_memory_bytes": 2**20}
+
+
+def test_the_search_checks_tokens_per_concurrency_and_tries_a_broken_configuration_once() -> None:
+    recipe = _recipe(concurrency=[1, 4], cache=["dynamic", "static"], precisions=["fp32", "int8", "int4"],
+                     token_agreement=0.5, rounds=0)
+    client = _FakeClient()
+    search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                            limit=None, limit_source="none")
+    prog = search.run()
+    by = {(p.config.label(), p.concurrency): p for p in prog.points}
+    assert sum(1 for label, _ in client.calls if label.endswith("int4")) == 2  # dynamic and static, at c = 1 only
+    skipped = by[("dynamic/sdpa/int4", 4)]
+    assert skipped.status == "skipped" and "failed at 1 sequence" in skipped.reason
+    assert by[("static/sdpa/fp32", 4)].status == "ok" and by[("static/sdpa/fp32", 4)].check.passed  # type: ignore[union-attr]
+    # int8 is judged on its budget: one differing token at position 3 of 16 still passes a 50% budget
+    assert by[("static/sdpa/int8", 4)].check.first_difference == (2, 3)  # type: ignore[union-attr]
+    assert prog.pick is not None and prog.pick.config.cache == "static" and prog.pick.concurrency == 4

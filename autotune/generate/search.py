@@ -32,6 +32,7 @@ from typing import Any
 
 from autotune.client import WorkerClient
 from autotune.core.recipe import GenerateSpec, Recipe
+from autotune.errors import BatchSearchError
 from autotune.generate.agreement import TokenCheck, check_tokens
 from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference, simplicity
 from autotune.generate.points import GenPoint, point_from, ratio_ci
@@ -138,11 +139,20 @@ class GenerateSearch:
             prog.notes.append(f"the reference ({ref.label()}) failed at 1 sequence: {first.reason}")
             return prog
         self.on_point(prog)
-        levels = self.concurrencies(ref)
+        try:
+            levels = self.concurrencies(ref)
+        except BatchSearchError as exc:  # one sequence does not fit: nothing to measure beyond the first point
+            prog.stopped_by = "boundary"
+            prog.notes.append(f"concurrency boundary: {exc}")
+            return prog
         refs: dict[int, PointResult] = {1: first}
+        broken: dict[GenerateConfig, str] = {}  # failed to build or run: not tried again at other concurrencies
         for c in levels:
             for config in configs:
                 if c == 1 and config == ref:
+                    continue
+                if config in broken:
+                    prog.points.append(PointResult(config, c, "skipped", broken[config]))
                     continue
                 predicted = self.costs.get(config, self.costs.get(ref, 0.0)) * (1.0 + 0.1 * math.log2(c))
                 if self.left() < predicted:
@@ -151,6 +161,8 @@ class GenerateSearch:
                     continue
                 self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
                 result = self.measure(config, c)
+                if result.status == "failed":
+                    broken[config] = f"failed at {c} sequence{'s' if c > 1 else ''}: {result.reason}"
                 if config == ref and result.status == "ok":
                     refs[c] = result
                 self._check(result, refs.get(c))
