@@ -256,3 +256,16 @@ def test_the_showdown_runs_more_rounds_while_a_tie_is_a_coin_flip() -> None:
     eager = next(s for s in noisy["verdict"]["standings"] if s["key"] == "eager@1")
     assert eager["ratio_ci"][1] < 0.98  # settled: shown slower than the margin
     assert noisy["verdict"]["pick"] == "frozen@1" and not noisy["verdict"]["tie"]
+
+
+def test_the_progress_line_counts_what_it_says_it_counts() -> None:
+    """Issue 31: "round 2 (0/6 undisturbed so far)" during the burn-in read as "every round was disturbed"."""
+    from autotune.showdown import ShowdownSettings
+    from autotune.showdown.rounds import _progress_line
+
+    settings = ShowdownSettings(rounds=6, round_seconds=0.1, margin=0.02, objective="throughput",
+                                latency_percentile="p99", timeout_s=10, processes=3)
+    assert "burn-in 2 of 3" in _progress_line(2, [False], settings)
+    assert "undisturbed" not in _progress_line(3, [False, False], settings)
+    line = _progress_line(6, [False, False, False, True, False], settings)
+    assert "1 of 2 compared rounds so far undisturbed" in line and "6 undisturbed wanted" in line

@@ -207,8 +207,7 @@ def run_showdown(
             count = len(runners[order[0]])
             process = min(range(count), key=lambda p: (sum(q == p for q in round_process), p))
             if on_progress:
-                on_progress(f"round {r} ({sum(not d for d in disturbed[settings.processes:])}/{settings.rounds} "
-                            "undisturbed so far)")
+                on_progress(_progress_line(r, disturbed, settings))
             hit = False
             for key in order:
                 worker = WorkerClient(runners[key][process])
@@ -269,6 +268,18 @@ def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any],
     }
     doc["contended"] = contended(doc)
     return doc
+
+
+def _progress_line(r: int, disturbed: Sequence[bool], settings: ShowdownSettings) -> str:
+    """What round ``r`` is, counting what it says it counts: the first ``processes`` rounds are burn-in (each
+    process's first slice, never compared), and only rounds after them count toward the undisturbed ones wanted
+    (issue 31: "round 2 (0/6 undisturbed so far)" read as "every round was disturbed" when none had been)."""
+    if r <= settings.processes:
+        return f"round {r} (burn-in {r} of {settings.processes}: each process's first slice, not compared)"
+    counted = disturbed[settings.processes:]
+    calm = sum(not d for d in counted)
+    return (f"round {r} ({calm} of {len(counted)} compared rounds so far undisturbed; {settings.rounds} "
+            "undisturbed wanted)")
 
 
 def _burn_in(disturbed: Sequence[bool], settings: ShowdownSettings) -> int:
