@@ -269,3 +269,23 @@ def test_the_progress_line_counts_what_it_says_it_counts() -> None:
     assert "undisturbed" not in _progress_line(3, [False, False], settings)
     line = _progress_line(6, [False, False, False, True, False], settings)
     assert "1 of 2 compared rounds so far undisturbed" in line and "6 undisturbed wanted" in line
+
+
+def test_an_undecided_verdict_picks_the_simplest_it_could_not_separate() -> None:
+    """Issue 31: resnet18, tcmalloc led by a hair, glibc undecided against it (CI straddling the margin): the
+    default environment is picked, as for a tie, and the verdict says how."""
+    rng = np.random.default_rng(5)
+    lead = 0.0100 * (1.0 + 0.002 * rng.standard_normal(8))
+    glibc = 0.0102 * np.array([1.0, 1.05, 0.96, 1.03] * 2) * (1.0 + 0.002 * rng.standard_normal(8))
+    procs = tuple(r % 2 for r in range(8))
+    tc = Contender("eager+tcmalloc@16", 16, tuple(lead), simplicity({"compiler": "eager",
+                                                                     "variant": "eager+tcmalloc"}), processes=procs)
+    default = Contender("eager@16", 16, tuple(glibc), simplicity({"compiler": "eager", "variant": "eager"}),
+                        processes=procs)
+    v = paired_verdict([tc, default], margin=0.02)
+    assert v.leader == "eager+tcmalloc@16" and v.undecided == ("eager@16",)
+    assert v.pick == "eager@16" and "could not separate" in v.how_picked
+    # a clear loss stays a loss: 10% slower with a tight CI is not in the running
+    slow = Contender("eager@16", 16, tuple(lead * 1.10), simplicity({"compiler": "eager", "variant": "eager"}),
+                     processes=procs)
+    assert paired_verdict([tc, slow], margin=0.02).pick == "eager+tcmalloc@16"

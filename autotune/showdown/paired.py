@@ -97,6 +97,9 @@ class Verdict:
     @property
     def how_picked(self) -> str:
         """How the pick was made, in words (the report says it next to an undecided verdict)."""
+        if self.undecided and self.tie_break:
+            return (f"the simplest of the leader and the finalists the rounds could not separate from it: "
+                    f"{self.tie_break}")
         if self.tie:
             return f"tie-break among the finalists within {self.margin:.0%}: {self.tie_break}"
         return "the highest paired median over the rounds (the leader)"
@@ -249,11 +252,18 @@ def paired_verdict(contenders: Sequence[Contender], *, objective: str = "through
     by_key = {c.key: c for c in contenders}
     ratio_of = {s.key: s.ratio for s in standings}
     tied = [s.key for s in standings if s.tied]
-    pick = min(tied, key=lambda k: (by_key[k].simplicity, by_key[k].p99_ms, by_key[k].peak_memory_bytes,
-                                    -ratio_of[k]))
+    # an undecided finalist (its CI straddles the margin) may be as fast as the leader: the rounds could not say,
+    # so it stays in the running and the simplest of them is picked, as for a tie (issue 31: an undecided
+    # verdict otherwise picked the noisiest leader, one the report itself showed slower in its screen)
+    # (only by simplicity: at equal simplicity a tied finalist goes first, so an undecided one never wins on p99
+    # or memory, which once handed the pick to a batch 5.5% slower by the median)
+    pool = tied + [s.key for s in standings if s.undecided and s.key not in tied]
+    pick = min(pool, key=lambda k: (by_key[k].simplicity, k not in tied, by_key[k].p99_ms,
+                                    by_key[k].peak_memory_bytes, -ratio_of[k]))
     reason = ""
-    if len(tied) > 1:
-        reason = (f"{len(tied)} finalists within {margin:.0%} of the leader: simplest execution first "
+    if len(pool) > 1:
+        reason = (f"{len(pool)} finalists within {margin:.0%} of the leader or undecided against it: simplest "
+                  "execution first "
                   "(eager < script/trace < frozen < compile/export < onnx/openvino; fp32, contiguous and the default "
                   "process environment first), "
                   "then lower p99 latency, then lower peak memory")
