@@ -162,7 +162,7 @@ def settings(pick: Mapping[str, Any], config: GenerateConfig, recipe: Recipe, mo
     return {"config": config.to_dict(), "concurrency": int(pick["concurrency"]), "bucket": spec.bucket,
             "max_cache_len": prompt_tokens + spec.max_new_tokens, "prompt_tokens": prompt_tokens,
             "new_tokens": spec.max_new_tokens, "pad_token_id": int(model.get("pad_token_id") or 0),
-            "vocab_size": int(model.get("vocab_size") or 2), "device": "cuda" if device.startswith("cuda") else "cpu"}
+            "vocab_size": int(model.get("vocab_size") or 2), "device": str(model.get("device") or device)}
 
 
 def write_artifact(client: WorkerClient, recipe: Recipe, config: GenerateConfig, pick: Mapping[str, Any],

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.client import WorkerClient
+from autotune.core.device_names import is_accelerator
 from autotune.core.events import OnEvent, emit
 from autotune.core.recipe import Recipe
 from autotune.environment import host_memory_available, machine_facts
@@ -115,7 +116,7 @@ def rerender(directory: Path) -> dict[str, Any]:
 def _limit(recipe: Recipe) -> tuple[int | None, str]:
     if recipe.batch.memory_budget_bytes is not None:
         return recipe.batch.memory_budget_bytes, "budget"
-    if recipe.device.startswith("cuda"):
+    if is_accelerator(recipe.device):
         return None, "device (the allocator's own out-of-memory error)"
     available = host_memory_available()
     if available is None:

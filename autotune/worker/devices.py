@@ -121,6 +121,7 @@ class Capabilities:
     bf16: bool = False  # native bf16 arithmetic (emulated does not count)
     fp16: bool = False
     tf32: bool = False  # fp32 matmuls may run in TF32 (the gate's fp32 tolerance widens)
+    int4_weight_only: bool = False  # torchao's int4 weight-only kernels (tinygemm: CUDA only)
     #: Batch multiple that reduced-precision kernels run best at (tensor cores), 1 when none.
     reduced_precision_batch_multiple: int = 1
 
@@ -342,7 +343,7 @@ class CudaBackend(AcceleratorBackend):
         major, _minor = self.module.get_device_capability(self.device)
         tf32 = bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
         return Capabilities(events=True, graphs=True, bf16=bf16, fp16=True, tf32=tf32 and major >= 8,
-                            reduced_precision_batch_multiple=8 if major >= 7 else 1)
+                            reduced_precision_batch_multiple=8 if major >= 7 else 1, int4_weight_only=True)
 
     def graph_call(self, fn: Callable[..., Any], example: tuple[Any, ...]) -> Callable[..., Any]:
         return _CudaGraphCall(fn, example, module=self.module)

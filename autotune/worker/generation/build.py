@@ -15,6 +15,7 @@ import torch
 
 from autotune.core.recipe import GenerateConfig as Config
 from autotune.errors import VariantError, WorkloadError
+from autotune.worker.devices import DeviceBackend
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -46,7 +47,7 @@ def pad_token_id(model: torch.nn.Module) -> int:
     return 0
 
 
-def prepare_model(model: torch.nn.Module, config: Config, *, device: torch.device) -> list[str]:
+def prepare_model(model: torch.nn.Module, config: Config, *, backend: DeviceBackend) -> list[str]:
     """The model set to the configuration's attention and precision, in place; notes for the report."""
     notes: list[str] = []
     try:
@@ -56,7 +57,7 @@ def prepare_model(model: torch.nn.Module, config: Config, *, device: torch.devic
                            f"({str(exc).splitlines()[0][:200]})") from None
     if config.precision in _DTYPES:
         if config.precision != "fp32":
-            _check_native(config.precision, device)
+            _check_native(config.precision, backend)
             model.to(_DTYPES[config.precision])
         return notes
     try:
@@ -64,7 +65,7 @@ def prepare_model(model: torch.nn.Module, config: Config, *, device: torch.devic
     except ImportError:
         raise VariantError("torchao not installed; install with: pip install 'autotune[quant]'") from None
     if config.precision == "int4":
-        if device.type != "cuda":
+        if not backend.capabilities().int4_weight_only:
             raise VariantError("int4 weight-only (torchao) needs a CUDA GPU: its kernels (tinygemm) are GPU-only")
         model.to(torch.bfloat16)
         quantize_(model, Int4WeightOnlyConfig())
@@ -75,19 +76,15 @@ def prepare_model(model: torch.nn.Module, config: Config, *, device: torch.devic
     return notes
 
 
-def _check_native(precision: str, device: torch.device) -> None:
-    if device.type == "cpu":
-        from autotune.worker.devices import cpu_native_precision
-
-        if cpu_native_precision(precision) is not True:
-            raise VariantError(f"{precision} is not native on this CPU (torch.cpu.get_capabilities(): no "
-                               f"{'AVX512_BF16/AMX_BF16' if precision == 'bf16' else 'AVX512_FP16/AMX_FP16'}); "
-                               "emulated, it would only be slower")
-    elif device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        raise VariantError("bf16 is not supported by this GPU")
+def _check_native(precision: str, backend: DeviceBackend) -> None:
+    caps = backend.capabilities()
+    if not (caps.bf16 if precision == "bf16" else caps.fp16):
+        raise VariantError(f"{precision} is not native on this {backend.type} (on a CPU: no "
+                           f"{'AVX512_BF16/AMX_BF16' if precision == 'bf16' else 'AVX512_FP16/AMX_FP16'} in "
+                           "torch.cpu.get_capabilities()); emulated, it would only be slower")
 
 
-def generate_kwargs(config: Config, *, pad_id: int, max_cache_len: int, device: torch.device) -> dict[str, Any]:
+def generate_kwargs(config: Config, *, pad_id: int, max_cache_len: int, backend: DeviceBackend) -> dict[str, Any]:
     """``generate``'s keyword arguments for the configuration (greedy; ``max_new_tokens`` set per call)."""
     kwargs: dict[str, Any] = {"do_sample": False, "num_beams": 1, "pad_token_id": pad_id}
     if config.cache == "static":
@@ -99,8 +96,8 @@ def generate_kwargs(config: Config, *, pad_id: int, max_cache_len: int, device: 
         from transformers import CompileConfig
 
         cc: Any = CompileConfig(mode=config.compile, fullgraph=False)
-        if device.type not in ("cuda", "xpu"):
-            cc._compile_all_devices = True  # transformers compiles on GPUs only unless told (CPU: measured here)
+        if not backend.device_memory:
+            cc._compile_all_devices = True  # transformers compiles on accelerators only unless told (CPU: here)
         kwargs["compile_config"] = cc
     else:
         kwargs["disable_compile"] = True  # a static cache on a GPU would otherwise auto-compile

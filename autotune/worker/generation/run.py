@@ -55,7 +55,7 @@ def run_generate(req: GenerateRequest, *, device: torch.device, backend: devices
     prompts = make_prompts(recipe, vocab)
     facts = _model_facts(model, vocab)
     facts.update(prompt_lengths=sorted({len(p.ids) for p in prompts}), pad_token_id=pad_token_id(model),
-                 prompts=len(prompts))
+                 prompts=len(prompts), device=str(device))
     if req["action"] == "artifact":
         return _save(model, req, config, facts, prompts)
     if config.threads:
@@ -65,10 +65,10 @@ def run_generate(req: GenerateRequest, *, device: torch.device, backend: devices
         # what earlier processes compiled (measured on the Llama recipe: 9-10 s cold, 3 s warm)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-inductor-")
     model.to(device)
-    notes = prepare_model(model, config, device=device)
+    notes = prepare_model(model, config, backend=backend)
     pad = pad_token_id(model)
     longest = bucket_length(max(len(p.ids) for p in prompts), spec.bucket)
-    kwargs = generate_kwargs(config, pad_id=pad, max_cache_len=longest + spec.max_new_tokens, device=device)
+    kwargs = generate_kwargs(config, pad_id=pad, max_cache_len=longest + spec.max_new_tokens, backend=backend)
     reset_compiler_state()
 
     def batches(start: int, count: int, longest: bool = False) -> list[Any]:
