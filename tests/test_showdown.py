@@ -156,8 +156,11 @@ def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     assert sd["verdict"] is not None and sd["finalists"] == sorted(sd["finalists"], key=sd["finalists"].index)
     assert set(sd["seconds_per_call"]) == {"eager@2", "script@2"}
     # 2 burn-in rounds (each process's first slice), then 3 undisturbed rounds wanted; rounds a neighbour
-    # disturbed are run again (at most 3 x 3 + 2 in all)
-    assert sd["burn_in_rounds"] == 2 and 5 <= sd["rounds_run"] <= 11 and min(sd["rounds_compared"]) >= 2
+    # disturbed are run again (at most 3 x 3 + 2 in all, plus 2 for each process added to an undecided verdict:
+    # eager and script on the tiny model are often within the margin's noise)
+    added = sd["processes_used"] - sd["processes"]
+    assert sd["burn_in_rounds"] == 2 and 5 <= sd["rounds_run"] <= 11 + 2 * added
+    assert min(sd["rounds_compared"]) >= 2
     assert sd["verdict"]["rounds"] == len(sd["rounds_compared"])
     assert all(len(v) == sd["rounds_run"] and all(math.isfinite(x) and x > 0 for x in v)
                for v in sd["seconds_per_call"].values())
