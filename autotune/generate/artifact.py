@@ -20,6 +20,7 @@ from typing import Any
 from autotune.client import WorkerClient
 from autotune.core.process_env import DEFAULT, ProcessEnvironment, run_script
 from autotune.core.recipe import Recipe
+from autotune.core.recipe.generate import bucket_length
 from autotune.deployment import ARTIFACT_DIR, LOADER_NAME, RUN_SCRIPT_NAME, swap_in
 from autotune.errors import AutotuneError
 from autotune.generate.configs import GenerateConfig
@@ -157,8 +158,7 @@ def settings(pick: Mapping[str, Any], config: GenerateConfig, recipe: Recipe, mo
              *, device: str) -> dict[str, Any]:
     spec = recipe.generate
     assert spec is not None
-    prompt_tokens = max(-(-n // spec.bucket) * spec.bucket for n in (model.get("prompt_lengths")
-                                                                      or spec.prompt_lengths))
+    prompt_tokens = max(bucket_length(n, spec.bucket) for n in (model.get("prompt_lengths") or spec.prompt_lengths))
     return {"config": config.to_dict(), "concurrency": int(pick["concurrency"]), "bucket": spec.bucket,
             "max_cache_len": prompt_tokens + spec.max_new_tokens, "prompt_tokens": prompt_tokens,
             "new_tokens": spec.max_new_tokens, "pad_token_id": int(model.get("pad_token_id") or 0),

@@ -32,6 +32,7 @@ from typing import Any
 
 from autotune.client import WorkerClient
 from autotune.core.recipe import GenerateSpec, Recipe
+from autotune.core.recipe.generate import bucket_length
 from autotune.errors import BatchSearchError
 from autotune.generate.agreement import TokenCheck, check_tokens
 from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference, simplicity
@@ -119,7 +120,7 @@ class GenerateSearch:
             self.client, self.recipe, ref, limit=self.limit, upper=spec.max_concurrency,
             on_probe=lambda r, _p: self.say(f"  probe {r.batch_size} sequences: "
                                             f"{'fits' if r.fits else 'does not fit'} ({r.seconds:.1f} s)"))
-        prompt_tokens = max(_bucket(n, spec.bucket) for n in _prompt_lengths(spec, self.progress.model))
+        prompt_tokens = max(bucket_length(n, spec.bucket) for n in _prompt_lengths(spec, self.progress.model))
         self.progress.boundary = boundary_document(found, limit=self.limit, source=self.limit_source,
                                                    prompt_tokens=prompt_tokens, new_tokens=spec.max_new_tokens,
                                                    config=ref)
@@ -283,10 +284,6 @@ def _payback(mine: list[GenPoint], ref: list[GenPoint]) -> dict[str, Any]:
             "payback_calls": calls,
             "payback": (f"pays back its {compile_s:.1f} s of compile after {calls} calls" if calls is not None else
                         f"never pays back its {compile_s:.1f} s of compile: it is not faster per call")}
-
-
-def _bucket(n: int, bucket: int) -> int:
-    return max(bucket, -(-n // bucket) * bucket)
 
 
 def _prompt_lengths(spec: GenerateSpec, model: dict[str, Any]) -> tuple[int, ...]:

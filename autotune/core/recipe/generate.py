@@ -27,6 +27,12 @@ GENERATE_PRECISIONS = ("fp32", "bf16", "fp16", "int8", "int4")
 MAX_TOKENS = 32_768
 
 
+def bucket_length(n: int, bucket: int) -> int:
+    """``n`` tokens left-padded up to a multiple of ``bucket`` (at least one bucket): the shapes a run sees. One
+    definition for the worker's batches, the parent's boundary sentence and the artifact's cache length."""
+    return max(bucket, -(-n // bucket) * bucket)
+
+
 @dataclass(frozen=True)
 class GenerateConfig:
     """One configuration of ``generate``: the parent searches them (:mod:`autotune.generate.configs`), the worker

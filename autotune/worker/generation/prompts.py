@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from autotune.core.recipe import GenerateSpec, ModelSpec, Recipe
+from autotune.core.recipe.generate import bucket_length
 from autotune.errors import WorkloadError
 from autotune.worker.factory import one_line, resolve_factory
 
@@ -42,10 +43,6 @@ class PromptBatch:
     @property
     def length(self) -> int:
         return int(self.input_ids.shape[1])
-
-
-def bucket_length(n: int, bucket: int) -> int:
-    return max(bucket, math.ceil(n / bucket) * bucket)
 
 
 def make_prompts(recipe: Recipe, vocab_size: int) -> list[Prompt]:

@@ -22,6 +22,7 @@ import torch
 
 from autotune.core.protocol import GenerateOutcome, GenerateRequest
 from autotune.core.recipe import Recipe
+from autotune.core.recipe.generate import bucket_length
 from autotune.worker import devices
 from autotune.worker.generation.build import (
     Config,
@@ -33,7 +34,7 @@ from autotune.worker.generation.build import (
 )
 from autotune.worker.generation.clock import timed_generate
 from autotune.worker.generation.prompts import batches as make_batches
-from autotune.worker.generation.prompts import bucket_length, calls_covering, make_prompts
+from autotune.worker.generation.prompts import calls_covering, make_prompts
 from autotune.worker.model import build_model
 from autotune.worker.state import _trim_heap
 from autotune.worker.variants.dynamo_state import recompile_count, reset_compiler_state
