@@ -4,20 +4,20 @@ the recommendation against the naive baselines; the serving search against an ex
     python benchmarks/bench_serving.py recipes/quickstart_serving.toml --out /tmp/serve-q
     python benchmarks/bench_serving.py --reuse /tmp/serve-q            # the checks on an existing run
     python benchmarks/bench_serving.py --reuse /tmp/serve-q --sweep    # plus the exhaustive sweep
-    python benchmarks/bench_serving.py --reuse /tmp/serve-q --sweep-only --sweep-batches 1,2,4,8 \
-        --sweep-delays 0,1,2,5,10                                       # the search's own grid, swept
+    python benchmarks/bench_serving.py --reuse /tmp/serve-q --sweep-only    # the sweep without the client checks
 
 1. ``autotune run RECIPE --out OUT`` (a recipe with ``[serving]``).
 2. ``OUT/artifact/run.sh serve --port P``: the recommended configuration from ``serving.json``, nothing else.
 3. ``benchmarks/triton_openloop.py`` (tritonclient.http, a Poisson schedule drawn there, latency from the
    intended send time) at 50%, 90% and 130% of the reported max rate, 30 s each at 90% and 130%:
    at 90% the p99 is within the SLO (+10%) and every request is answered; at 130% it is above the SLO.
-4. The report's predicted p50/p99 at 50% and 90% (90%: between its 80% and 100% points) within +-20% of
-   that replay.
+4. The report's predicted p50/p99 at 50% and 90% (its curve's points there) within +-20% of that replay.
 5. The recommended max rate against the better naive baseline: >= 1.3x where batching or instances help.
 6. SIGTERM: the server exits 0 and no process of it is left.
-7. ``--sweep``: every instances x threads x max batch x delay point of a small grid bisected with real load
-   (the same bisection as the search); the pick's max rate within 5% of the best, in <= 30% of the time.
+7. ``--sweep``: every instances x threads x max batch x delay point of the search's own grid bisected with real
+   load (the same bisection as the search), then the sweep's best three and the pick's configuration again,
+   ``--sweep-rounds`` times each, interleaved: the pick's median within 5% of the best median, found (the stage
+   less its curve, which only reports) in <= 30% of the sweep's first pass.
 """
 
 from __future__ import annotations
@@ -159,54 +159,90 @@ def checks(out: Path, seconds: float) -> dict[str, Any]:
             "share_of_run": serving.get("share_of_run")}
 
 
-def sweep(out: Path, *, delays: tuple[float, ...], batches: tuple[int, ...]) -> dict[str, Any]:
-    """Every grid point bisected with real load, as the search would confirm it."""
+def _grid_of(serving: dict[str, Any]) -> list[tuple[int, int, int, float]]:
+    """The search's own grid: every configuration its report lists (confirmed, the naive one, or pruned), not
+    the batch-loop baseline, which is not a grid point."""
+    grid = {(int(c["instances"]), int(c["threads"]), int(c["max_batch"]), float(c["max_delay_ms"]))
+            for c in serving["configs"] if c["role"] in ("search", "naive", "pruned")}
+    return sorted(grid)
+
+
+def sweep(out: Path, *, delays: tuple[float, ...] | None, batches: tuple[int, ...] | None,
+          rounds: int) -> dict[str, Any]:
+    """Every grid point bisected with real load, as the search would confirm it; then the sweep's best few and
+    the pick's configuration bisected again, ``rounds`` times each, in a shuffled order per round.
+
+    Why the second part: one bisection per configuration on a noisy machine is one draw, and neighbours that
+    should be alike differed by a third (session 22); the best of 16 such draws is a winner's curse. The pick
+    is judged against the sweep's best by the medians of repeated, interleaved bisections, which is what the
+    sweep's first pass would need too before anyone could trust its best."""
+    import random
+    import statistics
     from types import SimpleNamespace
 
-    from autotune.serving.search import ServingConfig, ServingSearch, layouts
+    from autotune.serving.search import ServingConfig, ServingSearch, _bodies
     from autotune.serving.stage import target_of
 
     doc = json.loads((out / "report.json").read_text())
     serving = doc["serving"]
+    grid = _grid_of(serving)
+    if batches is not None or delays is not None:
+        grid = [(n, t, b, d) for n, t, b, d in grid if (batches is None or b in batches)
+                and (delays is None or d in delays or b == 1)]
     spec = SimpleNamespace(slo_ms=serving["slo_ms"], percentile=serving["percentile"], arrivals="poisson",
                            request_samples=serving["request_samples"], rate=None, instances="auto",
-                           threads="auto", max_batch=batches, max_delay_ms=delays, time_budget_s=10_000,
+                           threads="auto", max_batch="auto", max_delay_ms=(0.0,), time_budget_s=10_000,
                            confirm=0, model_name=serving["model_name"])
     target = target_of(doc, out / "artifact", spec)
     assert target is not None
     search = ServingSearch(spec, target)
-    from autotune.serving.search import _bodies
-
     search.bodies, search.request_rows = _bodies(target, spec.request_samples)
+
+    def bisect(knobs: tuple[int, int, int, float], start: float) -> float:
+        return search._bisect(ServingConfig(*knobs), "sweep", start, time.monotonic() + 120).max_rate
+
+    print(f"sweep: {len(grid)} configurations (the search's grid)", flush=True)
     t0 = time.monotonic()
-    results = []
-    for n, t in layouts(spec, search.cores):
-        for b in batches:
-            if b > target.batch_size:
-                continue
-            for d in (delays if b > 1 else (0.0,)):
-                c = ServingConfig(n, t, b, d)
-                start = results[-1]["max_rate"] if results and results[-1]["max_rate"] else 50.0
-                m = search._bisect(c, "sweep", start, time.monotonic() + 120)
-                results.append({"config": c.label(), "max_rate": m.max_rate, "points": len(m.points),
-                                "knobs": [n, t, b, d]})
-                print(f"  sweep {c.label()}: {m.max_rate:.1f} req/s", flush=True)
+    results: dict[tuple[int, int, int, float], float] = {}
+    for knobs in grid:
+        start = next(reversed(results.values()), 0.0) or 50.0
+        results[knobs] = bisect(knobs, start)
+        print(f"  sweep {ServingConfig(*knobs).label()}: {results[knobs]:.1f} req/s", flush=True)
     wall = time.monotonic() - t0
-    best = max(results, key=lambda r: r["max_rate"])
     rec = serving["recommendation"]
-    knobs = [rec["instances"], rec["threads"], rec["max_batch"], float(rec["max_delay_ms"])]
-    # the pick's configuration as the sweep measured it (same bisection): like against like; the report's
-    # figure is lower where the 10-s hold lowered it
-    mine = next((r for r in results if r["knobs"] == knobs), None)
-    pick = float(mine["max_rate"]) if mine else float(rec["max_rate"])
-    ratio = pick / best["max_rate"]
-    time_share = float(serving["seconds"]) / wall
-    print(f"sweep: {len(results)} configurations in {wall:.0f} s, best {best['config']} {best['max_rate']:.1f}; "
-          f"the search's pick {pick:.1f} ({ratio:.3f} of the best) in {serving['seconds']:.0f} s "
-          f"({time_share:.0%} of the sweep's time)", flush=True)
-    print(f"{'PASS' if ratio >= 0.95 else 'FAIL'}  pick within 5% of the sweep's best")
-    print(f"{'PASS' if time_share <= 0.30 else 'FAIL'}  found in <= 30% of the sweep's time")
-    return {"results": results, "wall": wall, "best": best, "pick_ratio": ratio, "time_share": time_share}
+    mine = (int(rec["instances"]), int(rec["threads"]), int(rec["max_batch"]), float(rec["max_delay_ms"]))
+    first_best = max(results, key=lambda k: results[k])
+    top = sorted(results, key=lambda k: -results[k])[:3]
+    again = list(dict.fromkeys([*top, mine]))
+    repeats: dict[tuple[int, int, int, float], list[float]] = {k: [results[k]] if k in results else [] for k in again}
+    rng = random.Random(29)
+    t1 = time.monotonic()
+    for r in range(rounds):
+        order = again[:]
+        rng.shuffle(order)
+        for knobs in order:
+            start = statistics.median(repeats[knobs]) if repeats[knobs] else float(rec["max_rate"])
+            repeats[knobs].append(bisect(knobs, start))
+        print(f"  round {r + 1}: " + "; ".join(f"{ServingConfig(*k).label()} {repeats[k][-1]:.0f}" for k in order),
+              flush=True)
+    medians = {k: statistics.median(v) for k, v in repeats.items()}
+    best = max(medians, key=lambda k: medians[k])
+    ratio = medians[mine] / medians[best]
+    stage = float(serving["seconds"])
+    curve = float((serving.get("calls") or {}).get("curve_s") or 0.0)
+    find = stage - curve
+    print(f"sweep: {len(results)} configurations in {wall:.0f} s, first-pass best {ServingConfig(*first_best).label()} "
+          f"{results[first_best]:.1f}; then {rounds} more rounds of {len(again)} in {time.monotonic() - t1:.0f} s: "
+          f"medians " + "; ".join(f"{ServingConfig(*k).label()} {medians[k]:.0f}" for k in again), flush=True)
+    print(f"the pick's configuration {medians[mine]:.1f} against the best median {medians[best]:.1f} "
+          f"({ratio:.3f}); the serving stage {stage:.0f} s ({stage / wall:.0%} of the sweep's pass), of which the "
+          f"curve {curve:.0f} s: found in {find:.0f} s ({find / wall:.0%})", flush=True)
+    print(f"{'PASS' if ratio >= 0.95 else 'FAIL'}  pick within 5% of the best (medians of {rounds + 1} bisections)")
+    print(f"{'PASS' if find / wall <= 0.30 else 'FAIL'}  found in <= 30% of the sweep's time")
+    return {"results": [{"knobs": list(k), "max_rate": v} for k, v in results.items()], "wall": wall,
+            "repeats": [{"knobs": list(k), "max_rates": v, "median": medians[k]} for k, v in repeats.items()],
+            "best": list(best), "pick": list(mine), "pick_ratio": ratio, "stage_s": stage, "find_s": find,
+            "time_share": find / wall, "stage_share": stage / wall}
 
 
 def main() -> None:
@@ -217,8 +253,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0, help="the 90%% and 130%% points' length")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-only", action="store_true", help="the sweep without the client checks (with --reuse)")
-    ap.add_argument("--sweep-batches", default="1,4,16")
-    ap.add_argument("--sweep-delays", default="0,2,5")
+    ap.add_argument("--sweep-batches", help="only these max batches of the search's grid (default: all)")
+    ap.add_argument("--sweep-delays", help="only these delays of the search's grid (default: all)")
+    ap.add_argument("--sweep-rounds", type=int, default=2, help="repeated bisections of the sweep's best few")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     out = args.reuse or args.out
@@ -230,8 +267,10 @@ def main() -> None:
         run_autotune(args.recipe, out)
     result: dict[str, Any] = {} if args.sweep_only else {"checks": checks(out, args.seconds)}
     if args.sweep or args.sweep_only:
-        result["sweep"] = sweep(out, delays=tuple(float(x) for x in args.sweep_delays.split(",")),
-                                batches=tuple(int(x) for x in args.sweep_batches.split(",")))
+        result["sweep"] = sweep(
+            out, delays=tuple(float(x) for x in args.sweep_delays.split(",")) if args.sweep_delays else None,
+            batches=tuple(int(x) for x in args.sweep_batches.split(",")) if args.sweep_batches else None,
+            rounds=args.sweep_rounds)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
 

@@ -59,14 +59,15 @@ def serving_section() -> dict[str, Any]:
         "at_fraction": [
             {"fraction": f, "rate": 412.0 * f, "p50_ms": 4.0 + f, "p90_ms": 10.0 * f, "p99_ms": 31.0 * f,
              "p99_ci_ms": [28.0 * f, 34.5 * f], "sent": 1000, "ok": 998, "failed": 1, "timed_out": 1, "dropped": 0,
-             "achieved_rate": 411.0 * f} for f in (0.5, 0.8, 1.0)],
+             "achieved_rate": 411.0 * f} for f in (0.5, 0.8, 0.9, 1.0)],
         "configs": [rec, naive, loop, pruned],
         "baselines": {"naive": copy.deepcopy(naive), "batch_loop": copy.deepcopy(loop)},
         "knobs": [{"knob": "max_batch", "text": "batching up to 8 samples per call", "ratio": 2.1},
                   {"knob": "instances", "text": "a second instance", "ratio": 1.6},
                   {"knob": "threads", "text": "a second thread per instance was worth less than a second instance",
                    "ratio": None}],
-        "seconds": 95.0, "share_of_run": 0.12, "calls": {"calibration_s": 20.0, "load_s": 70.0},
+        "seconds": 95.0, "share_of_run": 0.12, "calls": {"calibration_s": 20.0, "load_s": 70.0, "hold_s": 10.0,
+                                                            "curve_s": 12.0},
         "server": {"stack": "asyncio (autotune serve.py)", "command": "./run.sh serve --port 8000"},
         "files": ["serve.py", "serving.json", "triton/slowable/config.pbtxt", "torchserve/config.properties",
                   "ray/serve_deployment.py"],
@@ -178,7 +179,8 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
         in section
     assert "for other servers: triton/slowable/config.pbtxt, torchserve/config.properties, ray/serve_deployment.py" \
         in section
-    assert "The serving stage took 95.0 s, 12% of the run (calibration 20.0 s, load 70.0 s)." in section
+    assert ("The serving stage took 95.0 s, 12% of the run (calibration 20.0 s, load 70.0 s; the pick's hold 10.0 s "
+            "and its curve 12.0 s of it).") in section
     assert "![serving](plots/serving.png)" in section
     plots = md[md.index("## Plots"):md.index("## Candidates")] if "## Plots" in md else ""
     assert "serving.png" not in plots  # shown with its section, not among the other plots

@@ -198,3 +198,28 @@ def test_an_overloaded_first_point_sends_the_next_under_what_the_server_answered
     got = find_max_rate(measure, start=1000.0, deadline=time.monotonic() + 60, max_points=10)
     assert rates[1] == pytest.approx(0.9 * 120.0)
     assert 100.0 / 1.10 <= got.max_rate <= 100.0 * 1.02
+
+
+def test_the_next_bisection_starts_where_the_batched_ones_confirmed_so_far_landed(tmp_path: Path) -> None:
+    """The simulation predicted 908 and 854 requests/s for two batched configurations that served 479 and 518:
+    a third starts at its prediction times their median ratio (bounded), batch 1 at its own prediction."""
+    from autotune.serving.search import Measured, ServingSearch, Target
+
+    spec = SimpleNamespace(slo_ms=40.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None)
+    target = Target(artifact=tmp_path, variant="eager", environment="default", batch_size=8, threads=1,
+                    model_name="m", input_names=("x",))
+    search = ServingSearch(spec, target, cores=1)
+    b8, b4, b2, one = (ServingConfig(1, 1, 8, 0), ServingConfig(1, 1, 4, 5), ServingConfig(1, 1, 2, 0),
+                       ServingConfig(1, 1, 1, 0))
+    search.predicted.update({b8: 908.0, b4: 854.0, b2: 505.0, one: 341.0})
+    assert search._start_rate(b2) == 505.0  # nothing confirmed yet: the prediction
+    search.measured.append(Measured(one, "naive", 341.0, 377.0, (377.0, 389.0), [], "converged"))
+    assert search._start_rate(b2) == 505.0  # the naive server is not batched: it says nothing of batching
+    search.measured += [Measured(b8, "search", 908.0, 479.0, (479.0, 501.0), [], "converged"),
+                        Measured(b4, "search", 854.0, 518.0, (518.0, 535.0), [], "converged")]
+    ratio = float(np.median([479 / 908, 518 / 854]))
+    assert search._start_rate(b2) == pytest.approx(505.0 * ratio)
+    assert search._start_rate(one) == 341.0
+    search.measured += [Measured(ServingConfig(1, 1, 8, d), "search", 1000.0, 10.0, (10.0, 12.0), [], "converged")
+                        for d in (1, 2, 5)]
+    assert search._start_rate(b2) == pytest.approx(505.0 * 0.2)  # bounded below

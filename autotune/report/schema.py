@@ -507,6 +507,8 @@ SERVING_BASELINE_FIELDS: dict[str, tuple[Checker, bool]] = {
 SERVING_CALLS_FIELDS: dict[str, tuple[Checker, bool]] = {
     "calibration_s": (_nullable(_NON_NEGATIVE), False),
     "load_s": (_nullable(_NON_NEGATIVE), False),
+    "hold_s": (_nullable(_NON_NEGATIVE), False),
+    "curve_s": (_nullable(_NON_NEGATIVE), False),
 }
 SERVING_SERVER_FIELDS: dict[str, tuple[Checker, bool]] = {"stack": (_STR, False), "command": (_STR, False)}
 SERVING_FIELDS: dict[str, tuple[Checker, bool]] = {

@@ -233,7 +233,8 @@ def serving_server_lines(doc: Mapping[str, Any]) -> tuple[str | None, str | None
 
 
 def serving_cost_text(doc: Mapping[str, Any]) -> str | None:
-    """``The serving stage took 95 s, 12% of the run (calibration 20 s, load 70 s).``"""
+    """``The serving stage took 95 s, 12% of the run (calibration 20 s, load 70 s; the pick's hold 10 s and its
+    curve 12 s of it).``"""
     section = serving_of(doc) or {}
     seconds = section.get("seconds")
     if not is_number(seconds):
@@ -246,6 +247,11 @@ def serving_cost_text(doc: Mapping[str, Any]) -> str | None:
     parts = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("calibration_s", "calibration"),
                                                                      ("load_s", "load"))
              if is_number(calls.get(key))]
+    within = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("hold_s", "the pick's hold"),
+                                                                      ("curve_s", "its curve"))
+              if is_number(calls.get(key)) and calls[key] > 0]
+    if within and parts:
+        parts[-1] += f"; {' and '.join(within)} of it"
     return text + (f" ({', '.join(parts)})" if parts else "") + "."
 
 

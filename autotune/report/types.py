@@ -301,7 +301,9 @@ class ServingBaselines(TypedDict):
 
 class ServingCalls(TypedDict):
     calibration_s: float
-    load_s: float
+    load_s: float  # every load point, the hold's and the curve's included
+    hold_s: float  # the pick's max rate held on a fresh server (SUSTAIN_SECONDS, lowered until it holds)
+    curve_s: float  # the curve's points below the max (50%, 80%, 90%)
 
 
 class ServingServer(TypedDict):
