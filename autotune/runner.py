@@ -128,6 +128,7 @@ class WorkerProcess:
         self._buffer = b""
         self._next_id = 0
         self.requests_served = 0
+        self.paused = False
         hello = self.request(HELLO, timeout=startup_timeout)
         if not hello["ok"]:  # op hello cannot fail; a worker that says otherwise is broken
             self.kill()
@@ -141,6 +142,7 @@ class WorkerProcess:
 
     def request(self, message: Request, *, timeout: float) -> Response:
         """Send one request, wait for its response; raise :class:`WorkerCrashed` on death or timeout."""
+        self.resume()  # a paused worker would never answer
         self._next_id += 1
         rid = self._next_id
         # timeout_s: the worker ends itself a grace period past it, should we be unable to (autotune.worker.lifeline)
@@ -212,12 +214,37 @@ class WorkerProcess:
         text = self._stderr.read().decode("utf-8", errors="replace").strip()
         return " | ".join(line for line in text.splitlines()[-4:] if line.strip())
 
+    def pause(self) -> None:
+        """SIGSTOP the worker's process group (it and any helper processes it started: compile workers).
+
+        Why: a worker waiting for its next request still burns CPU when its runtime's threads spin (ONNX
+        Runtime's ``allow_spinning`` is on by default; OpenMP and TBB pools wait actively for a while after
+        each call), and in a showdown that CPU is taken from the finalist being timed (issue 31: 5 of 11 CNN
+        rounds disturbed by the tool's own staged workers). Stopped, it uses none, and keeps everything it
+        built. It still dies with the parent (PR_SET_PDEATHSIG is SIGKILL, which a stopped process obeys)."""
+        if self.alive and not self.paused:
+            self._signal_group(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.paused:
+            self._signal_group(signal.SIGCONT)
+            self.paused = False
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:  # start_new_session: the worker leads its own process group
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self) -> None:
         if self.alive:
             self.proc.kill()
         self.proc.wait()
 
     def close(self) -> None:
+        self.resume()  # a stopped worker would never read the end of its stdin
         if self.alive:
             try:
                 assert self.proc.stdin is not None
@@ -346,6 +373,15 @@ class Runner:
         if result.get("dirty") or not self._reuse:
             self.recycle(role)
         return result
+
+    def pause(self) -> None:
+        """Stop every live worker (:meth:`WorkerProcess.pause`) until :meth:`resume` or the next request."""
+        for worker in self._workers.values():
+            worker.pause()
+
+    def resume(self) -> None:
+        for worker in self._workers.values():
+            worker.resume()
 
     def close(self) -> None:
         self.recycle()

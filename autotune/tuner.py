@@ -231,7 +231,8 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                                 margin=recipe.search.equivalence_margin, objective=objective,
                                 latency_percentile=recipe.constraints.latency_percentile,
                                 timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed,
-                                processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0))
+                                processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0),
+                                quiet=recipe.measure.quiet_rounds)
     while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
         finalists = finalists[:-1]
     if not finalists:

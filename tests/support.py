@@ -175,3 +175,28 @@ def import_graph(*, import_time_only: bool = False) -> dict[str, set[str]]:
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
     return graph
+
+
+class PausableDouble:
+    """``pause`` / ``resume`` as :class:`autotune.runner.Runner` has them, for the showdown's worker doubles: a
+    call continues a paused one (as a real request does), and ``everyone`` (shared by the doubles of one
+    showdown) lets a double check, while it is timed, that every other one is stopped."""
+
+    everyone: list[PausableDouble]
+
+    def __init__(self, everyone: list[PausableDouble] | None = None) -> None:
+        self.paused = False
+        self.everyone = everyone if everyone is not None else []
+        self.everyone.append(self)
+        self.ran_beside: list[int] = []  # per slice: how many others were not stopped
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def slice_started(self) -> None:
+        self.paused = False
+        self.ran_beside.append(sum(not d.paused for d in self.everyone if d is not self))
+

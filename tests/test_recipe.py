@@ -94,6 +94,7 @@ def test_invalid_toml(write_recipe) -> None:
         (GOOD + "[batch]\nheadroom = 1.5\n", r"batch\.headroom': must be in \[0, 1\)"),
         (GOOD.replace("[model]", "[modle]"), r"field 'modle': unknown key.*did you mean 'model'"),
         (GOOD + "[measure]\nrounds = 1\n", r"measure\.rounds': must be 0 \(no showdown\) or at least 2"),
+        (GOOD + "[measure]\nquiet_rounds = \"yes\"\n", r"measure\.quiet_rounds': expected a boolean, got str 'yes'"),
         (GOOD.replace("batch_sizes = [1, 4]", "batch_sizes = [1, 4]\nthreads = [1, 0]"),
          r"field 'search\.threads\[1\]': thread counts must be positive integers, got 0"),
         (GOOD.replace("batch_sizes = [1, 4]", 'batch_sizes = [1, 4]\nthreads = "all"'),

@@ -103,3 +103,43 @@ def test_probes_and_measurements_run_in_separate_workers() -> None:
             assert not resp["ok"] and "does not serve" in resp["error"]["message"], (role, resp)
         finally:
             worker.close()
+
+
+def _state(pid: int, want: str | None = None) -> str:
+    """The process's state letter from /proc (T: stopped); with ``want``, waited for up to 2 s (a signal is
+    delivered asynchronously)."""
+    import time
+
+    deadline = time.monotonic() + (2.0 if want else 0.0)
+    while True:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        state = text[text.rindex(")") + 2]
+        if want is None or state == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
+
+
+def test_a_paused_worker_uses_no_cpu_answers_its_next_request_and_closes() -> None:
+    """The showdown stops every staged worker but the one being timed: a stopped worker keeps what it built,
+    continues on its next request, and a paused one still closes at once (a stopped process would never read the
+    end of its stdin)."""
+    import time
+
+    from autotune.runner import HELLO, WorkerProcess
+
+    worker = WorkerProcess(role="measure")
+    try:
+        pid = worker.proc.pid
+        worker.pause()
+        assert worker.paused and _state(pid, "T") == "T"
+        cpu = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[11:13]
+        time.sleep(0.3)
+        assert Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[11:13] == cpu  # utime, stime: still
+        resp = worker.request(HELLO, timeout=30)  # continues it first
+        assert resp["ok"] and not worker.paused and _state(pid) != "T"
+        worker.pause()
+        t0 = time.monotonic()
+        worker.close()
+        assert time.monotonic() - t0 < 5 and worker.proc.returncode == 0
+    finally:
+        worker.kill()

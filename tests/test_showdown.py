@@ -16,7 +16,7 @@ from autotune.showdown import (
     select_finalists,
     simplicity,
 )
-from tests.support import run_cli, tiny_recipe
+from tests.support import PausableDouble, run_cli, tiny_recipe
 
 
 def _contender(key: str, level: float, *, rounds: int = 6, noise: float = 0.0, seed: int = 0,
@@ -169,18 +169,23 @@ def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     assert f"{doc['recommendation']['variant']}@2" == sd["verdict"]["pick"]
     assert "Showdown:" in out
     assert "## Showdown" in (tmp_path / "out" / "report.md").read_text()
+    # the other finalists' workers were stopped while one was timed, and the report says so
+    assert sd["quiet"] is True and "stopped (SIGSTOP)" in (tmp_path / "out" / "report.md").read_text()
 
 
-class _FakeRunner:
+class _FakeRunner(PausableDouble):
     """A worker double for the orchestration: scripted slices (the real run is tested above)."""
 
-    def __init__(self, seconds: float, slices: list[int]) -> None:
+    def __init__(self, seconds: float, slices: list[int], everyone: list[PausableDouble] | None = None) -> None:
+        super().__init__(everyone)
         self.seconds = seconds
         self.slices = slices  # shared by the finalists: the machine's timeline
 
     def call(self, message: dict, *, timeout: float) -> dict:
+        self.paused = False
         if message["op"] == "stage":
             return {"status": "ok"}
+        self.slice_started()
         self.slices.append(len(self.slices) + 1)
         busy = len(self.slices) in (2, 3, 4)  # a neighbour during the first rounds' slices
         return {"status": "ok", "seconds_per_call": self.seconds * (5.0 if busy else 1.0),
@@ -196,9 +201,12 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     rows = [_row(0, "eager", 100, 0.01), _row(1, "frozen", 110, 0.01)]
     speeds = iter([0.010, 0.0091])
     timeline: list[int] = []
-    doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds), timeline),
+    everyone: list[PausableDouble] = []
+    doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds), timeline, everyone),
                        settings=ShowdownSettings(rounds=3, round_seconds=0.1, margin=0.02, objective="throughput",
                                                  latency_percentile="p99", timeout_s=10, processes=1))
+    # quiet rounds: while one finalist was timed, the other's worker was stopped, every slice
+    assert doc["quiet"] and all(d.ran_beside and set(d.ran_beside) == {0} for d in everyone)
     assert doc["disturbed_rounds"] == [0, 1] and doc["rounds_run"] == 5
     assert doc["rounds_compared"] == [2, 3, 4]
     v = doc["verdict"]
@@ -220,10 +228,11 @@ def test_a_tie_that_is_a_coin_flip_is_undecided() -> None:
     assert not undecided(paired_verdict([lead, _contender("eager@1", 1.001)], margin=0.02))  # clearly the same
 
 
-class _NoisyRunner:
+class _NoisyRunner(PausableDouble):
     """Slices around a level with seeded per-slice noise (for the undecided-tie extension)."""
 
     def __init__(self, seconds: float, noise: float, seed: int) -> None:
+        super().__init__()
         self.seconds, self.noise = seconds, noise
         self.rng = np.random.default_rng(seed)
 

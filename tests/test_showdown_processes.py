@@ -20,6 +20,7 @@ from autotune.showdown import (
     spreads,
     verdict_text,
 )
+from tests.support import PausableDouble
 
 
 def _row(variant: str, thr: float) -> dict:
@@ -64,10 +65,11 @@ def test_the_standing_reports_both_spreads() -> None:
     assert nested.round_spread == pytest.approx(0.0, abs=1e-9)
 
 
-class _LuckyRunner:
+class _LuckyRunner(PausableDouble):
     """A worker double: each process gets its own speed factor (its luck); slices vary 0.2% around it."""
 
     def __init__(self, speeds: dict[str, float], luck: float, rng: np.random.Generator) -> None:
+        super().__init__()
         self.speeds, self.luck, self.rng = speeds, luck, rng
         self.seconds = 0.0
 

@@ -580,6 +580,7 @@ _SHOWDOWN = _record({
     "rounds_compared": (_nullable(_list_of(_INT)), False),
     "dropped": (_nullable(_dict_of(_STR)), False),
     "objective": (_nullable(_STR), False),
+    "quiet": (_nullable(_BOOL), False),
 })
 _SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {

@@ -420,6 +420,8 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
             f"rounds of {showdown.get('round_seconds') or 0:g} s in {processes} fresh process"
             f"{'es' if processes != 1 else ''} each; winner by a paired ratio over rounds, its CI resampling "
             "processes, then rounds.")
+    if showdown.get("quiet"):
+        text += " While one finalist was timed, every other staged worker was stopped (SIGSTOP)."
     if processes < 3:
         text += (f" The spread between processes was not measured ({processes} per finalist, measure.processes; "
                  "3 or more see it).")
@@ -429,7 +431,8 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
     if bad:
         run = int(showdown.get("rounds_run") or 0)
         left_out = len(showdown.get("rounds_compared") or []) == run - len(bad)
-        text += (f" {len(bad)} of {run} rounds ran while other processes used more than 0.1 core; "
+        who = "processes outside autotune" if showdown.get("quiet") else "other processes"
+        text += (f" {len(bad)} of {run} rounds ran while {who} used more than 0.1 core; "
                  + ("they were left out." if left_out else "too few quiet rounds, so all were compared."))
     parts.append(text)
     body = verdict_text(showdown, busy=False)

@@ -4,8 +4,12 @@ The algorithm (stage, rounds, burn-in, disturbed rounds, when to stop) is in :mo
 comparison of the rounds is :mod:`autotune.showdown.paired`.
 
 Workers of their own per finalist (not all finalists in one process) so no finalist runs beside
-another's compiler caches or allocator state, as in a deployment; a worker waiting for its next
-slice blocks on its pipe and costs no CPU. More than one per finalist because processes differ:
+another's compiler caches or allocator state, as in a deployment. A worker waiting for its next slice
+blocks on its pipe, but its runtime's threads may not: ONNX Runtime spins by default, OpenMP and TBB pools
+wait actively after each call, and that CPU came out of the finalist being timed (5 of 11 rounds disturbed
+on the CNN). So every worker but the one timing its slice is stopped (SIGSTOP of its process group,
+:meth:`autotune.runner.Runner.pause`) and continued for its own slice; the runtimes' settings, which the
+artifact ships with, are left as they are. More than one per finalist because processes differ:
 glibc's dynamic mmap threshold follows each process's allocation history, and the same transformer
 variant measured 0.93-1.005x a plain process's speed from one process to the next (page faults
 per call 0-2,600, bench_agreement); one process per finalist let that luck decide near ties
@@ -52,6 +56,9 @@ class ShowdownSettings:
     seed: int = 0
     processes: int = MIN_PROCESSES  # worker processes per finalist at the start; rounds alternate between them
     deadline: float | None = None  # time.monotonic() after which no new round starts
+    #: Every staged worker but the one timing its slice is stopped (SIGSTOP; ``measure.quiet_rounds``): the
+    #: finalist being timed has the machine to itself, as it would in a deployment of one model.
+    quiet: bool = True
 
 
 def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: ShowdownSettings,
@@ -120,6 +127,8 @@ def run_showdown(
                     dropped[key] = got
                     break
                 runners[key].append(got)
+                if settings.quiet:
+                    got.pause()
             if key in dropped:
                 for runner in runners.pop(key):
                     runner.close()
@@ -183,6 +192,8 @@ def run_showdown(
                                                percentile=settings.latency_percentile,
                                                timeout=settings.round_seconds + SLICE_GRACE_S)
                 fresh[key] = got
+                if settings.quiet:
+                    got.pause()
                 if burn["status"] != "ok":
                     notes.append(f"process {count + 1} of {key} failed its first slice; kept {count} processes")
                     for runner in fresh.values():
@@ -210,9 +221,12 @@ def run_showdown(
                 on_progress(_progress_line(r, disturbed, settings))
             hit = False
             for key in order:
-                worker = WorkerClient(runners[key][process])
-                res = worker.slice(settings.round_seconds, per_call=per_call, percentile=settings.latency_percentile,
-                                   timeout=settings.round_seconds + SLICE_GRACE_S)
+                runner = runners[key][process]
+                res = WorkerClient(runner).slice(settings.round_seconds, per_call=per_call,
+                                                 percentile=settings.latency_percentile,
+                                                 timeout=settings.round_seconds + SLICE_GRACE_S)
+                if settings.quiet:
+                    runner.pause()
                 if res["status"] != "ok":
                     dropped[key] = f"round {r}: {res.get('status')}: {res.get('reason')}"
                     continue
@@ -257,6 +271,7 @@ def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any],
     doc: dict[str, Any] = {
         "rounds": settings.rounds, "round_seconds": settings.round_seconds, "margin": settings.margin,
         "seed": settings.seed, "processes": settings.processes, "objective": settings.objective,
+        "quiet": settings.quiet,
         "processes_used": processes_used, "round_process": list(round_process),
         "finalists": [candidate_key(r) for r in finalists],
         "seconds_per_call": {k: list(per_round[k]) for k in staged},

@@ -408,4 +408,5 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         rounds=rounds,
         processes=r.positive("processes", int, MeasureSpec.processes),
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
+        quiet_rounds=r.get("quiet_rounds", bool, MeasureSpec.quiet_rounds),
     )

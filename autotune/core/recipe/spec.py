@@ -254,6 +254,9 @@ class MeasureSpec:
     round_seconds: float = 0.5
     #: Showdown: fresh worker processes per finalist (rounds alternate between them; >= 3 to see their spread).
     processes: int = 3
+    #: Showdown: stop every other staged worker while one is timed (false: leave them running, as beside other
+    #: models on a shared host; their runtimes' spinning threads then take CPU from the one being timed).
+    quiet_rounds: bool = True
 
 
 @dataclass(frozen=True)
