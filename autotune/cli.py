@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the whole tuning and write the reports")
     run.add_argument("recipe", type=Path)
-    run.add_argument("--out", type=Path, default=None, help="output directory (default: out/<recipe name>)")
+    run.add_argument("--out", type=_out_dir, default=None,
+                     help="output directory (default: out/<recipe name>, the name made a safe directory name)")
     run.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N | xpu | xpu:N (overrides the recipe)")
     run.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS")
     run.add_argument("--storage", default=None, help="Optuna storage URL (default: sqlite:///OUT/study.db)")
@@ -241,6 +242,13 @@ def _load(recipe_path: Path, *, device: str | None = None, time_budget: float | 
     return with_cli_overrides(recipe, device=device, time_budget=time_budget, seed=seed)
 
 
+def _out_dir(text: str) -> Path:
+    """``--out``: a non-empty path (``--out ''`` would be the current directory, by accident)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty; give the output directory (it is created if missing)")
+    return Path(text)
+
+
 def _check_out(out: Path) -> None:
     """``--out`` must be a directory or not exist yet: said before the model is validated (minutes on a big one)."""
     try:
@@ -304,12 +312,13 @@ class ProgressBar:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.api import tune
+    from autotune.outdir import path_component
     from autotune.report import console_table
 
     if args.out is not None:
         _check_out(args.out)
     recipe = _load(args.recipe, device=args.device, time_budget=args.time_budget, seed=args.seed)
-    out = args.out or Path("out") / recipe.name
+    out = args.out or Path("out") / path_component(recipe.name)
     _check_out(out)
     if recipe.generate is not None:
         return _run_generate(recipe, out)

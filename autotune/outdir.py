@@ -29,6 +29,18 @@ from autotune.errors import InputError
 LOCK_NAME = ".autotune.lock"
 
 
+def path_component(name: str) -> str:
+    """A recipe's name as one directory name, for the default ``--out`` (``out/<name>``).
+
+    Why: the name is data from the recipe file, and ``Path("out") / name`` with a name of ``/some/dir`` or
+    ``../x`` is that path itself, so a recipe could have a run write (and swap out an ``artifact/``) anywhere.
+    Everything but letters, digits, ``.``, ``_`` and ``-`` becomes ``_``; leading and trailing dots go (no
+    ``..``, no hidden directory); an empty result is ``run``; at most 100 characters.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".")[:100].strip(".")
+    return safe or "run"
+
+
 def _holder(fd: int) -> str:
     """The pid the holder wrote into the lock file ("unknown" while it is still writing it)."""
     with contextlib.suppress(OSError, ValueError):
