@@ -20,8 +20,10 @@ machine lands on both sides of each pair::
                 improvement if CI low  > 1 + threshold
                 unchanged   otherwise
 
-The traffic is the run's own: for a recipe with ``[data]``, the factory's first ``max_batches`` batches at the
-recommended batch size, cycled in order; for ``[[inputs]]``, the loader's ``make_inputs()`` batch. When the two
+The traffic is the run's own: for a recipe with ``[data]``, the batches the artifact was measured on, as saved
+in it (``artifact/traffic.npz``), cycled in order; for ``[[inputs]]``, the loader's ``make_inputs()`` batch.
+What runs is each run directory's own ``artifact/load.py`` and nothing else: the data factory that report.json
+names is never imported (a report.json is data; its ``base_dir`` could name any folder's Python file). When the two
 runs picked different configurations the comparison is between their recommendations, which is the question
 a deployment asks ("is the new recommendation slower than the old one?").
 """
@@ -43,42 +45,46 @@ from typing import Any
 from autotune.compare import Ratio, ratio_verdict
 from autotune.compare_rounds import t_quantile_975
 from autotune.core.process_env import environment_of_variant
+from autotune.deployment import TRAFFIC_NAME
 from autotune.errors import InputError
 
 __all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "rerun", "time_artifact"]
 
-#: The plain process: the artifact's loader and, for a ``[data]`` recipe, the user's data factory; never autotune.
+#: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
+#: autotune, and no code but the loader's.
 CHILD = r"""
-import importlib.util, json, runpy, sys, time
+import json, re, runpy, sys, time
 spec = json.loads(sys.argv[1])
 ns = runpy.run_path(spec["loader"])
 predict = ns["load"]()
 kind = spec["kind"]
-if spec.get("data"):
-    import torch
-    d = spec["data"]
-    mod_spec = importlib.util.spec_from_file_location("user_data", d["file"])
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
-    torch.manual_seed(d["seed"])
-    it = iter(getattr(mod, d["function"])(batch_size=spec["batch_size"], **d["kwargs"]))
-    batches = []
-    for b in it:
-        batches.append(b)
-        if len(batches) >= d["max_batches"]:
-            break
-    def form(b):
-        if kind in ("onnx", "openvino"):
-            conv = lambda t: t.numpy()
-        else:
-            conv = lambda t: t
-        if isinstance(b, dict):
-            return (), {k: conv(v) for k, v in b.items()}
-        if isinstance(b, (tuple, list)):
-            return tuple(conv(v) for v in b), {}
-        return (conv(b),), {}
-    calls = [form(b) for b in batches]
-    rows = [int(next(iter(a or k.values())).shape[0]) for a, k in calls]
+if spec.get("traffic"):
+    import numpy as np
+    found = {}
+    with np.load(spec["traffic"], allow_pickle=False) as z:
+        for key in z.files:
+            m = re.fullmatch(r"b(\d+)\.(.+)", key)
+            if m:
+                found.setdefault(int(m.group(1)), {})[m.group(2)] = z[key]
+    first = found[min(found)]
+    names = list(ns.get("INPUTS") or first)  # an older loader without INPUTS: the traffic's order, as saved
+    if kind in ("onnx", "openvino"):
+        conv = lambda a: a
+    else:
+        import torch
+        conv = torch.from_numpy
+    def form(xs):
+        f = ns["_form"](xs) if "_form" in ns else tuple(xs)
+        if isinstance(f, dict):
+            return (), f
+        if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], tuple) and isinstance(f[1], dict):
+            return f
+        if isinstance(f, (tuple, list)):
+            return tuple(f), {}
+        return (f,), {}
+    order = sorted(found)[:spec["max_batches"]]
+    calls = [form([conv(found[i][n]) for n in names]) for i in order]
+    rows = [int(found[i][names[0]].shape[0]) for i in order]
 else:
     x = ns["make_inputs"]()
     calls = [(tuple(x), {})]
@@ -142,11 +148,15 @@ def artifact_target(run_dir: Path) -> ArtifactTarget:
                              "batch_size": int(rec["batch_size"])}
     data = recipe.get("data")
     if isinstance(data, Mapping) and data.get("factory"):
-        target, _, function = str(data["factory"]).rpartition(":")
-        file = Path(target) if Path(target).is_absolute() else Path(str(data.get("base_dir") or ".")) / target
-        child["data"] = {"file": str(file), "function": function, "kwargs": dict(data.get("kwargs") or {}),
-                         "max_batches": int(data.get("max_batches") or 16),
-                         "seed": int((recipe.get("search") or {}).get("seed") or 0)}
+        # the traffic the artifact was measured on, saved in it; never the data factory report.json names: a
+        # report is data, and its base_dir could point at any folder's Python file (issue 32)
+        traffic = run_dir / "artifact" / TRAFFIC_NAME
+        if not traffic.is_file():
+            raise InputError(f"{traffic}: missing; --rerun replays the traffic saved with the artifact (a run of "
+                             "an older autotune did not save it: run it again)")
+        max_batches = data.get("max_batches")
+        child["traffic"] = str(traffic.resolve())
+        child["max_batches"] = max_batches if isinstance(max_batches, int) and max_batches > 0 else 16
     env = environment_of_variant(str(rec["variant"]))
     return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}",
                           reported=float(rec.get("throughput") or 0.0), child=child, environment=env.apply(os.environ))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from autotune.artifact_timing import ArtifactTarget, artifact_target, rerun
+from autotune.artifact_timing import ArtifactTarget, artifact_target, rerun, time_artifact
 from autotune.errors import InputError
 from tests.support import ROOT, run_cli
 
@@ -127,3 +127,30 @@ def test_a_run_without_an_artifact_is_refused_naming_the_field(tmp_path: Path) -
     (a / "report.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"load\.py: missing"):
         artifact_target(a)
+
+
+@pytest.mark.worker
+def test_rerun_replays_the_saved_traffic_and_never_runs_the_data_factory_a_report_names(tmp_path: Path) -> None:
+    """A report.json whose recipe names a data factory in another folder (``base_dir``): --rerun times the
+    artifact on the traffic saved beside it and imports nothing else (issue 32: that folder's Python file ran)."""
+    import numpy as np
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marker = tmp_path / "ran"
+    (elsewhere / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n"
+                                       "def batches(batch_size, **kw):\n    yield None\n")
+    a = _run_dir(tmp_path, "A", slow=False)
+    doc = json.loads((a / "report.json").read_text())
+    doc["recipe"]["data"] = {"factory": "evil.py:batches", "base_dir": str(elsewhere), "max_batches": 2}
+    (a / "report.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"traffic\.npz: missing"):
+        artifact_target(a)
+    rng = np.random.default_rng(0)
+    np.savez(a / "artifact" / "traffic.npz", **{f"b{i}.x": rng.standard_normal((4, 3, 8, 8)).astype("float32")
+                                                 for i in range(3)})
+    target = artifact_target(a)
+    assert target.child["max_batches"] == 2 and "data" not in target.child
+    assert time_artifact(target, seconds=0.2) > 0
+    assert not marker.exists()
+
