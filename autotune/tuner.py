@@ -151,7 +151,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             return progress.finish(interrupted=True)
         progress.start("showdown")
         showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
-                                  on_event=options.on_event, on_round=progress.showdown_round)
+                                  on_event=options.on_event, on_round=progress.showdown_round,
+                                  stored=search.study.user_attrs.get(SHOWDOWN_ATTR), notes=progress.run_notes)
         progress.showdown = showdown
         if showdown is not None or SHOWDOWN_ATTR in search.study.user_attrs:  # an earlier run's would be read back
             search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
@@ -207,18 +208,29 @@ def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEv
 
 #: Share of the time left after the batch boundaries that is kept for the final showdown.
 SHOWDOWN_SHARE = 0.25
+#: The showdown may overrun the time left by this share of ``time_budget_s`` (its staging is estimated, not
+#: known): the run's promise is its budget + this share + the artifact step. A showdown estimated to need more
+#: is skipped, and the report says so.
+SHOWDOWN_OVERRUN = 0.25
 
 
 def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None,
-                   on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
-    """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide.
+                   on_round: Callable[[dict[str, Any]], None] | None = None,
+                   stored: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide,
+    or when the time budget cannot cover it (a line in ``notes`` says so).
 
     Finalists are dropped from the end of the ranking while the showdown's estimated cost exceeds
-    the time left (at least two always compete: a showdown is what makes the pick reproducible). A single
-    finalist still gets its rounds: they are fresh processes, so they give the headline throughput a
-    deployment sees (a screen in a reused worker can be off by several percent: its allocation history).
+    the time left; two compete when the time left covers two (within SHOWDOWN_OVERRUN of the budget),
+    else there is no showdown: a budget is a promise (issue 32: the showdown staged its finalists, about 130 s,
+    with the budget already spent). A single finalist still gets its rounds: they are fresh processes, so they
+    give the headline throughput a deployment sees (a screen in a reused worker can be off by several percent:
+    its allocation history).
+
+    ``stored``: the study's showdown from an earlier run on this ``--out``. A complete one whose finalists are
+    this ranking's leading finalists is reused, not run again (a resume measures nothing twice).
     """
-    from autotune.showdown import ShowdownSettings, estimated_seconds, run_showdown, select_finalists
+    from autotune.showdown import ShowdownSettings, candidate_key, estimated_seconds, run_showdown, select_finalists
 
     if recipe.measure.rounds < 2:
         return None
@@ -233,10 +245,29 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                                 timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed,
                                 processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0),
                                 quiet=recipe.measure.quiet_rounds)
+    keys = [candidate_key(r) for r in finalists]
+    if _reusable(stored, keys):
+        assert stored is not None
+        emit(on_event, "showdown", f"showdown: reused this study's ({', '.join(stored['finalists'])})")
+        if notes is not None:
+            notes.append("the showdown was run by an earlier run on this output directory and is reused "
+                         f"({len(stored['finalists'])} finalists, {stored.get('rounds_run')} rounds): nothing is "
+                         "measured twice")
+        return {**stored, "reused": True}
     while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
         finalists = finalists[:-1]
     if not finalists:
         return None
+    cost = estimated_seconds(finalists, settings)
+    if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:  # left < 0: the allowance is partly spent
+        if notes is not None:
+            notes.append(f"no showdown: the time budget had {max(left, 0.0):.0f} s left and staging and timing "
+                         f"{len(finalists)} finalist{'s' if len(finalists) != 1 else ''} was estimated at "
+                         f"{cost:.0f} s; the recommendation is the search's ranking (raise search.time_budget_s "
+                         "for a showdown)")
+        emit(on_event, "showdown", f"showdown skipped: {max(left, 0.0):.0f} s left, about {cost:.0f} s needed")
+        return None
+
     def say(text: str) -> None:
         emit(on_event, "showdown", f"showdown: {text}")
 
@@ -245,6 +276,17 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                        on_progress=say, on_round=on_round)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
+
+
+def _reusable(stored: Mapping[str, Any] | None, keys: Sequence[str]) -> bool:
+    """Whether a stored showdown is complete (a verdict, not a partial ``complete: false`` document) and its
+    finalists are the leading ones of ``keys``: the same candidates, measured once, already compared."""
+    if not isinstance(stored, Mapping) or not stored.get("verdict") or stored.get("complete") is False:
+        return False
+    theirs = stored.get("finalists")
+    if not isinstance(theirs, list) or not theirs:
+        return False
+    return len(theirs) >= min(2, len(keys)) and list(keys[:len(theirs)]) == theirs
 
 
 def _with_default_environment(finalists: list[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]

@@ -244,6 +244,8 @@ class RunDocument:
         self.storage, self.study_name, self.started, self._worker_stats = storage, study_name, started, worker_stats
         self.clock = clock
         self.phase = "boundaries"
+        #: Notes of the run itself (a skipped or reused showdown), in report.json's ``notes``.
+        self.run_notes: list[str] = []
         self.boundaries: Mapping[str, Any] = {}
         self.failures: Mapping[str, tuple[str, str]] = {}
         self.outcome: SearchOutcome | None = None
@@ -311,6 +313,7 @@ class RunDocument:
         if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
             notes.append(TORCHSCRIPT_NOTE)
         notes += [f"{u['variant']} not available here: {u['reason']}" for u in self.workload.unavailable]
+        notes += self.run_notes
         doc = build_document(self.recipe, self.workload, rows, outcome, self.boundaries, notes=notes,
                              showdown=self.showdown, storage=self.storage, study_name=self.study_name,
                              wall_seconds=self.clock() - self.started, worker_stats=self._worker_stats())
