@@ -352,10 +352,19 @@ class Runner:
             worker = self._ensure_worker(role, environment)
         except InputError as exc:  # the environment's library is missing: this candidate cannot run here
             return {"status": "failed", "reason": str(exc)}
-        except WorkerCrashed as exc:
+        except WorkerCrashed:
+            # once more: a start killed from outside (the OOM killer while another process peaked, a signal) is
+            # not this request's fault; a second failure is its failure, with the reason, and the run goes on
+            # (issue 32: a worker killed while starting ended the run with exit 2 and an unfinished report)
             self.stats.crashes += 1
             self._workers.pop(role, None)
-            raise WorkerError(f"the worker could not start: {exc.crash.reason}") from None
+            try:
+                worker = self._ensure_worker(role, environment)
+            except WorkerCrashed as exc:
+                self.stats.crashes += 1
+                self._workers.pop(role, None)
+                return {"status": "failed", "reason": f"the worker could not start (twice): {exc.crash.reason}",
+                        "crash": exc.crash}
         try:
             resp = worker.request(message, timeout=timeout)
         except WorkerCrashed as exc:

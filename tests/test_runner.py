@@ -143,3 +143,36 @@ def test_a_paused_worker_uses_no_cpu_answers_its_next_request_and_closes() -> No
         assert time.monotonic() - t0 < 5 and worker.proc.returncode == 0
     finally:
         worker.kill()
+
+
+def test_a_worker_killed_while_starting_is_started_again_then_its_request_fails(tmp_path: Path) -> None:
+    """A start killed from outside is retried once; a second failure is the request's failure (with the reason),
+    never an exception that ends the run (issue 32: exit 2 and an unfinished report)."""
+    import os
+
+    from autotune.runner import HELLO
+
+    site = tmp_path / "site"
+    site.mkdir()
+    count = tmp_path / "starts"
+    # every worker start counts itself; the first `die` of them are SIGKILLed before the worker says hello
+    (site / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        f"path = {str(count)!r}\n"
+        "n = (int(open(path).read()) if os.path.exists(path) else 0) + 1\n"
+        "open(path, 'w').write(str(n))\n"
+        "if n <= int(os.environ.get('DIE_STARTS', '0')):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+
+    def runner(die: int) -> Runner:
+        count.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               "DIE_STARTS": str(die)}
+        return Runner(env=env)
+
+    with runner(1) as once:
+        assert "pid" in once.call(HELLO, timeout=60) and once.stats.crashes == 1  # the retry answered
+    with runner(2) as twice:
+        got = twice.call(HELLO, timeout=60)
+        assert got.get("status") == "failed" and "could not start (twice)" in got["reason"]
+        assert "SIGKILL" in got["reason"] and twice.stats.crashes == 2
