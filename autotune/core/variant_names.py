@@ -225,6 +225,13 @@ def _parse_base(token: str, text: str, field_name: str) -> tuple[str, str | None
     return compiler, mode
 
 
+def parse_variant_name(text: str) -> VariantSpec:
+    """A recipe's ``search.variants`` entry checked for its grammar (``all`` allowed, with modifiers); raises
+    :class:`InputError` as :meth:`VariantSpec.parse` does."""
+    spec, _, _ = _parse(text, field_name="variants", allow_all=True)
+    return spec
+
+
 def _parse(text: str, *, field_name: str, allow_all: bool = False) -> tuple[VariantSpec, bool, bool]:
     """Parse one name; also say whether it pinned a precision / a memory format (for crossing)."""
     if not isinstance(text, str) or not text.strip():

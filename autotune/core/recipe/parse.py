@@ -17,7 +17,7 @@ from autotune.core.device_names import ALLOWED_TEXT, is_device_name
 from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
 from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.generate import parse_generate
-from autotune.core.recipe.reader import TableReader
+from autotune.core.recipe.reader import TableReader, closest
 from autotune.core.recipe.serving import parse_serving
 from autotune.core.recipe.spec import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -258,6 +258,27 @@ def _int_range(r: TableReader, dtype: str) -> tuple[int, int] | None:
     return int(raw[0]), int(raw[1])
 
 
+def _names(r: TableReader, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """``variants``, ``precisions`` or ``memory_formats``, each name checked against the vocabulary here, so a
+    typo names the recipe file and the field at once (it was found by a worker seconds later, as "variants: ...").
+    Whether a known name runs on this machine is still the worker's to say."""
+    from autotune.core.variant_names import MEMORY_FORMATS, PRECISIONS, parse_variant_name
+
+    names = r.string_list(key, default)
+    for i, name in enumerate(names):
+        if key == "variants":
+            try:
+                parse_variant_name(name)
+            except InputError as exc:
+                raise r.error(f"{key}[{i}]", str(exc).removeprefix("variants: ")) from None
+        else:
+            allowed = PRECISIONS if key == "precisions" else MEMORY_FORMATS
+            if name not in allowed:
+                raise r.error(f"{key}[{i}]", f"'{name}' is not allowed; allowed: {', '.join(allowed)}",
+                              hint=closest(name, allowed))
+    return names
+
+
 def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
     r = TableReader(path, table, "search.", tuple(SearchSpec.__dataclass_fields__))
     batch_sizes: tuple[int, ...] | Literal["auto"]
@@ -276,9 +297,9 @@ def _parse_search(path: Path, table: dict[str, Any]) -> SearchSpec:
                 )
         batch_sizes = tuple(sorted(set(raw)))
     return SearchSpec(
-        variants=r.string_list("variants", SearchSpec.variants),
-        precisions=r.string_list("precisions", SearchSpec.precisions),
-        memory_formats=r.string_list("memory_formats", SearchSpec.memory_formats),
+        variants=_names(r, "variants", SearchSpec.variants),
+        precisions=_names(r, "precisions", SearchSpec.precisions),
+        memory_formats=_names(r, "memory_formats", SearchSpec.memory_formats),
         shapes=_shapes(r),
         threads=_threads(path, r),
         environments=_environments(r),
@@ -397,6 +418,9 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
     ci_target = r.positive("ci_target", float, 0.01)
     if ci_target >= 1.0:
         raise r.error("ci_target", f"is a fraction of the mean and must be below 1, got {ci_target!r}")
+    timeout_s = r.positive("timeout_s", float, 600.0)
+    if timeout_s < 1.0:
+        raise r.error("timeout_s", f"must be at least 1 second (a worker's start alone takes longer), got {timeout_s!r}")
     rounds = r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True)
     if rounds == 1:
         raise r.error("rounds", "must be 0 (no showdown) or at least 2: a paired comparison needs rounds to pair")
@@ -404,7 +428,7 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         mode=r.choice("mode", MODES, "throughput"),
         ci_target=ci_target,
         max_seconds=r.positive("max_seconds", float, 10.0),
-        timeout_s=r.positive("timeout_s", float, 600.0),
+        timeout_s=timeout_s,
         rounds=rounds,
         processes=r.positive("processes", int, MeasureSpec.processes),
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
