@@ -39,6 +39,10 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: The largest count a flag takes (a batch size, rounds): torch's sizes are 64-bit, and no batch is near this.
+MAX_COUNT = 2**31 - 1
+
+
 def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int | float]:
     """An argparse ``type`` that accepts only positive values of ``kind``."""
 
@@ -51,6 +55,8 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
         # (run) or polled the study forever (worker)
         if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"expected a positive {noun}, got {text!r}")
+        if kind is int and value > MAX_COUNT:  # a batch of 10**23 overflowed inside torch (a TypeError)
+            raise argparse.ArgumentTypeError(f"expected a positive {noun} up to {MAX_COUNT:,}, got {text!r}")
         return value
 
     return convert
@@ -189,12 +195,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """``--threshold -5%`` as ``--threshold=-5%``: argparse takes a value that starts with '-' (and is not a plain
+    negative number) for a flag and says "expected one argument"; glued, the flag's own check says what is
+    wrong with the value."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--threshold",) and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and argv[i + 1][1:2].isdigit():
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     for arg in argv or ():
         if "\x00" in arg:  # a process's arguments cannot hold one; a caller in Python can pass it
             print(f"autotune: error: argument {arg!r} contains a NUL character", file=sys.stderr)
             return EXIT_INPUT
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_glue_negative_values(list(sys.argv[1:] if argv is None else argv)))
     handler = {
         "run": cmd_run, "warmup": cmd_warmup, "batch": cmd_batch, "measure": cmd_measure,
         "report": cmd_report, "worker": cmd_worker, "compare": cmd_compare, "loadtest": cmd_loadtest,

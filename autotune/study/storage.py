@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import re
 import sqlite3
 import warnings
 from collections.abc import Iterator, Mapping
@@ -136,6 +137,11 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     if url.startswith("redis"):
         raise InputError(f"--storage {display_url(url)}: Redis storage was removed from Optuna; use an RDB URL "
                          f"such as {URL_EXAMPLES}")
+    if re.fullmatch(r"sqlite(\+\w+)?:///?(:memory:)?", url.strip()):
+        # an in-memory database: each connection sees its own empty one ("no such table: studies"), and nothing
+        # measured would outlive the run
+        raise InputError(f"--storage {url}: names no file (SQLite in memory: nothing would be kept); give a file, "
+                         f"e.g. {URL_EXAMPLES}")
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": float(SQLITE_BUSY_TIMEOUT_S)}

@@ -420,7 +420,8 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         raise r.error("ci_target", f"is a fraction of the mean and must be below 1, got {ci_target!r}")
     timeout_s = r.positive("timeout_s", float, 600.0)
     if timeout_s < 1.0:
-        raise r.error("timeout_s", f"must be at least 1 second (a worker's start alone takes longer), got {timeout_s!r}")
+        raise r.error("timeout_s", f"must be at least 1 second (a worker's start alone takes longer), "
+                                   f"got {timeout_s!r}")
     rounds = r.positive("rounds", int, MeasureSpec.rounds, allow_zero=True)
     if rounds == 1:
         raise r.error("rounds", "must be 0 (no showdown) or at least 2: a paired comparison needs rounds to pair")

@@ -1,0 +1,37 @@
+"""Flag values that used to give a traceback or a misleading message (issue 32): each is exit 2 with what is
+wrong, said by the CLI's ``main`` before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["measure", "r.toml", "--variant", "eager", "--batch-size", str(10**23)], "up to 2,147,483,647"),
+    (["compare", "a", "b", "--threshold", "-5%"], "--threshold: must be between 0 and 1"),
+])
+def test_a_bad_flag_value_is_exit_2_naming_the_flag(argv: list[str], said: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_an_in_memory_sqlite_storage_is_refused_by_name() -> None:
+    from autotune.errors import InputError
+    from autotune.study.storage import make_storage
+
+    for url in ("sqlite:///", "sqlite://", "sqlite:///:memory:"):
+        with pytest.raises(InputError, match=r"names no file \(SQLite in memory"):
+            make_storage(url)
+
+
+def test_a_file_sqlite_storage_still_opens(tmp_path: Path) -> None:
+    from autotune.study.storage import make_storage
+
+    make_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    assert (tmp_path / "study.db").exists()
