@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import signal
@@ -234,16 +235,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.suppress(ValueError):  # not the main thread (an embedding caller): leave it as it is
         previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if args.command in ("compare", "report"):  # they print what a report.json holds: untrusted text
+            with _printable_output():
+                return handler(args)
         return handler(args)
     except KeyboardInterrupt:
         print("\nautotune: interrupted; what was measured is kept in the study", file=sys.stderr)
         return EXIT_INTERRUPTED
     except AutotuneError as exc:
-        print(f"autotune: error: {exc}", file=sys.stderr)
+        from autotune.report.format import printable
+
+        print(f"autotune: error: {printable(str(exc))}", file=sys.stderr)  # it may quote a report.json's value
         return exc.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+class _PrintableStream(io.TextIOBase):
+    """A text stream that writes :func:`autotune.report.format.printable` text to ``inner``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        from autotune.report.format import printable
+
+        self.inner.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
+@contextlib.contextmanager
+def _printable_output() -> Iterator[None]:
+    with contextlib.redirect_stdout(_PrintableStream(sys.stdout)), \
+            contextlib.redirect_stderr(_PrintableStream(sys.stderr)):
+        yield
 
 
 def _interrupt(signum: int, frame: object) -> None:

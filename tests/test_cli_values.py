@@ -35,3 +35,26 @@ def test_a_file_sqlite_storage_still_opens(tmp_path: Path) -> None:
 
     make_storage(f"sqlite:///{tmp_path / 'study.db'}")
     assert (tmp_path / "study.db").exists()
+
+
+def test_compare_and_report_print_no_terminal_control_from_a_report(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A report.json is untrusted: an escape sequence or a carriage return in a stored name must not reach the
+    terminal (it could clear the screen or rewrite a CI log's line)."""
+    import json
+
+    from tests.support import ROOT
+
+    doc = json.loads((ROOT / "tests" / "data" / "compare-base-report-v2.json").read_text())
+    evil = "\x1b[2J\x1b]0;title\x07\r\x9b"
+    for c in doc["candidates"]:
+        c["variant"] += evil
+    doc["recommendation"]["variant"] += evil
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps(doc))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr()
+    assert "eager+threads=1?" in out.out
+    for text in (out.out, out.err):
+        assert not any(ch in text for ch in "\x1b\r\x07\x9b")

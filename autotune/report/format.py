@@ -6,6 +6,7 @@ what is unknown shows as an em dash, so a partial document still renders.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -149,4 +150,17 @@ def constrained_percentile(doc: Mapping[str, Any]) -> str:
 def recipe_constraints(doc: Mapping[str, Any]) -> dict[str, Any]:
     constraints = (doc.get("recipe") or {}).get("constraints")
     return dict(constraints) if isinstance(constraints, Mapping) else {}
+
+
+#: A terminal's escape sequences (CSI ``ESC [ ... final``, OSC ``ESC ] ... BEL``, and a bare ``ESC x``).
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?", re.DOTALL)
+#: Control characters but newline and tab (a carriage return rewrites a CI log's line too), C1 included.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal or a CI log: escape sequences and control characters (but newline and tab)
+    become ``?``. Why: ``compare`` and ``report`` print what a report.json holds (a hostname, a variant name, a
+    note), and a report is untrusted: a stored ``ESC [2J`` cleared the screen, a ``\\r`` rewrote a log line."""
+    return _CONTROLS.sub("?", _ESCAPES.sub("?", text))
 
