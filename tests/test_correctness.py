@@ -227,3 +227,20 @@ def test_check_variant_picks_the_tolerance_of_the_variant_precision() -> None:
     assert isinstance(gate, GateResult) and gate.max_abs_error > 0
     with pytest.raises(ValueError):
         check_variant(model, built, lambda s: (_t(s, 4, 32),), batches=0)
+
+
+def test_a_reference_with_nothing_to_check_fails_the_gate_with_its_reason() -> None:
+    """All-NaN outputs "agree" with all-NaN outputs, and a None agrees with None: such a model was recommended
+    without a word (issue 32). Some NaN or inf among finite values (a mask) is still compared as before."""
+    tol = tolerance_for("fp32")
+    nan = torch.full((2, 4), float("nan"))
+    got = compare_outputs(nan, nan.clone(), tolerance=tol)
+    assert not got.passed and "NaN/inf throughout" in (got.reason or "")
+    got = compare_outputs({"logits": nan, "ids": torch.arange(4)}, {"logits": nan.clone(), "ids": torch.arange(4)},
+                          tolerance=tol)
+    assert not got.passed  # the only floating-point output is all NaN
+    got = compare_outputs(None, None, tolerance=tol)
+    assert not got.passed and "returned None" in (got.reason or "")
+    masked = torch.tensor([[0.0, float("-inf"), 1.0]])
+    assert compare_outputs(masked, masked.clone(), tolerance=tol).passed
+    assert compare_outputs(torch.arange(3), torch.arange(3), tolerance=tol).passed  # integer outputs: no NaN to have

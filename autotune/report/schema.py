@@ -125,12 +125,13 @@ def _record(fields: Mapping[str, tuple[Checker, bool]]) -> Checker:
 
 
 _LATENCY = _record({name: (_nullable(_NUMBER), False) for name in PERCENTILES})
-_CORRECTNESS = _record(
+_NUMBER_OR_TEXT = _kind(lambda v: is_number(v) or v in ("inf", "-inf", "nan"), "a number or 'inf'/'nan'")
+_CORRECTNESS = _record(  # errors of a gate that compared nothing (a structure mismatch, a NaN reference): 'inf'
     {
         "passed": (_nullable(_BOOL), False),
-        "max_abs_error": (_nullable(_NUMBER), False),
-        "max_rel_error": (_nullable(_NUMBER), False),
-        "min_cosine": (_nullable(_NUMBER), False),
+        "max_abs_error": (_nullable(_NUMBER_OR_TEXT), False),
+        "max_rel_error": (_nullable(_NUMBER_OR_TEXT), False),
+        "min_cosine": (_nullable(_NUMBER_OR_TEXT), False),
         "batches": (_nullable(_INT), False),
         "reason": (_nullable(_STR), False),
     }
@@ -205,7 +206,6 @@ _STANDING_OF_PICK = _record({
     "screen_throughput": (_NN_NUMBER, False),
 })
 #: A number, or "inf"/"nan" as text (JSON has neither): a drop of a variant whose outputs had no finite score.
-_NUMBER_OR_TEXT = _kind(lambda v: is_number(v) or v in ("inf", "-inf", "nan"), "a number or 'inf'/'nan'")
 #: A candidate's accuracy against eager fp32 (``autotune.worker.accuracy.AccuracyResult.to_dict``; optional within
 #: schema 2): the kind of budget, its verdict, the value, eager fp32's, the drop and the budget.
 ACCURACY_FIELDS: dict[str, tuple[Checker, bool]] = {

@@ -323,10 +323,31 @@ def _compare_detections(path: str, ref: _Detections, cand: _Detections, tol: Tol
     return _LeafReport(path, True, abs_err, rel_err, cosine, None)
 
 
+def _reference_problem(reference: Any, root: str) -> str | None:
+    """Why the reference's output cannot check anything, or None: it is None or holds no value, or every
+    floating-point tensor in it is NaN/inf throughout (a candidate with the same NaNs would "agree" with it, and
+    such a model was recommended without a word: issue 32)."""
+    import torch
+
+    if reference is None:
+        return "the reference (eager fp32) returned None: no output to check a variant against"
+    leaves = [r for _, r, _ in _walk(reference, reference, root)]
+    if not leaves or all(leaf is None for leaf in leaves):
+        return "the reference (eager fp32) returned no values: no output to check a variant against"
+    floats = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+    if floats and not any(bool(torch.isfinite(t).any()) for t in floats):
+        return ("every floating-point output of the reference (eager fp32) is NaN/inf throughout: nothing to "
+                "check a variant against (the model or its inputs)")
+    return None
+
+
 def compare_outputs(reference: Any, candidate: Any, *, tolerance: Tolerance, root: str = "out") -> GateResult:
     """Compare one pair of (nested) outputs. ``batches`` is 1; the reason names the worst leaf's path."""
     import torch
 
+    problem = _reference_problem(reference, root)
+    if problem is not None:
+        return GateResult(False, math.inf, math.inf, 0.0, 1, problem, tolerance)
     leaves: list[_LeafReport] = []
     try:
         for path, r, c in _walk(reference, candidate, root):

@@ -74,3 +74,18 @@ class DataDependent(nn.Module):
 
 def data_dependent() -> nn.Module:
     return DataDependent()
+
+
+class _AllNaN(nn.Module):
+    """Outputs NaN everywhere (a broken model): nothing a variant's output could be checked against."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3 * 8 * 8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1)) * float("nan")
+
+
+def all_nan() -> nn.Module:
+    return _AllNaN()
