@@ -58,3 +58,26 @@ def test_compare_and_report_print_no_terminal_control_from_a_report(tmp_path: Pa
     assert "eager+threads=1?" in out.out
     for text in (out.out, out.err):
         assert not any(ch in text for ch in "\x1b\r\x07\x9b")
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("processes", "three", "report.showdown.processes: expected a positive integer"),
+    ("processes_used", [2], "report.showdown.processes_used"),
+    ("round_process", [[0], 1], "report.showdown.round_process[0]"),
+    ("seconds_per_call", {"eager@1": ["slow"]}, "report.showdown.seconds_per_call"),
+    ("seconds_per_call", ["x"], "report.showdown.seconds_per_call"),
+])
+def test_a_showdown_field_of_the_wrong_kind_is_exit_2_naming_it(tmp_path: Path, field: str, value: object, said: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32: these gave tracebacks in `compare` (int() of a list, float() of a string)."""
+    import json
+
+    from tests.support import ROOT
+
+    doc = json.loads((ROOT / "tests" / "data" / "compare-base-report-v2.json").read_text())
+    doc["showdown"][field] = value
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "report.json").write_text(json.dumps(doc))
+    good = ROOT / "tests" / "data" / "compare-base-report-v2.json"
+    assert main(["compare", str(good), str(tmp_path / "a")]) == 2
+    assert said in capsys.readouterr().err

@@ -581,6 +581,12 @@ _SHOWDOWN = _record({
     "dropped": (_nullable(_dict_of(_STR)), False),
     "objective": (_nullable(_STR), False),
     "quiet": (_nullable(_BOOL), False),
+    # read by `compare` (autotune.compare_rounds: the rounds by process) and the report's summary
+    "processes": (_nullable(_POSITIVE_INT), False),
+    "processes_used": (_nullable(_POSITIVE_INT), False),
+    "round_process": (_nullable(_list_of(_NON_NEGATIVE_INT)), False),
+    "seconds_per_call": (_nullable(_dict_of(_list_of(_nullable(_NUMBER)))), False),
+    "burn_in_rounds": (_nullable(_NON_NEGATIVE_INT), False),
 })
 _SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
