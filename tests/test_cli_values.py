@@ -4,6 +4,7 @@ wrong, said by the CLI's ``main`` before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,4 +81,28 @@ def test_a_showdown_field_of_the_wrong_kind_is_exit_2_naming_it(tmp_path: Path, 
     (tmp_path / "a" / "report.json").write_text(json.dumps(doc))
     good = ROOT / "tests" / "data" / "compare-base-report-v2.json"
     assert main(["compare", str(good), str(tmp_path / "a")]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda c: c.update(throughput=0), "candidates[0].throughput: a candidate with status ok needs a positive number"),
+    (lambda c: c.update(throughput=-5), "needs a positive number, got -5"),
+    (lambda c: c.update(throughput_ci=[50000.0, 40000.0]), "throughput_ci: expected [low, high] with 0 <= low <= high"),
+    (lambda c: c.update(throughput_ci=[-1.0, 40000.0]), "throughput_ci: expected [low, high]"),
+    (lambda c: c["measurement"]["analysis"].update(steady_start=-5), "steady_start: expected an integer >= 0"),
+])
+def test_a_corrupt_candidate_fails_the_gate_with_exit_2(tmp_path: Path, edit: Any, said: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32: these passed `compare` (exit 0): a row with throughput 0 dropped out as "measured in A only", a
+    negative steady start moved the ratio, an inverted CI was taken as it was."""
+    import json
+
+    from tests.support import ROOT
+
+    good = ROOT / "tests" / "data" / "compare-base-report-v2.json"
+    doc = json.loads(good.read_text())
+    edit(doc["candidates"][0])
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "report.json").write_text(json.dumps(doc))
+    assert main(["compare", str(good), str(tmp_path / "b")]) == 2
     assert said in capsys.readouterr().err

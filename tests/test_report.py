@@ -427,6 +427,7 @@ def test_json_round_trips_and_is_stable(
 
 def test_normalise_makes_json_able_copies_without_touching_the_input(document: dict[str, Any]) -> None:
     doc = copy.deepcopy(document)
+    doc["candidates"][0]["throughput"] = 1.5
     doc["candidates"][0]["throughput_ci"] = (np.float64(1.0), np.float64(2.0))
     doc["candidates"][0]["latency_ms"]["p90"] = float("nan")
     doc["candidates"][0]["trace_ms"] = np.array([1.0, 2.0])

@@ -15,6 +15,7 @@ side by side (and ``tests/test_report_types.py`` pairs each with its TypedDict).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard
 
@@ -169,7 +170,8 @@ def _encoded_seconds(value: Any, path: str) -> None:
 _ANALYSIS = _record(
     {
         "classification": (_one_of(CLASSIFICATIONS), True),
-        "steady_start": (_nullable(_INT), True),
+        # >= 0: a negative start indexed the trace from its end and moved compare's ratio (issue 32)
+        "steady_start": (_nullable(_kind(lambda v: is_int(v) and v >= 0, "an integer >= 0")), True),
         "steady_mean": (_nullable(_NUMBER), False),
         "steady_median": (_nullable(_NUMBER), False),
         "ci": (_nullable(_list_of(_NUMBER, length=2)), False),
@@ -268,12 +270,20 @@ _CANDIDATE_RECORD = _record(CANDIDATE_FIELDS)
 
 
 def _candidate(value: Any, path: str) -> None:
+    """A candidate row; an ok one has a positive finite throughput, and a CI is [low, high] with 0 <= low <= high
+    (whether it holds the throughput is not checked: the writer validates with the same schema, and a run must
+    not fail over a CI computed another way than its value, as a no-steady-state mean's). Why: an ok row with
+    throughput 0 or -5 dropped out of `compare` as "measured in A only" and the gate passed on a corrupt report
+    (issue 32)."""
     _CANDIDATE_RECORD(value, path)
-    if value["status"] == "ok" and not is_number(value.get("throughput")):
-        raise InputError(
-            f"{path}.throughput: a candidate with status ok needs a number, got "
-            f"{show(value.get('throughput'))}"
-        )
+    tput = value.get("throughput")
+    if value["status"] == "ok" and not (is_number(tput) and math.isfinite(tput) and tput > 0):
+        raise InputError(f"{path}.throughput: a candidate with status ok needs a positive number, got {show(tput)}")
+    ci = value.get("throughput_ci")
+    if ci is not None and is_number(ci[0]) and is_number(ci[1]):
+        lo, hi = float(ci[0]), float(ci[1])
+        if not (0 <= lo <= hi):
+            raise InputError(f"{path}.throughput_ci: expected [low, high] with 0 <= low <= high, got {show(ci)}")
 
 
 PROBE_FIELDS: dict[str, tuple[Checker, bool]] = {
