@@ -18,6 +18,7 @@ the generator's documented noise models. (If it grows, the synthetic half is the
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autotune.core.limits import MAX_TRACE_BYTES, read_text_limited
+from autotune.core.limits import MAX_TRACE_BYTES, MAX_TRACE_VALUES, read_text_limited
 from autotune.errors import InputError
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def load_trace(path: str | Path) -> np.ndarray:
         raise InputError(f"{str(p)!r}: cannot read ({exc})") from None
     values: list[float] = []
     seen_content = False
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in enumerate(io.StringIO(text), start=1):  # lazily: no list of every line at once
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -98,6 +99,9 @@ def load_trace(path: str | Path) -> np.ndarray:
             raise InputError(f"{p}, line {lineno}: {field!r} is not a time per iteration; a time in seconds must "
                              f"be at most {MAX_SECONDS:g} (the analysis squares and sums them)")
         values.append(value)
+        if len(values) > MAX_TRACE_VALUES:
+            raise InputError(f"{p}, line {lineno}: more than {MAX_TRACE_VALUES:,} values; give at most that many "
+                             "(the last ones, or every k-th: a warmup shows in far fewer)")
     if not values:
         raise InputError(f"{p}: no values; expected {_ALLOWED}")
     return np.asarray(values, dtype=float)

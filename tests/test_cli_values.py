@@ -106,3 +106,28 @@ def test_a_corrupt_candidate_fails_the_gate_with_exit_2(tmp_path: Path, edit: An
     (tmp_path / "b" / "report.json").write_text(json.dumps(doc))
     assert main(["compare", str(good), str(tmp_path / "b")]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_trace_of_too_many_values_is_refused_at_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune.traces
+    from autotune.errors import InputError
+
+    monkeypatch.setattr(autotune.traces, "MAX_TRACE_VALUES", 10)
+    path = tmp_path / "t.txt"
+    path.write_text("seconds\n" + "0.001\n" * 10)
+    assert len(autotune.traces.load_trace(path)) == 10
+    path.write_text("seconds\n" + "0.001\n" * 11)
+    with pytest.raises(InputError, match=r"t\.txt, line 12: more than 10 values"):
+        autotune.traces.load_trace(path)
+
+
+def test_an_input_shape_too_large_for_any_machine_names_the_field(tmp_path: Path) -> None:
+    """It was blamed on model.factory after a worker start (torch: "Storage size calculation overflowed")."""
+    from autotune.core.recipe import load_recipe
+    from autotune.errors import RecipeError
+
+    path = tmp_path / "r.toml"
+    path.write_text('name = "x"\ndevice = "cpu"\n[model]\nfactory = "torchvision.models:resnet18"\n'
+                    f'[[inputs]]\nname = "x"\nshape = [3, {2**63 - 1}, 8]\n')
+    with pytest.raises(RecipeError, match=r"field 'inputs\[0\]\.shape': \[3, 9223372036854775807, 8\] is "):
+        load_recipe(path)

@@ -23,6 +23,11 @@ from autotune.errors import InputError
 MAX_RECIPE_BYTES = 1 << 20  # 1 MiB
 MAX_REPORT_BYTES = 512 << 20  # 512 MiB
 MAX_TRACE_BYTES = 256 << 20  # 256 MiB
+#: Values in a trace file (``autotune warmup``): the tool's own traces hold thousands; 10 million took 17 s and
+#: 1.5 GB to read and analyse (issue 32).
+MAX_TRACE_VALUES = 1_000_000
+#: Elements of one sample of an ``[[inputs]]`` shape (2**34 floats: 64 GiB a sample; nothing real comes near).
+MAX_SAMPLE_ELEMENTS = 1 << 34
 #: Nesting of tables / arrays / objects accepted in a parsed document.
 MAX_DEPTH = 64
 

@@ -8,13 +8,21 @@ adding the rules that span keys: integer inputs need a ``vocab_size``, explicit 
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from autotune.core.device_names import ALLOWED_TEXT, is_device_name
-from autotune.core.limits import MAX_DEPTH, MAX_RECIPE_BYTES, depth_exceeds, read_text_limited, too_deep
+from autotune.core.limits import (
+    MAX_DEPTH,
+    MAX_RECIPE_BYTES,
+    MAX_SAMPLE_ELEMENTS,
+    depth_exceeds,
+    read_text_limited,
+    too_deep,
+)
 from autotune.core.process_env import ALLOCATORS, OMP_SETTINGS, ProcessEnvironment
 from autotune.core.recipe.generate import parse_generate
 from autotune.core.recipe.reader import TableReader, closest
@@ -224,6 +232,9 @@ def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:
                 raise RecipeError(
                     f"{path}: field '{prefix}shape[{j}]': dimensions must be positive integers, got {dim!r}"
                 )
+        if math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+            raise r.error("shape", f"{shape} is {math.prod(shape):,} elements per sample; at most "
+                                   f"{MAX_SAMPLE_ELEMENTS:,} (the shape of one sample, without the batch dimension)")
         dtype = r.choice("dtype", DTYPES, "float32")
         vocab = r.positive("vocab_size", int, None)
         value_range = _int_range(r, dtype)
