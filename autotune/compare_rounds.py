@@ -38,19 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from autotune.core.stats import t_quantile_975
+
 __all__ = ["FreshRounds", "fresh_ratio", "fresh_rounds", "screen_spread", "t_quantile_975"]
 
-#: 97.5% quantiles of Student's t for 1..30 degrees of freedom (beyond: 1.96 + 2.4 / df, within 0.002).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
 _Z95 = 1.959963984540054
-
-
-def t_quantile_975(df: float) -> float:
-    """The 97.5% quantile of Student's t at ``floor(df)`` degrees of freedom (at least 1): conservative."""
-    k = max(1, int(math.floor(df)))
-    return _T975[k - 1] if k <= len(_T975) else 1.96 + 2.4 / k
 
 
 @dataclass(frozen=True)

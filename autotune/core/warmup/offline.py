@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.core.stats import block_bootstrap_ci, choose_block_length
+from autotune.core.stats import block_bootstrap_ci, choose_block_length, t_quantile_975
 from autotune.core.warmup.changepoints import check_finite, pelt, refine
 from autotune.core.warmup.mixture import Mixture, find_mixture
 from autotune.core.warmup.noise import Equivalence, estimate_phi, trend
@@ -69,6 +69,9 @@ class WarmupAnalysis:
     #: level's share of the values; empty / None when the series is not one
     levels: tuple[float, ...] = ()
     share_high: float | None = None
+    #: a steady state whose level wanders (:func:`_wander_start`): the largest departure of a block's median
+    #: from the steady median, as a fraction (0.06: "wanders +-6%"); None when the level holds within the margin
+    wander: float | None = None
 
     def __post_init__(self) -> None:
         if self.classification not in CLASSIFICATIONS:
@@ -96,6 +99,7 @@ class WarmupAnalysis:
             "one_off": list(self.one_off),
             "n": self.n,
             **({"levels": list(self.levels), "share_high": self.share_high} if self.levels else {}),
+            **({"wander": self.wander} if self.wander is not None else {}),
         }
 
     @classmethod
@@ -118,6 +122,7 @@ class WarmupAnalysis:
                 one_off=tuple(int(c) for c in data.get("one_off", ())),
                 levels=tuple(float(v) for v in data.get("levels") or ()),
                 share_high=None if data.get("share_high") is None else float(data["share_high"]),
+                wander=None if data.get("wander") is None else float(data["wander"]),
             )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise InputError(f"not a stored warmup analysis (missing or bad field: {exc})") from exc
@@ -361,6 +366,70 @@ def _practical_start(
     return None
 
 
+#: Blocks a wandering tail is judged in, and its CI computed over (batch means).
+WANDER_BLOCKS = 8
+#: A level that wanders further than this from its median is not one level.
+WANDER_MAX = 0.10
+#: |Spearman rho| of the block medians against their order from which a tail is a one-way drift.
+DRIFT_RHO = 0.8
+
+
+def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float) -> tuple[int, float] | None:
+    """Where a steady state whose level wanders begins, and how far it wanders; None when there is none.
+
+    Why: a real machine's level wanders up and down by a few percent between segments (a neighbour, the clock
+    governor, the allocator's state): medians at 0.97, 1.06, 0.99, 0.95, 1.01, 1.05 of the late level. That is
+    not a warmup that never ended, and calling it `no_steady_state` dropped the transient at the start along
+    with it (issue 31). A stationary wander is averaged over and put into the uncertainty (:func:`analyze`'s
+    batch-means CI); a trend to the end, a one-way drift, or a late level not seen before are still not steady::
+
+        for s in candidate starts (0, the changepoints, 1/16 steps of n), earliest first, n - s >= min_len:
+            m_1..m_K = medians of K consecutive blocks of y[s:];  M = median(y[s:])
+            skip s if some |m_k / M - 1| > WANDER_MAX                   (not one level at all)
+            skip s if m_1 is outside [min, max] of m_2..m_K by more than tol  (still the transient)
+            none if m_K is outside [min, max] of the first half's m by more than tol
+                (a level the tail's first half never visited: a late regime; a wander comes back)
+            skip s if the medians of the halves' block medians differ by more than tol (long regimes)
+            none if |Spearman rho(m, order)| >= DRIFT_RHO and |m_K / m_1 - 1| > tol  (a one-way drift)
+            steady from s; wander = max |m_k / M - 1|
+    """
+    n = y.size
+    grid = [n * j // 16 for j in range(16)]
+    for s in sorted({0, *cands, *grid}):
+        if n - s < max(min_len, 4 * WANDER_BLOCKS):
+            break
+        tail = y[s:]
+        big = float(np.median(tail))
+        if big <= 0:
+            return None
+        meds = np.array([float(np.median(b)) for b in np.array_split(tail, WANDER_BLOCKS)])
+        dev = meds / big - 1.0
+        if float(np.max(np.abs(dev))) > WANDER_MAX:
+            continue
+        later, first_half = meds[1:], meds[: WANDER_BLOCKS // 2]
+        if meds[0] > later.max() * (1 + tol) or meds[0] < later.min() * (1 - tol):
+            continue
+        if meds[-1] > first_half.max() * (1 + tol) or meds[-1] < first_half.min() * (1 - tol):
+            return None  # the last level was not seen in the tail's first half: a regime, not a wander
+        if abs(float(np.median(first_half)) / float(np.median(meds[WANDER_BLOCKS // 2:])) - 1.0) > tol:
+            continue  # the halves sit at different levels: a few long regimes, not a wander around one level
+        order = np.argsort(np.argsort(meds))
+        rho = float(np.corrcoef(order, np.arange(meds.size))[0, 1]) if np.ptp(meds) > 0 else 0.0
+        if abs(rho) >= DRIFT_RHO and abs(meds[-1] / meds[0] - 1.0) > tol:
+            return None
+        return s, float(np.max(np.abs(dev)))
+    return None
+
+
+def _batch_means_ci(values: np.ndarray) -> tuple[float, float]:
+    """The mean's 95% CI from WANDER_BLOCKS consecutive block means (Student t): blocks long enough to span the
+    level's wander, so the interval holds it, not only the noise within a level (batch means)."""
+    means = np.array([float(b.mean()) for b in np.array_split(values, WANDER_BLOCKS)])
+    half = t_quantile_975(means.size - 1) * float(np.std(means, ddof=1)) / math.sqrt(means.size)
+    center = float(values.mean())
+    return center - half, center + half
+
+
 def _residuals(z: np.ndarray, cps: Sequence[int]) -> np.ndarray:
     out = z.copy()
     bounds = [0, *cps, z.size]
@@ -481,10 +550,14 @@ def analyze(
     if start is not None and _wanders(y[start:], rel_tolerance, sigma_local):
         start = None  # segments within noise of each other, but the tail's level wanders beyond the margin
     practical = False
+    wander: float | None = None
     if start is None:
         start = _practical_start(y, cps, min_len, rel_tolerance, sigma_local, tau, same)
         if start is None:
-            return _no_steady(n, changepoints, spike_idx, one_off_idx)
+            wandering = _wander_start(y, cps, min_len, rel_tolerance)
+            if wandering is None:
+                return _no_steady(n, changepoints, spike_idx, one_off_idx)
+            start, wander = wandering
         practical = True
         changepoints = [c for c in changepoints if c < start]
         if start > 0 and (not changepoints or changepoints[-1] != start):
@@ -511,7 +584,9 @@ def analyze(
     else:
         cls = "warmup"
     ci: tuple[float, float] | None = None
-    if with_ci:
+    if with_ci and wander is not None and steady.size >= 2 * WANDER_BLOCKS and confidence == 0.95:
+        ci = _batch_means_ci(steady)
+    elif with_ci:
         block = choose_block_length(y[start:])
         ci = block_bootstrap_ci(steady, confidence=confidence, n_boot=n_boot, block=block, seed=seed)
     return WarmupAnalysis(
@@ -524,6 +599,7 @@ def analyze(
         outliers=tuple(int(o) for o in spike_idx),
         n=n,
         one_off=tuple(int(o) for o in one_off_idx),
+        wander=wander,
     )
 
 
