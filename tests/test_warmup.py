@@ -641,3 +641,35 @@ def test_sketch_and_summary_mark_the_steady_start() -> None:
     nss = analyze(synthetic_trace("drift", n=1000, cv=0.01, seed=3).values)
     assert "no steady state" in summary("d.csv", nss)
     assert "S" not in sketch(np.ones(5), nss).splitlines()[-2]
+
+
+def test_a_level_that_wanders_after_the_warmup_is_steady_with_its_wander_and_a_wider_ci() -> None:
+    """Issue 31: after a transient, the level wanders up and down by ~5% between segments (a machine, not a
+    warmup that never ended): steady from the end of the transient, the wander measured, and a CI over blocks
+    long enough to span the level changes, wider than the noise within a level. A one-way drift of the same size
+    stays no_steady_state."""
+    from autotune.core.warmup.offline import WANDER_BLOCKS
+
+    rng = np.random.default_rng(31)
+    n = 4000
+    levels = np.repeat(rng.choice([0.95, 1.0, 1.05], size=(n - 400) // 90 + 1), 90)[: n - 400]
+    x = 1e-3 * np.concatenate([np.linspace(3.0, 1.0, 400), levels]) * (1 + 0.01 * rng.standard_normal(n))
+    a = analyze(x)
+    assert a.steady and a.wander is not None and 0.03 < a.wander <= 0.10, a
+    assert 300 <= (a.steady_start or 0) <= 1000  # the transient is left out, not the whole trace
+    assert a.ci is not None and a.steady_mean is not None
+    blocks = np.array_split(x[a.steady_start:], WANDER_BLOCKS)
+    assert a.ci[0] < a.steady_mean < a.ci[1]
+    assert (a.ci[1] - a.ci[0]) / 2 > 3 * 0.01 * a.steady_mean / np.sqrt(len(blocks[0]) * WANDER_BLOCKS)
+    back = WarmupAnalysis.from_dict(a.to_dict())
+    assert back == a and a.to_dict()["wander"] == a.wander
+    drift = 1e-3 * np.linspace(1.0, 1.1, n) * (1 + 0.01 * rng.standard_normal(n))
+    assert analyze(drift).classification == "no_steady_state"
+
+
+def test_the_report_says_the_level_wanders() -> None:
+    from autotune.report.format import wander_text
+
+    row = {"measurement": {"analysis": {"wander": 0.058}}}
+    assert wander_text(row) == "level wanders \u00b15.8% between blocks (its CI spans it)"
+    assert wander_text({"measurement": {"analysis": {}}}) is None and wander_text({}) is None

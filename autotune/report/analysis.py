@@ -30,6 +30,7 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
     study_objective,
+    wander_text,
 )
 from autotune.report.precision import cost_sentence, random_data_note
 from autotune.report.schema import is_int, is_number
@@ -315,6 +316,9 @@ def _steadiness(c: Mapping[str, Any]) -> str:
         )
     if classification == "slowdown":
         return f"The timings slowed down after warmup (classification slowdown); {precision}."
+    wander = wander_text(c)
+    if wander is not None:
+        precision = f"{wander}; {precision}"
     if warmup is not None:
         return (
             f"Steady state after {warmup} warmup iterations (classification {classification}); {precision}."

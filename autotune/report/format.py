@@ -164,3 +164,13 @@ def printable(text: str) -> str:
     note), and a report is untrusted: a stored ``ESC [2J`` cleared the screen, a ``\\r`` rewrote a log line."""
     return _CONTROLS.sub("?", _ESCAPES.sub("?", text))
 
+
+def wander_text(c: Mapping[str, Any]) -> str | None:
+    """``level wanders +-6% between blocks (inside its CI)`` for a steady state whose level wanders (the
+    analysis's ``wander``, :func:`autotune.core.warmup.offline._wander_start`), else None."""
+    analysis = (c.get("measurement") or {}).get("analysis") if isinstance(c.get("measurement"), Mapping) else None
+    wander = analysis.get("wander") if isinstance(analysis, Mapping) else None
+    if not is_number(wander):
+        return None
+    return f"level wanders \u00b1{100 * float(wander):.1f}% between blocks (its CI spans it)"
+

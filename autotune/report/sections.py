@@ -28,6 +28,7 @@ from autotune.report.format import (
     latency_ms,
     no_steady_state,
     relative_half_width,
+    wander_text,
 )
 from autotune.report.precision import accuracy_cell, cost_sentence, has_precision_facts, size_cell
 from autotune.report.reproduce import py_call
@@ -201,7 +202,8 @@ def headline(rec: Mapping[str, Any], doc: Mapping[str, Any] | None = None) -> li
         (
             "warmup",
             (f"{rec['warmup_iterations']} iterations" if rec.get("warmup_iterations") is not None else DASH)
-            + f", classification {rec.get('classification') or DASH}",
+            + f", classification {rec.get('classification') or DASH}"
+            + (f"; {wander_text(rec)}" if wander_text(rec) else ""),
         ),
     ]
     traffic = traffic_summary(rec)
