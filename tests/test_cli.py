@@ -115,6 +115,10 @@ def test_resume_does_not_remeasure(write_recipe, tmp_path: Path) -> None:
     second = json.loads((out / "report.json").read_text())
     assert second["search"]["measured_this_run"] == 0
     assert [c["throughput"] for c in second["candidates"]] == [c["throughput"] for c in first["candidates"]]
+    # nor is the finished showdown run again (issue 32): the same rounds, marked reused, and a note says so
+    assert first["showdown"]["verdict"] and second["showdown"]["reused"] is True
+    assert second["showdown"]["seconds_per_call"] == first["showdown"]["seconds_per_call"]
+    assert any("nothing is measured twice" in n for n in second["notes"])
     code, stdout, _ = run_cli("report", str(out))
     assert code == 0 and "eager" in stdout
 

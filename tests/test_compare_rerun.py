@@ -91,12 +91,12 @@ def test_rerun_flags_a_slowed_model(tmp_path: Path) -> None:
     # 3 rounds: with 2 the t interval (12.7 at one degree of freedom) needs the rounds to agree within ~15%, and
     # on a Sapphire Rapids machine (2026-11-26) the slowed model ran at 8,000 and 5,544/s in its two processes
     # (ratio 0.16, CI 0.01-2.3: "unchanged")
-    code, out, err = run_cli("compare", str(a), str(b / "report.json"), "--rerun", "3", "--rerun-seconds", "0.3",
+    code, out, err = run_cli("compare", str(a), str(b / "report.json"), "--rerun", "4", "--rerun-seconds", "0.3",
                              "--json")
     assert code == 3, out + err
     data = json.loads(out)
     assert data["rerun"]["verdict"] == "regression" and data["rerun"]["ratio"] < 0.8, data["rerun"]
-    assert len(data["rerun"]["a_throughput"]) == 3 and data["rerun"]["a"] == data["rerun"]["b"] == "eager+threads=1@4"
+    assert len(data["rerun"]["a_throughput"]) == 4 and data["rerun"]["a"] == data["rerun"]["b"] == "eager+threads=1@4"
     assert "re-running eager+threads=1@4 (A) and eager+threads=1@4 (B)" in err
 
 

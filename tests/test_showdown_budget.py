@@ -1,18 +1,13 @@
 """The showdown keeps the time budget and a resume does not run it twice (issue 32: a quickstart with
 ``--time-budget 60`` staged and timed its finalists for 143 s after the budget was spent; a run interrupted in its
 artifact step ran its finished showdown again on resume). The real resume is in
-``test_a_resumed_run_reuses_its_finished_showdown``."""
+``tests/test_cli.py::test_resume_does_not_remeasure``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import pytest
-
 from autotune.core.recipe import load_recipe
 from autotune.tuner import _reusable, final_showdown
-from tests.support import run_cli, search_row, tiny_recipe
+from tests.support import search_row, tiny_recipe
 
 
 def _recipe(write_recipe, budget: float = 120):
@@ -45,23 +40,3 @@ def test_a_stored_showdown_is_returned_without_running_and_noted(write_recipe) -
     got = final_showdown(recipe, rows, left=-30.0, stored=stored, notes=notes)
     assert got is not None and got["reused"] is True and got["finalists"] == stored["finalists"]
     assert "reused" in notes[0] and "nothing is measured twice" in notes[0]
-
-
-@pytest.mark.worker
-def test_a_resumed_run_reuses_its_finished_showdown(write_recipe, tmp_path: Path) -> None:
-    """A finished run, run again on the same --out: its search measures nothing and its showdown is the stored
-    one (the same rounds, marked reused), not a second one."""
-    recipe = write_recipe(tiny_recipe(variants='["eager", "frozen"]', batch_sizes="[2]", rounds=2,
-                                      round_seconds=0.1, processes=1))
-    out = tmp_path / "out"
-    code, _, err = run_cli("run", str(recipe), "--out", str(out), "--no-progress")
-    assert code == 0, err
-    first = json.loads((out / "report.json").read_text())["showdown"]
-    code, _, err = run_cli("run", str(recipe), "--out", str(out), "--no-progress")
-    assert code == 0, err
-    doc = json.loads((out / "report.json").read_text())
-    assert doc["search"]["measured_this_run"] == 0
-    assert doc["showdown"]["reused"] is True
-    assert doc["showdown"]["seconds_per_call"] == first["seconds_per_call"]
-    assert any("nothing is measured twice" in n for n in doc["notes"])
-    assert "showdown: reused" in err
