@@ -60,6 +60,7 @@ def test_import_is_light() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 @pytest.mark.worker
 def test_notebook_style_example_tunes_and_reads_the_boundary(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "tune_in_python.py"), str(tmp_path / "out")],

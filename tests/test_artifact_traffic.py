@@ -166,12 +166,16 @@ def _deploy_and_check(tmp_path: Path, recipe_dir: Path, variant: str) -> dict[st
     return {"section": section, "info": info, "loader": (tmp_path / ARTIFACT_DIR / LOADER_NAME).read_text()}
 
 
+#: The default suite keeps one of each runtime (and the buckets); the rest are `slow` (make test within ~10 min).
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.worker
 @pytest.mark.parametrize("variant", [
-    pytest.param("onnx", marks=needs_onnx),
+    pytest.param("onnx", marks=[needs_onnx, _SLOW]),
     pytest.param("onnx+buckets", marks=needs_onnx),
     pytest.param("openvino", marks=needs_openvino),
-    pytest.param("openvino:throughput", marks=needs_openvino),
+    pytest.param("openvino:throughput", marks=[needs_openvino, _SLOW]),
 ])
 def test_runtime_artifact_serves_every_batch_size_and_length(tmp_path: Path, recipe_dir: Path, variant: str) -> None:
     out = _deploy_and_check(tmp_path, recipe_dir, variant)
@@ -197,12 +201,14 @@ def test_runtime_artifact_serves_every_batch_size_and_length(tmp_path: Path, rec
 
 
 @pytest.mark.worker
-@pytest.mark.parametrize("variant", ["trace", "eager", "eager+buckets", "trace+buckets"])
+@pytest.mark.parametrize("variant", [pytest.param("trace", marks=_SLOW), "eager", "eager+buckets",
+                                     pytest.param("trace+buckets", marks=_SLOW)])
 def test_torch_artifact_serves_every_batch_size_and_length(tmp_path: Path, recipe_dir: Path, variant: str) -> None:
     out = _deploy_and_check(tmp_path, recipe_dir, variant)
     assert out["section"]["kind"] == ("torchscript" if variant.startswith("trace") else "code")
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 @pytest.mark.worker
 def test_aoti_artifact_serves_every_batch_size_and_length(tmp_path: Path, recipe_dir: Path) -> None:
     out = _deploy_and_check(tmp_path, recipe_dir, "export")
@@ -231,7 +237,7 @@ print(json.dumps({"demo_rows": int(ns["make_inputs"]()[0].shape[0])}))
     pytest.param("onnx", marks=needs_onnx),
     pytest.param("openvino:throughput", marks=needs_openvino),
     "frozen",
-    "export",
+    pytest.param("export", marks=_SLOW),
 ])
 def test_fixed_shape_artifact_takes_every_batch_size_up_to_the_recommended_one(tmp_path: Path, variant: str) -> None:
     """No [data]: the measured and shipped model is built at batch 4 with dim 0 dynamic (README: a dynamic batch

@@ -76,6 +76,7 @@ def fresh_probe(recipe: Recipe, batch_size: int, budget: int | None) -> ProbeRes
         return probe_function(runner, recipe, "eager", budget=budget, fresh=True)(batch_size)
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_boundary_found_in_a_reused_worker_is_confirmed_in_fresh_ones(tmp_path: Path) -> None:
     (tmp_path / "blowup.py").write_text(textwrap.dedent(MODEL))
     (tmp_path / "blowup.toml").write_text(RECIPE)

@@ -41,6 +41,7 @@ rounds = 0
 """
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_measured_peak_excludes_the_gate(tmp_path: Path) -> None:
     worker = pytest.importorskip("autotune.worker")
     from autotune.worker import devices

@@ -82,6 +82,7 @@ def test_cuda_on_a_machine_without_one(write_recipe) -> None:
     assert_input_error(code, err, "'cuda' requested but this machine has no usable CUDA device")
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_run_with_a_crashing_variant_recommends_the_best_other(write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = tiny(write_recipe, kwargs='kwargs = { crash = "trace" }', variants='["eager", "trace", "frozen"]')
@@ -211,6 +212,7 @@ def test_run_with_auto_batch_sizes_stays_within_the_boundary(write_recipe, tmp_p
     assert "max batch size 40" in stdout and "confirmed by probes at b and b + granularity" in stdout
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_run_rejects_the_trace_trap_and_never_recommends_it(write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = write_recipe("""

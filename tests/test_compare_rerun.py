@@ -100,6 +100,7 @@ def test_rerun_flags_a_slowed_model(tmp_path: Path) -> None:
     assert "re-running eager+threads=1@4 (A) and eager+threads=1@4 (B)" in err
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 @pytest.mark.worker
 def test_rerun_starts_each_artifact_in_its_process_environment(tmp_path: Path) -> None:
     from autotune.core.process_env import ProcessEnvironment

@@ -75,7 +75,7 @@ def plain_peak(variant: str, batch: int, hidden: int = 4096) -> int:
 
 
 @pytest.mark.parametrize("variant", [
-    "eager",
+    pytest.param("eager", marks=pytest.mark.slow),  # 40-60 s; bench_batch.py checks the same (make test ~10 min)
     pytest.param("frozen", marks=pytest.mark.slow),
     pytest.param("compile", marks=pytest.mark.slow),
 ])

@@ -91,6 +91,7 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     assert "autotune" not in proc.stderr
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 @pytest.mark.worker
 def test_an_interrupted_generate_run_keeps_what_it_measured(write_recipe, tmp_path: Path) -> None:
     """SIGTERM mid-search: exit 130, report.json and report.md hold the points so far, marked interrupted."""

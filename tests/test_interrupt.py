@@ -345,6 +345,7 @@ def test_report_takes_the_directory_lock(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- report rows
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_report_keeps_boundary_failures_when_another_machine_adds_trials(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A variant whose boundary search failed has a row but no trial; the study stores it (not report.json's trial

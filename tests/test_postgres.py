@@ -536,6 +536,7 @@ def test_a_database_that_does_not_exist_is_an_input_error(pg_url: str) -> None:
 # ----------------------------------------------------------------------------- passwords outside the URL
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_pgpassword_pgpass_and_a_query_string_password(pg_url: str, write_recipe, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A role that must log in with a password (scram over TCP): libpq finds it in PGPASSWORD or a .pgpass

@@ -217,6 +217,7 @@ def _pop_enqueued(storage: str, out: str, go: Any) -> None:
 ENQUEUED = 150
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_an_enqueued_trial_is_popped_by_one_process_only(tmp_path: Path) -> None:
     """Four processes pop 150 enqueued trials at once from one SQLite study: each trial goes to exactly one.
 

@@ -261,6 +261,7 @@ def test_worker_runs_its_local_recipe_never_the_stored_one_and_refuses_another_f
     assert not (tmp_path / "EXECUTED").exists()
 
 
+@pytest.mark.slow  # its kind runs in the default suite too (make test within ~10 min: issue 31)
 def test_an_older_study_is_adopted_on_resume(measured: Path, tmp_path: Path) -> None:
     """A study that holds only the old fingerprint (model, inputs, device as written) resumes and gets the parts."""
     from autotune.study import recipe_fingerprint
