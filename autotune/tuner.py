@@ -244,7 +244,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                                 latency_percentile=recipe.constraints.latency_percentile,
                                 timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed,
                                 processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0),
-                                quiet=recipe.measure.quiet_rounds)
+                                quiet=quiet_rounds(recipe.measure.quiet_rounds, finalists))
     keys = [candidate_key(r) for r in finalists]
     if _reusable(stored, keys):
         assert stored is not None
@@ -276,6 +276,16 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                        on_progress=say, on_round=on_round)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
+
+
+def quiet_rounds(setting: bool | str, finalists: Sequence[Mapping[str, Any]]) -> bool:
+    """``measure.quiet_rounds``: true / false as given; "auto" stops the other staged workers when a finalist runs
+    on ONNX Runtime or OpenVINO (their idle pools spin: 0.05 cores taken from the timed finalist, a fifth of the
+    rounds disturbed), and leaves torch finalists running (their ratio CIs came out about twice as wide stopped
+    and continued: 0.19 against 0.08 median over six runs each, cause not found; BENCHMARKS "Quiet rounds")."""
+    if isinstance(setting, bool):
+        return setting
+    return any(VariantSpec.parse(str(r["variant"])).is_runtime for r in finalists)
 
 
 def _reusable(stored: Mapping[str, Any] | None, keys: Sequence[str]) -> bool:

@@ -147,7 +147,7 @@ def test_the_headline_throughput_is_the_showdowns_fresh_processes() -> None:
 def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""
     recipe = write_recipe(tiny_recipe(variants='["eager", "script"]', batch_sizes="[2]", rounds=3,
-                                      round_seconds=0.1, processes=2))
+                                      round_seconds=0.1, processes=2) + "quiet_rounds = true\n")  # auto: torch: off
     code, out, err = run_cli("run", str(recipe), "--out", str(tmp_path / "out"), "--no-progress")
     assert code == 0, err
     doc = json.loads((tmp_path / "out" / "report.json").read_text())

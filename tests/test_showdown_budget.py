@@ -40,3 +40,16 @@ def test_a_stored_showdown_is_returned_without_running_and_noted(write_recipe) -
     got = final_showdown(recipe, rows, left=-30.0, stored=stored, notes=notes)
     assert got is not None and got["reused"] is True and got["finalists"] == stored["finalists"]
     assert "reused" in notes[0] and "nothing is measured twice" in notes[0]
+
+
+def test_quiet_rounds_auto_stops_the_others_only_beside_a_spinning_runtime() -> None:
+    """ONNX Runtime and OpenVINO pools spin when idle (a fifth of the rounds disturbed beside them); torch pairs'
+    CIs came out wider stopped and continued (BENCHMARKS, "Quiet rounds"): "auto" stops the others only when a
+    finalist is a runtime; true and false are as given."""
+    from autotune.tuner import quiet_rounds
+
+    torch_pair = [{"variant": "eager"}, {"variant": "frozen+channels_last"}]
+    with_runtime = [{"variant": "frozen"}, {"variant": "openvino:throughput"}]
+    assert quiet_rounds("auto", with_runtime) and quiet_rounds("auto", [{"variant": "onnx+int8"}])
+    assert not quiet_rounds("auto", torch_pair)
+    assert quiet_rounds(True, torch_pair) and not quiet_rounds(False, with_runtime)

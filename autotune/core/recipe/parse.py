@@ -424,6 +424,13 @@ def _parse_batch(path: Path, table: dict[str, Any]) -> BatchSpec:
     )
 
 
+def _quiet_rounds(r: TableReader) -> bool | str:
+    value: bool | str = r.get("quiet_rounds", (bool, str), MeasureSpec.quiet_rounds)
+    if isinstance(value, str) and value != "auto":
+        raise r.error("quiet_rounds", f"{value!r} is not allowed; allowed: true, false, \"auto\"")
+    return value
+
+
 def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
     r = TableReader(path, table, "measure.", tuple(MeasureSpec.__dataclass_fields__))
     ci_target = r.positive("ci_target", float, 0.01)
@@ -444,5 +451,5 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         rounds=rounds,
         processes=r.positive("processes", int, MeasureSpec.processes),
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
-        quiet_rounds=r.get("quiet_rounds", bool, MeasureSpec.quiet_rounds),
+        quiet_rounds=_quiet_rounds(r),
     )

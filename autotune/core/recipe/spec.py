@@ -254,9 +254,10 @@ class MeasureSpec:
     round_seconds: float = 0.5
     #: Showdown: fresh worker processes per finalist (rounds alternate between them; >= 3 to see their spread).
     processes: int = 3
-    #: Showdown: stop every other staged worker while one is timed (false: leave them running, as beside other
-    #: models on a shared host; their runtimes' spinning threads then take CPU from the one being timed).
-    quiet_rounds: bool = True
+    #: Showdown: stop every other staged worker while one is timed. "auto": when a finalist runs on ONNX Runtime
+    #: or OpenVINO, whose idle pools spin (they took 0.05 cores from the timed finalist and disturbed a fifth of
+    #: the rounds); torch finalists' ratio CIs came out wider with it (BENCHMARKS, "Quiet rounds"). true / false.
+    quiet_rounds: bool | str = "auto"
 
 
 @dataclass(frozen=True)
