@@ -256,12 +256,12 @@ class _PrintableStream(io.TextIOBase):
     """A text stream that writes :func:`autotune.report.format.printable` text to ``inner``."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def write(self, text: str) -> int:
         from autotune.report.format import printable
 
-        self.inner.write(printable(text))
+        self.inner, self.printable = inner, printable
+
+    def write(self, text: str) -> int:
+        self.inner.write(self.printable(text))
         return len(text)
 
     def flush(self) -> None:

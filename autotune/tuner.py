@@ -254,11 +254,12 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                          f"({len(stored['finalists'])} finalists, {stored.get('rounds_run')} rounds): nothing is "
                          "measured twice")
         return {**stored, "reused": True}
-    while len(finalists) > 2 and estimated_seconds(finalists, settings) > left:
+    cost = estimated_seconds(finalists, settings)
+    while len(finalists) > 2 and cost > left:
         finalists = finalists[:-1]
+        cost = estimated_seconds(finalists, settings)
     if not finalists:
         return None
-    cost = estimated_seconds(finalists, settings)
     if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:  # left < 0: the allowance is partly spent
         if notes is not None:
             notes.append(f"no showdown: the time budget had {max(left, 0.0):.0f} s left and staging and timing "
