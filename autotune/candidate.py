@@ -64,6 +64,11 @@ class AccuracySummary(TypedDict):
     cosine: NotRequired[float | str | None]
     max_abs_error: NotRequired[float | str | None]
     reason: NotRequired[str | None]
+    verdict: NotRequired[Literal["within", "exceeds", "undecided"] | None]  # the drop's 95% interval vs max_drop
+    drop_interval: NotRequired[list[float] | None]
+    needed: NotRequired[int | None]  # undecided: samples (or batches) at the observed rate that would decide it
+    needed_unit: NotRequired[Literal["predictions", "batches"] | None]
+    uncertainty: NotRequired[str | None]  # how sure the verdict is, in one sentence
 
 
 class CandidateRow(TypedDict):

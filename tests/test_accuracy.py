@@ -63,6 +63,10 @@ def test_accuracy_table_parses_absolute_and_relative_budgets(tmp_path: Path) -> 
     absolute = autotune.load_recipe(_recipe(tmp_path, accuracy="[accuracy]\nmax_drop = 0.02"))
     assert absolute.accuracy is not None and absolute.accuracy.metric is None
     assert (absolute.accuracy.max_drop, absolute.accuracy.relative) == (0.02, False)
+    assert absolute.accuracy.undecided == "accept"
+    strict = autotune.load_recipe(_recipe(tmp_path, accuracy='[accuracy]\nundecided = "reject"'))
+    assert strict.accuracy is not None and strict.accuracy.undecided == "reject"
+    assert autotune.core.recipe.Recipe.from_dict(strict.to_dict()) == strict
     # the JSON form a worker request carries reads back equal; a recipe without the table keeps its old form
     assert autotune.core.recipe.Recipe.from_dict(rel.to_dict()) == rel
     assert "accuracy" not in autotune.load_recipe(_recipe(tmp_path)).to_dict()
@@ -76,6 +80,7 @@ def test_accuracy_table_parses_absolute_and_relative_budgets(tmp_path: Path) -> 
     ("max_drop = 1.5", "without a metric it is the top-1 disagreement allowed"),
     ("max_drop = true", "expected a number or a string, got a boolean"),
     ('metrc = "data.py:metric"', "did you mean 'accuracy.metric'"),
+    ('undecided = "maybe"', "field 'accuracy.undecided': 'maybe' is not allowed; allowed: 'accept', 'reject'"),
 ])
 def test_bad_accuracy_tables_name_the_field(tmp_path: Path, table: str, message: str) -> None:
     with pytest.raises(RecipeError) as err:
@@ -125,22 +130,83 @@ def _judge(refs: list[Any], cands: list[Any], *, precision: str = "bf16", accura
     return judge(Outputs(refs, cands, batches, "factory"), precision=precision, recipe=recipe)
 
 
-def test_agreement_counts_flipped_predictions_against_the_99_percent_default() -> None:
+def _flipped(rows: int, flips: int) -> tuple[Any, Any]:
     import torch
 
-    ref = torch.eye(4).repeat(50, 1)  # 200 rows, argmax 0..3
-    one_flip = ref.clone()
-    one_flip[0] = torch.tensor([0.0, 1.0, 0.0, 0.0])
-    ok = _judge([ref], [one_flip])
-    assert (ok.kind, ok.passed, ok.value, ok.max_drop) == ("agreement", True, 0.995, 0.01)
-    assert ok.drop == pytest.approx(0.005)
-    three = one_flip.clone()
-    three[1] = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    three[2] = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    bad = _judge([ref], [three])
-    assert not bad.passed and bad.reason is not None
-    assert "top-1 agreement with eager fp32 98.5% (3 of 200 predictions differ)" in bad.reason
-    assert "< 99% (max_drop 0.01)" in bad.reason
+    ref = torch.eye(4).repeat(rows // 4, 1)  # argmax 0..3
+    cand = ref.clone()
+    cand[:flips] = torch.tensor([0.0, 0.0, 0.0, 1.0]) if flips else cand[:flips]
+    cand[:flips][ref[:flips].argmax(1) == 3] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    return ref, cand
+
+
+def test_agreement_is_decided_on_its_wilson_interval_within_undecided_or_over() -> None:
+    """Three verdicts against the 99% default: 0 of 1,000 differing is shown within (interval top 0.38%); 1 or 3
+    of 200 are undecided (the interval holds 1%) and pass, with the predictions that would decide them; 10 of 200
+    (interval 2.7-9.0%) is shown over and rejected. The same undecided row is rejected under
+    ``undecided = "reject"``."""
+    ref, cand = _flipped(1000, 0)
+    within = _judge([ref], [cand])
+    assert (within.kind, within.verdict, within.passed, within.needed) == ("agreement", "within", True, None)
+    assert within.drop_interval is not None and within.drop_interval[1] == pytest.approx(0.00382, abs=1e-4)
+
+    ref, one = _flipped(200, 1)
+    ok = _judge([ref], [one])
+    assert (ok.kind, ok.passed, ok.value, ok.max_drop, ok.verdict) == ("agreement", True, 0.995, 0.01, "undecided")
+    assert ok.drop == pytest.approx(0.005) and ok.reason is None
+    assert ok.needed is not None and ok.needed > 200 and ok.needed_unit == "predictions"
+    assert "1 of 200 predictions differ" in str(ok.uncertainty) and "would decide it" in str(ok.uncertainty)
+    row = ok.to_dict()
+    assert row["verdict"] == "undecided" and len(row["drop_interval"]) == 2
+
+    ref, three = _flipped(200, 3)
+    undecided = _judge([ref], [three])
+    assert undecided.passed and undecided.verdict == "undecided"
+    strict = _judge([ref], [three], accuracy={"undecided": "reject"})
+    assert not strict.passed and strict.verdict == "undecided"
+    assert "top-1 agreement with eager fp32 98.5% (3 of 200 predictions differ)" in str(strict.reason)
+    assert 'undecided = "reject"' in str(strict.reason)
+
+    ref, ten = _flipped(200, 10)
+    bad = _judge([ref], [ten])
+    assert not bad.passed and bad.verdict == "exceeds" and bad.needed is None
+    assert "10 of 200 predictions differ" in str(bad.reason) and "shown over the budget" in str(bad.reason)
+
+
+def test_a_metric_is_decided_on_a_paired_bootstrap_over_batches(tmp_path: Path) -> None:
+    """A user's metric: with 16 batches the drop gets a bootstrap interval and a verdict; with 4 there is no
+    interval and the point estimate decides (the result says so)."""
+    import torch
+
+    from autotune.worker.accuracy import Outputs, judge
+
+    (tmp_path / "m.py").write_text(
+        "import torch\n"
+        "def metric(outputs, batches):\n"
+        "    hits = sum(int((o.argmax(1) == b[1]).sum()) for o, b in zip(outputs, batches))\n"
+        "    return hits / sum(len(b[1]) for b in batches)\n")
+    gen = torch.Generator().manual_seed(1)
+    labels = [torch.randint(0, 4, (32,), generator=gen) for _ in range(16)]
+    refs = [torch.nn.functional.one_hot(y, 4).float() for y in labels]  # eager is right on every row
+    cands = [r.clone() for r in refs]
+    for c in cands[:8]:
+        c[:1] = torch.tensor([0.0, 0.0, 0.0, 5.0])  # about 6 of 512 rows wrong: ~1% accuracy
+    recipe = autotune.make_recipe(model="m.py:f", data="d.py:b", accuracy={
+        "metric": f"{tmp_path / 'm.py'}:metric", "max_drop": 0.01})
+    from autotune.worker.metric import resolve_metric
+
+    metric = resolve_metric(recipe)
+    batches = [(torch.zeros(32, 4), y) for y in labels]
+    result = judge(Outputs(refs, cands, batches, "factory"), precision="int8", recipe=recipe, metric=metric)
+    assert result.kind == "metric" and result.drop_interval is not None
+    lo, hi = result.drop_interval
+    assert lo <= result.drop <= hi and lo >= 0
+    assert result.verdict == "undecided" and result.passed and result.needed is not None
+    assert "paired bootstrap resamples of the 16 batches" in str(result.uncertainty)
+    few = judge(Outputs(refs[:4], cands[:4], batches[:4], "factory"), precision="int8", recipe=recipe,
+                metric=metric)
+    assert few.drop_interval is None and "the point estimate decided" in str(few.uncertainty)
+    assert few.verdict == ("exceeds" if few.drop > 0.01 else "within")
 
 
 def test_closeness_for_outputs_that_are_not_classes_uses_the_precisions_thresholds() -> None:
@@ -207,6 +273,9 @@ def test_users_metric_passes_a_real_bf16_variant_and_rejects_a_broken_one(tmp_pa
     assert broken.status == "rejected"
     assert broken.row["accuracy"]["drop"] > 0.2 and not broken.row["accuracy"]["passed"]
     assert "accuracy budget" in str(broken.reason) and "> max_drop 1%" in str(broken.reason)
+    # labelled.py's metric reads its labels by position: reordered batches show it, and no bootstrap is made
+    assert "reads rows by position" in broken.row["accuracy"]["uncertainty"]
+    assert broken.row["accuracy"]["drop_interval"] is None and broken.row["accuracy"]["verdict"] == "exceeds"
     assert broken.throughput is None and not broken.feasible  # never measured, never recommended
 
 

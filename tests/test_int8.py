@@ -125,6 +125,46 @@ def test_int8_build_passes_the_gate_and_is_smaller(variant: str) -> None:
         assert any("calibrated on 4 random batches" in n and "did not see real data" in n for n in built.notes)
 
 
+def test_int8_saturation_follows_the_cpus_own_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check reads CPUID as the kernels do: VNNI, AVX-VNNI or AMX-INT8 give an exact int32 dot product (no
+    fix); an x86 part with none of them saturates u8s8 (the AVX2-only EPYCs); ARM accumulates in int32."""
+    from autotune.worker.variants import isa
+
+    base = {"avx2": True, "avx512_vnni": False, "avx_vnni": False, "amx_int8": False}
+    monkeypatch.setattr(isa.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(isa, "_cpuid_features", lambda: base)
+    assert "no int8 dot-product instruction" in str(isa.int8_saturation())
+    for feature in isa.INT8_DOT_FEATURES:
+        monkeypatch.setattr(isa, "_cpuid_features", lambda f=feature: {**base, f: True})
+        assert isa.int8_saturation() is None, feature
+    monkeypatch.setattr(isa.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(isa, "_cpuid_features", lambda: base)
+    assert isa.int8_saturation() is None
+
+
+@pytest.mark.parametrize("variant", [
+    pytest.param("onnx+int8", marks=needs["onnxruntime"]),
+    pytest.param("onnx+int8-static", marks=needs["onnxruntime"]),
+    pytest.param("openvino+int8", marks=[needs["openvino"], needs["nncf"]]),
+])
+def test_int8_builds_for_a_cpu_without_vnni_use_seven_bit_weights(variant: str, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """The AVX2-only path (ORT ``reduce_range``, NNCF's overflow fix on every layer), built and gated on whatever
+    CPU runs the suite: 7-bit weights are valid on every CPU and keep the gate; the notes say why they were used.
+    On an AVX2-only CPU this is the path every int8 build takes (the full-range builds lost 0.3 of norm-wise
+    accuracy there)."""
+    import autotune.worker.variants.quantize as quantize
+
+    monkeypatch.setattr(quantize, "int8_saturation", lambda: "no int8 dot-product instruction (this test)")
+    model = _mlp()
+    with torch.inference_mode():
+        built = build_variant(VariantSpec.parse(variant), model, _batch(0), device="cpu", calibration=CAL,
+                              dynamic_dims=[(0,)], input_names=["x"])
+    gate = check_variant(model, built, lambda s: _batch(10 + s), batches=3)
+    assert gate.passed, gate.reason
+    assert any("7-bit weights" in n and "(this test)" in n for n in built.notes), built.notes
+
+
 @pytest.mark.parametrize("variant", [
     pytest.param("onnx+int8-static", marks=needs["onnxruntime"]),
     pytest.param("openvino+int8", marks=[needs["openvino"], needs["nncf"]]),

@@ -21,6 +21,7 @@ import numpy as np
 from autotune.errors import InputError
 
 __all__ = [
+    "Z95",
     "block_bootstrap_ci",
     "bootstrap_means",
     "bootstrap_percentiles",
@@ -29,6 +30,8 @@ __all__ = [
     "normal_quantile",
     "percentiles",
     "replicate_interval",
+    "samples_to_decide",
+    "wilson_interval",
 ]
 
 
@@ -271,3 +274,60 @@ def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> di
         return {}
     got = np.percentile(x, qs_list)
     return {q: float(v) for q, v in zip(qs_list, np.atleast_1d(got), strict=True)}
+
+
+# --------------------------------------------------------------------------------------- proportions
+
+#: The two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+#: The largest sample count :func:`samples_to_decide` names (beyond it: "cannot be decided at this rate").
+_MAX_DECIDING_SAMPLES = 10**9
+
+
+def wilson_interval(k: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``k / n`` (95% by default).
+
+    Wilson, not ``p +- z*sqrt(p(1-p)/n)``: at 0 or 1 of 48 predictions differing the normal interval has width 0
+    or goes negative, and says a 48-sample check proved 99% agreement; Wilson's says 0 of 48 is compatible with
+    anything up to 7.4% disagreement. ``k`` may be fractional (:func:`samples_to_decide` asks "what if the
+    observed rate held over more samples"). ``n == 0``: the whole range."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = min(1.0, max(0.0, k / n))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - margin), min(1.0, centre + margin)
+
+
+def samples_to_decide(k: int, n: int, bound: float, z: float = Z95) -> int | None:
+    """How many samples, at the observed rate ``k / n``, would put the Wilson interval on one side of ``bound``.
+
+    Why: a budget judged on too few samples is undecided, and the useful answer is how much more data would
+    decide it. Below the bound: the smallest N whose interval's top is at most the bound ("shown within"); above
+    it: the smallest N whose interval's bottom is over it ("shown over"). None when the rate equals the bound (no
+    sample count separates them) or when it takes more than 10**9 samples. Assumes the rate holds, so it is an
+    estimate, not a promise."""
+    if n <= 0 or not 0.0 <= bound <= 1.0:
+        return None
+    p = k / n
+    if p == bound:
+        return None
+
+    def decided(m: int) -> bool:
+        lo, hi = wilson_interval(p * m, m, z)
+        return hi <= bound if p < bound else lo > bound
+
+    high = max(1, n)
+    while not decided(high):
+        high *= 2
+        if high > _MAX_DECIDING_SAMPLES:
+            return None
+    low = 0
+    while high - low > 1:
+        mid = (low + high) // 2
+        if decided(mid):
+            high = mid
+        else:
+            low = mid
+    return high

@@ -10,12 +10,11 @@ few tokens says how sure it is instead of passing on luck.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Z95 = 1.959963984540054
+from autotune.core.stats import Z95, wilson_interval
 
 
 @dataclass(frozen=True)
@@ -41,12 +40,8 @@ class TokenCheck:
 
 
 def wilson_low(k: int, n: int, z: float = Z95) -> float:
-    if n == 0:
-        return 0.0
-    p = k / n
-    centre = p + z * z / (2 * n)
-    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, (centre - margin) / (1 + z * z / n))
+    """The lower end of ``k / n``'s Wilson interval (0 when nothing was compared)."""
+    return wilson_interval(k, n, z)[0] if n > 0 else 0.0
 
 
 def check_tokens(reference: Sequence[Sequence[int]], got: Sequence[Sequence[int]], *, exact: bool,

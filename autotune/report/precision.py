@@ -76,7 +76,11 @@ def accuracy_cell(c: Mapping[str, Any]) -> str:
         return DASH
     text = f"{value_text(acc)}, drop {drop_text(acc)}"
     if acc.get("gating") and not acc.get("passed"):
-        text += " (over budget)"
+        text += " (undecided, rejected)" if acc.get("verdict") == "undecided" else " (over budget)"
+    elif acc.get("gating") and acc.get("verdict") == "undecided":
+        needed = acc.get("needed")
+        text += (f" (undecided: ~{needed:,} {acc.get('needed_unit') or 'samples'} would decide)"
+                 if isinstance(needed, int) else " (undecided)")
     return text
 
 
@@ -107,6 +111,11 @@ def cost_sentence(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | None:
     if acc.get("budget"):
         text += f" (budget: {acc['budget']})"
     text += "."
+    if acc.get("uncertainty") and acc.get("kind") in ("agreement", "metric"):
+        text += f" How sure: {acc['uncertainty']}."
+        if acc.get("verdict") == "undecided":
+            text += (" Undecided is not a rejection ([accuracy] undecided = \"accept\"): more [data] batches "
+                     "would say whether it keeps the budget.")
     if acc.get("data") != "factory":
         text += " Not measured on real data: the recipe has no [data] factory."
     return text

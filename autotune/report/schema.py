@@ -210,6 +210,13 @@ _STANDING_OF_PICK = _record({
 #: A number, or "inf"/"nan" as text (JSON has neither): a drop of a variant whose outputs had no finite score.
 #: A candidate's accuracy against eager fp32 (``autotune.worker.accuracy.AccuracyResult.to_dict``; optional within
 #: schema 2): the kind of budget, its verdict, the value, eager fp32's, the drop and the budget.
+def _ordered_pair(value: Any, path: str) -> None:
+    """``[low, high]``: two numbers, low <= high (a drop's interval: negative where the variant scored higher)."""
+    _list_of(_NUMBER, length=2)(value, path)
+    if value[0] > value[1]:
+        raise InputError(f"{path}: expected [low, high] with low <= high, got {show(list(value))}")
+
+
 ACCURACY_FIELDS: dict[str, tuple[Checker, bool]] = {
     "kind": (_one_of(("metric", "agreement", "closeness")), True),
     "passed": (_BOOL, True),
@@ -228,6 +235,11 @@ ACCURACY_FIELDS: dict[str, tuple[Checker, bool]] = {
     "cosine": (_nullable(_NUMBER_OR_TEXT), False),
     "max_abs_error": (_nullable(_NUMBER_OR_TEXT), False),
     "reason": (_nullable(_STR), False),
+    "verdict": (_nullable(_one_of(("within", "exceeds", "undecided"))), False),
+    "drop_interval": (_nullable(_ordered_pair), False),
+    "needed": (_nullable(_kind(lambda v: is_int(v) and v >= 1, "a positive integer")), False),
+    "needed_unit": (_nullable(_one_of(("predictions", "batches"))), False),
+    "uncertainty": (_nullable(_STR), False),
 }
 CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "trial": (_nullable(_INT), False),

@@ -31,6 +31,28 @@ Three kinds of budget, in this order of precedence::
 In every kind a structure mismatch, or NaN/inf where eager fp32's output is finite, rejects the variant (no metric
 could be trusted on it).
 
+**A verdict with its uncertainty.** A budget judged on 48 predictions cannot tell 99% agreement from 90%: one
+disagreement in 48 is compatible with anything from 0.4% to 10.9% disagreement. So agreement and metric budgets
+are decided on a 95% interval of the drop, and a verdict is one of three::
+
+    agreement   interval = Wilson interval of differ / total           (core.stats.wilson_interval)
+    metric      interval = paired bootstrap over batches: resample the batches (with replacement) B times,
+                           drop_b = drop(metric(eager's outputs_b, batches_b), metric(variant's outputs_b, ...)),
+                           the 2.5% and 97.5% percentiles of drop_b  (B = 200 or what 5 s allow, at least 50;
+                           fewer than 8 batches, or a metric that fails on a resample: no interval, the point
+                           estimate decides and the result says so)
+    within      interval high <= max_drop              -> passes
+    exceeds     interval low  >  max_drop              -> rejected
+    undecided   the interval holds max_drop            -> [accuracy] undecided = "accept" (default): passes, and the
+                report says it is undecided and about how many samples (batches) at the observed rate would
+                decide it; "reject": rejected
+    closeness   no sampling question (numerical error against fixed thresholds): within or exceeds
+
+A metric's bootstrap resamples the batches, so it needs a metric that is a function of its arguments (labels inside
+the batches). One that reads rows by position (labels of its own, ``TEST_Y[:len(outputs)]``) would score resampled
+outputs against the wrong rows: the batches are reordered once first, and a metric whose value changes gets no
+interval (the point estimate decides, and the result says why).
+
 Why these closeness thresholds (``benchmarks/bench_precision_error.py``, random weights and inputs): resnet18, an
 MLP and a 4-layer transformer encoder cast whole stay at norm-wise errors of 0.004-0.007 in bf16 and 0.0005-0.0012
 in fp16, the MLP's dynamic int8 at 0.025 (cosine 0.9997). The thresholds leave 4-8x headroom over those. A real
@@ -50,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from autotune.core.stats import samples_to_decide, wilson_interval
 from autotune.errors import WorkloadError
 from autotune.worker.correctness import (
     _compare_detections,
@@ -68,6 +91,7 @@ if TYPE_CHECKING:
     from autotune.worker.variants import BuiltVariant
 
 AccuracyKind = Literal["metric", "agreement", "closeness"]
+Verdict = Literal["within", "exceeds", "undecided"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +116,14 @@ CLOSENESS: dict[str, Closeness] = {
 DEFAULT_AGREEMENT_DROP = 0.01
 #: With a metric and no max_drop: 1% of eager fp32's value.
 DEFAULT_RELATIVE_DROP = 0.01
+#: A metric's bootstrap: resamples wanted, the fewest that make an interval, the time they may take, the fewest
+#: batches a resample is drawn from (fewer: the percentiles of a handful of distinct sums are not an interval).
+BOOTSTRAP_RESAMPLES = 200
+MIN_RESAMPLES = 50
+BOOTSTRAP_SECONDS = 5.0
+MIN_BOOTSTRAP_BATCHES = 8
+#: Seed of the metric bootstrap's resamples (fixed: the same outputs give the same verdict).
+BOOTSTRAP_SEED = 20_261_127
 
 
 def judged_by_budget(precision: str) -> bool:
@@ -125,6 +157,14 @@ class AccuracyResult:
     cosine: float | None = None
     max_abs_error: float | None = None
     reason: str | None = None
+    verdict: Verdict | None = None
+    #: the drop's 95% interval (module docstring); None: closeness, or no interval could be made
+    drop_interval: tuple[float, float] | None = None
+    #: undecided: about how many samples (agreement) or batches (metric) at the observed rate would decide it
+    needed: int | None = None
+    needed_unit: str | None = None
+    #: one sentence on how sure the verdict is (the interval, or why there is none)
+    uncertainty: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         def num(x: float | None) -> float | str | None:
@@ -136,7 +176,9 @@ class AccuracyResult:
             "max_drop": self.max_drop, "relative": self.relative, "budget": self.budget,
             "batches": self.batches, "samples": self.samples, "data": self.data,
             "rel_error": num(self.rel_error), "cosine": num(self.cosine), "max_abs_error": num(self.max_abs_error),
-            "reason": self.reason,
+            "reason": self.reason, "verdict": self.verdict,
+            "drop_interval": list(self.drop_interval) if self.drop_interval is not None else None,
+            "needed": self.needed, "needed_unit": self.needed_unit, "uncertainty": self.uncertainty,
         }
 
     def correctness(self) -> dict[str, Any]:
@@ -278,6 +320,77 @@ def _closeness(outs: Outputs, precision: str) -> tuple[float, float, str | None]
     return worst_rel, worst_cos, problem
 
 
+def _verdict(interval: tuple[float, float] | None, drop: float, max_drop: float) -> Verdict:
+    """within / exceeds / undecided: the interval against the budget (module docstring); no interval: the point."""
+    lo, hi = interval if interval is not None else (drop, drop)
+    if lo > max_drop + 1e-12:
+        return "exceeds"
+    return "within" if hi <= max_drop + 1e-12 else "undecided"
+
+
+def _decide(verdict: Verdict, spec: AccuracySpec | None) -> bool:
+    """Whether a verdict passes: within, or undecided under ``[accuracy] undecided = "accept"`` (the default)."""
+    return verdict == "within" or (verdict == "undecided" and (spec is None or spec.undecided == "accept"))
+
+
+def _decision_text(verdict: Verdict, budget: str, needed: int | None, unit: str) -> str:
+    if verdict == "within":
+        return f"shown within the budget ({budget})"
+    if verdict == "exceeds":
+        return f"shown over the budget ({budget})"
+    more = (f"about {needed:,} {unit} at the observed rate would decide it" if needed is not None
+            else f"no number of {unit} decides it at the observed rate")
+    return f"undecided against the budget ({budget}): {more}"
+
+
+def _metric_interval(recipe: Recipe, metric: Callable[..., Any], outs: Outputs,
+                     drop_of: Callable[[float, float], float | None]) -> tuple[tuple[float, float] | None, str]:
+    """The paired bootstrap over batches of a metric's drop (module docstring), or None and why there is none."""
+    import time
+
+    import numpy as np
+
+    n = len(outs.batches)
+    if n < MIN_BOOTSTRAP_BATCHES:
+        return None, (f"no interval: {n} batch{'' if n == 1 else 'es'} (a bootstrap over batches needs at least "
+                      f"{MIN_BOOTSTRAP_BATCHES}); the point estimate decided")
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    # A metric that reads positions (labels of its own, indexed by row) is not a function of what it is given:
+    # resampled, it scores outputs against the wrong rows. Reordering the batches shows it (a function of its
+    # arguments gives the same value in any order), and such a metric gets no interval.
+    order = [int(i) for i in rng.permutation(n)]
+    try:
+        as_given = call_metric(recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
+        reordered = call_metric(recipe, metric, [outs.reference[i] for i in order], [outs.batches[i] for i in order],
+                                whose="eager fp32's outputs, batches reordered")
+    except WorkloadError as exc:
+        return None, f"no interval: {str(exc)[:200]}; the point estimate decided"
+    if not math.isclose(as_given, reordered, rel_tol=1e-6, abs_tol=1e-9):
+        return None, (f"no interval: the metric gives {reordered:.6g} instead of {as_given:.6g} on the same batches "
+                      "reordered (it reads rows by position, not from its arguments), so its batches cannot be "
+                      "resampled; the point estimate decided")
+    drops: list[float] = []
+    start = time.perf_counter()
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        if time.perf_counter() - start > BOOTSTRAP_SECONDS:
+            break
+        idx = [int(i) for i in rng.integers(0, n, n)]
+        batches = [outs.batches[i] for i in idx]
+        try:
+            ref = call_metric(recipe, metric, [outs.reference[i] for i in idx], batches, whose="a resample")
+            value = call_metric(recipe, metric, [outs.candidate[i] for i in idx], batches, whose="a resample")
+        except WorkloadError as exc:
+            return None, f"no interval: {str(exc)[:200]}; the point estimate decided"
+        drop = drop_of(ref, value)
+        if drop is not None:
+            drops.append(drop)
+    if len(drops) < MIN_RESAMPLES:
+        return None, (f"no interval: {len(drops)} bootstrap resamples in {BOOTSTRAP_SECONDS:g} s (at least "
+                      f"{MIN_RESAMPLES} needed); the point estimate decided")
+    lo, hi = (float(v) for v in np.percentile(drops, [2.5, 97.5]))
+    return (lo, hi), f"95% interval from {len(drops)} paired bootstrap resamples of the {n} batches"
+
+
 def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[..., Any] | None = None,
           reference_value: float | None = None) -> AccuracyResult:
     """The budget's verdict on a variant's outputs (the kinds and their rules: module docstring).
@@ -295,34 +408,8 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
     hard, max_abs, max_rel, min_cos = _hard_problem(outs, precision)
 
     if metric is not None and spec is not None:
-        name = metric_name(str(spec.metric))
-        ref = reference_value if reference_value is not None else call_metric(
-            recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
-        max_drop, relative = _budget(spec, default=DEFAULT_RELATIVE_DROP, relative_default=True)
-        budget = (f"{name} drop <= {_pct(max_drop)} of eager fp32's {ref:.6g}" if relative
-                  else f"{name} drop <= {max_drop:g}")
-        value: float | None = None
-        reason = hard
-        if reason is None:
-            try:
-                value = call_metric(recipe, metric, outs.candidate, outs.batches, whose="this variant's outputs")
-            except WorkloadError as exc:
-                reason = str(exc)
-        drop: float | None = None
-        if value is not None:
-            if relative and ref == 0:
-                raise WorkloadError(f"{recipe.path}: field 'accuracy.max_drop': a relative drop needs eager fp32's "
-                                    f"metric to be non-zero, and '{spec.metric}' gave 0 on it; give an absolute "
-                                    "max_drop")
-            drop = (ref - value) / abs(ref) if relative else ref - value
-            if drop > max_drop + 1e-12:
-                shown = _pct(drop) if relative else f"{drop:.4g}"
-                reason = (f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches "
-                          f"of {where}: drop {shown} > max_drop {_pct(max_drop) if relative else f'{max_drop:g}'}")
-        return AccuracyResult(kind="metric", passed=reason is None, metric=name, value=value,
-                              reference=ref, drop=drop if drop is not None else (math.inf if reason else None),
-                              max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel,
-                              cosine=min_cos, max_abs_error=max_abs, reason=reason, **common)  # type: ignore[arg-type]
+        return _judge_metric(outs, spec, recipe, metric, reference_value, hard=hard, where=where,
+                             errors=(max_abs, max_rel, min_cos), common=common)
 
     agreement = _agreement(outs) if hard is None else None
     classifier = bool(outs.reference) and classifier_leaf(outs.reference[0]) is not None
@@ -332,15 +419,28 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
         if agreement is None:
             return AccuracyResult(kind="agreement", passed=False, metric="top-1 agreement", value=None, reference=1.0,
                                   drop=math.inf, max_drop=max_drop, relative=False, budget=budget, rel_error=max_rel,
-                                  cosine=min_cos, max_abs_error=max_abs, reason=hard, **common)  # type: ignore[arg-type]
+                                  cosine=min_cos, max_abs_error=max_abs, reason=hard, verdict="exceeds",
+                                  **common)  # type: ignore[arg-type]
         frac, differ, total = agreement
+        interval = wilson_interval(differ, total)
+        verdict = _verdict(interval, 1 - frac, max_drop)
+        needed = samples_to_decide(differ, total, max_drop) if verdict == "undecided" else None
+        uncertainty = (f"{differ} of {total} predictions differ: disagreement {_pct(1 - frac)}, 95% interval "
+                       f"{_pct(interval[0])}-{_pct(interval[1])} (Wilson); "
+                       + _decision_text(verdict, f"at most {_pct(max_drop)}", needed, "predictions"))
+        passed = _decide(verdict, spec)
         reason = None
-        if 1 - frac > max_drop + 1e-12:
+        if not passed:
             reason = (f"accuracy budget: top-1 agreement with eager fp32 {_pct(frac)} ({differ} of {total} predictions "
-                      f"differ) on {n} batches of {where} < {_pct(1 - max_drop)} (max_drop {max_drop:g})")
-        return AccuracyResult(kind="agreement", passed=reason is None, metric="top-1 agreement", value=frac,
+                      f"differ) on {n} batches of {where} "
+                      + (f"< {_pct(1 - max_drop)} (max_drop {max_drop:g})" if verdict == "exceeds" else
+                         "is undecided, and [accuracy] undecided = \"reject\"")
+                      + f"; {uncertainty}")
+        return AccuracyResult(kind="agreement", passed=passed, metric="top-1 agreement", value=frac,
                               reference=1.0, drop=1 - frac, max_drop=max_drop, relative=False, budget=budget,
                               rel_error=max_rel, cosine=min_cos, max_abs_error=max_abs, reason=reason,
+                              verdict=verdict, drop_interval=interval, needed=needed,
+                              needed_unit="predictions" if needed is not None else None, uncertainty=uncertainty,
                               **common)  # type: ignore[arg-type]
 
     limits = CLOSENESS[precision]
@@ -348,7 +448,7 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
     if hard is not None:
         return AccuracyResult(kind="closeness", passed=False, metric="closeness", value=None, reference=1.0,
                               drop=math.inf, max_drop=limits.max_rel_error, relative=False, budget=budget,
-                              rel_error=math.inf, cosine=0.0, max_abs_error=max_abs, reason=hard,
+                              rel_error=math.inf, cosine=0.0, max_abs_error=max_abs, reason=hard, verdict="exceeds",
                               **common)  # type: ignore[arg-type]
     rel, cos, problem = _closeness(outs, precision)
     reason = problem
@@ -358,7 +458,70 @@ def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[...
                   f"{limits.min_cosine:g}")
     return AccuracyResult(kind="closeness", passed=reason is None, metric="closeness", value=cos, reference=1.0,
                           drop=rel, max_drop=limits.max_rel_error, relative=False, budget=budget, rel_error=rel,
-                          cosine=cos, max_abs_error=max_abs, reason=reason, **common)  # type: ignore[arg-type]
+                          cosine=cos, max_abs_error=max_abs, reason=reason,
+                          verdict="within" if reason is None else "exceeds",
+                          uncertainty="numerical error against fixed thresholds: no sampling interval",
+                          **common)  # type: ignore[arg-type]
+
+
+def _judge_metric(outs: Outputs, spec: AccuracySpec, recipe: Recipe, metric: Callable[..., Any],
+                  reference_value: float | None, *, hard: str | None, where: str,
+                  errors: tuple[float, float, float], common: Mapping[str, Any]) -> AccuracyResult:
+    """The ``metric`` kind of :func:`judge`: the drop, its bootstrap interval and the verdict."""
+    max_abs, max_rel, min_cos = errors
+    n = len(outs.reference)
+    name = metric_name(str(spec.metric))
+    ref = reference_value if reference_value is not None else call_metric(
+        recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
+    max_drop, relative = _budget(spec, default=DEFAULT_RELATIVE_DROP, relative_default=True)
+    budget = (f"{name} drop <= {_pct(max_drop)} of eager fp32's {ref:.6g}" if relative
+              else f"{name} drop <= {max_drop:g}")
+    if relative and ref == 0:
+        raise WorkloadError(f"{recipe.path}: field 'accuracy.max_drop': a relative drop needs eager fp32's "
+                            f"metric to be non-zero, and '{spec.metric}' gave 0 on it; give an absolute "
+                            "max_drop")
+    value: float | None = None
+    reason = hard
+    if reason is None:
+        try:
+            value = call_metric(recipe, metric, outs.candidate, outs.batches, whose="this variant's outputs")
+        except WorkloadError as exc:
+            reason = str(exc)
+    if value is None:
+        return AccuracyResult(kind="metric", passed=False, metric=name, value=None, reference=ref, drop=math.inf,
+                              max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel,
+                              cosine=min_cos, max_abs_error=max_abs, reason=reason, verdict="exceeds",
+                              **common)
+
+    def drop_of(reference: float, got: float) -> float | None:
+        if relative:
+            return None if reference == 0 else (reference - got) / abs(reference)
+        return reference - got
+
+    drop = drop_of(ref, value)
+    assert drop is not None
+    interval, how = _metric_interval(recipe, metric, outs, drop_of)
+    verdict = _verdict(interval, drop, max_drop)
+    needed = None
+    if verdict == "undecided" and interval is not None and drop != max_drop:
+        half = (interval[1] - interval[0]) / 2
+        needed = math.ceil(n * (half / abs(drop - max_drop)) ** 2)
+    show = _pct if relative else (lambda x: f"{x:.4g}")
+    limit = _pct(max_drop) if relative else f"{max_drop:g}"
+    shown_interval = f", 95% interval {show(interval[0])} to {show(interval[1])}" if interval is not None else ""
+    uncertainty = (f"drop {show(drop)}{shown_interval} ({how}); "
+                   + _decision_text(verdict, f"at most {limit}", needed, "batches"))
+    passed = _decide(verdict, spec)
+    if not passed:
+        reason = (f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches of {where}: "
+                  f"drop {show(drop)} > max_drop {limit}" if verdict == "exceeds" and interval is None else
+                  f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches of {where}: "
+                  f"{uncertainty}" + ("; [accuracy] undecided = \"reject\"" if verdict == "undecided" else ""))
+    return AccuracyResult(kind="metric", passed=passed, metric=name, value=value, reference=ref, drop=drop,
+                          max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel, cosine=min_cos,
+                          max_abs_error=max_abs, reason=reason, verdict=verdict, drop_interval=interval,
+                          needed=needed, needed_unit="batches" if needed is not None else None,
+                          uncertainty=uncertainty, **common)
 
 
 def _rows(batch: Any) -> int:
@@ -369,12 +532,14 @@ def _rows(batch: Any) -> int:
 
 
 __all__ = [
+    "BOOTSTRAP_RESAMPLES",
     "CLOSENESS",
     "DEFAULT_AGREEMENT_DROP",
     "DEFAULT_RELATIVE_DROP",
     "AccuracyResult",
     "Closeness",
     "Outputs",
+    "Verdict",
     "classifier_leaf",
     "judge",
     "judged_by_budget",

@@ -32,6 +32,7 @@ from autotune.core.recipe.spec import (
     DTYPES,
     INTEGER_DTYPES,
     SEED_RANGE_TEXT,
+    UNDECIDED_POLICIES,
     AccuracySpec,
     BatchSpec,
     Constraints,
@@ -179,7 +180,7 @@ def _parse_accuracy(path: Path, table: dict[str, Any] | None, *, has_data: bool)
     or a percentage string ``"1%"`` (relative to eager fp32's value), below 100%."""
     if table is None:
         return None
-    r = TableReader(path, table, "accuracy.", ("metric", "max_drop"))
+    r = TableReader(path, table, "accuracy.", ("metric", "max_drop", "undecided"))
     metric: str | None = None
     if "metric" in table:
         metric = r.get("metric", str, None)
@@ -213,7 +214,13 @@ def _parse_accuracy(path: Path, table: dict[str, Any] | None, *, has_data: bool)
     if metric is None and max_drop is not None and max_drop >= 1.0:
         raise r.error("max_drop", f"without a metric it is the top-1 disagreement allowed, a fraction below 1; "
                       f"got {raw!r}")
-    return AccuracySpec(metric=metric, max_drop=max_drop, relative=relative, base_dir=str(path.resolve().parent))
+    undecided = r.get("undecided", str, "accept")
+    if undecided not in UNDECIDED_POLICIES:
+        allowed = ", ".join(map(repr, UNDECIDED_POLICIES))
+        raise r.error("undecided", f"'{undecided}' is not allowed; allowed: {allowed} (what a variant gets when "
+                      "its drop's 95% interval straddles max_drop)")
+    return AccuracySpec(metric=metric, max_drop=max_drop, relative=relative, base_dir=str(path.resolve().parent),
+                        undecided=undecided)
 
 
 def _parse_inputs(path: Path, items: list[Any]) -> tuple[InputSpec, ...]:

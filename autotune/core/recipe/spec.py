@@ -97,6 +97,10 @@ class AccuracySpec:
     max_drop: float | None = None
     relative: bool = False
     base_dir: str = "."
+    #: What a variant whose drop's 95% interval straddles ``max_drop`` gets (too few samples to say): ``accept``
+    #: (the default: not shown over budget, so ranked, with the verdict and the samples that would decide it in
+    #: the report) or ``reject`` (only a variant shown within budget is ranked).
+    undecided: str = "accept"
 
     @property
     def factory(self) -> str:
@@ -111,6 +115,8 @@ class AccuracySpec:
             f"drop <= {self.max_drop:g}"
 
 
+#: ``accuracy.undecided``'s values.
+UNDECIDED_POLICIES = ("accept", "reject")
 #: ``serving.max_delay_ms``'s default: the batcher's waits tried, from none (dispatch at once) to 10 ms.
 DEFAULT_MAX_DELAYS_MS = (0.0, 1.0, 2.0, 5.0, 10.0)
 #: ``serving.arrivals``' named kinds; any other value is a file of arrival timestamps (``replay``).

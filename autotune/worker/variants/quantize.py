@@ -32,12 +32,20 @@ quantization ranges (and the gate) did not see real data. Quantization and calib
 Pseudo-code of the runtimes' part::
 
     onnx:     export fp32 -> model.onnx;  pre = quant_pre_process(model.onnx) or model.onnx
-              int8:        quantize_dynamic(pre, q/model.onnx, weight_type=QInt8)
+              seven = int8_saturation() is not None     # x86 without VNNI / AMX-INT8 (isa.int8_saturation)
+              int8:        quantize_dynamic(pre, q/model.onnx, weight_type=QInt8, reduce_range=seven)
               int8-static: quantize_static(pre, q/model.onnx, reader(calibration feeds), QDQ, U8 acts, S8 weights,
-                                           per_channel)
+                                           per_channel, reduce_range=seven)
               the session (and the artifact) is q/model.onnx, alone in its directory
     openvino: converted = convert_model(m); names set; int8: converted = nncf.quantize(converted,
-              Dataset(calibration arrays), subset_size=len(calibration)); then reshaped and compiled as fp32 is
+              Dataset(calibration arrays), subset_size=len(calibration),
+              overflow_fix = ENABLE if seven else FIRST_LAYER (NNCF's default)); then reshaped and compiled as fp32 is
+
+**CPUs without an int8 dot product** (x86 without AVX512-VNNI, AVX-VNNI or AMX-INT8: AVX2-only EPYCs, older
+Xeons): their u8s8 kernels saturate (:func:`autotune.worker.variants.isa.int8_saturation`), so the ONNX Runtime
+builds quantize weights to 7 bits (``reduce_range``, ORT's advice for such CPUs) and NNCF applies its overflow fix
+to every layer; the build's notes say so. torch's int8 needs no change: torchao's dynamic int8 runs s8s8
+matmuls and ``torch.ao``'s fbgemm dynamic Linear already quantizes activations with ``reduce_range``.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from typing import Any
 
 from autotune.errors import VariantError
 from autotune.worker.variants.build_stage import silenced_build
+from autotune.worker.variants.isa import int8_saturation
 
 #: The extra that installs the quantizers (torchao, nncf); ONNX Runtime's is part of onnxruntime.
 QUANT_INSTALL = "pip install 'autotune[quant]'"
@@ -234,11 +243,15 @@ def _quantize_onnx(precision: str, source: str, target: str, input_names: Sequen
     except VariantError as exc:
         notes.append(f"onnx int8: quant_pre_process failed ({str(exc)[:160]}); quantized the raw export")
         pre = source
+    saturation = int8_saturation()
+    reduce_range = saturation is not None
+    seven_bit = (f"; 7-bit weights (reduce_range): {saturation}, as ONNX Runtime's guide advises" if reduce_range
+                 else "")
     if precision == "int8":
         silenced_build("onnxruntime quantize_dynamic", notes,
-                       lambda: quantize_dynamic(pre, target, weight_type=QuantType.QInt8))
+                       lambda: quantize_dynamic(pre, target, weight_type=QuantType.QInt8, reduce_range=reduce_range))
         notes.append("int8: onnxruntime.quantization.quantize_dynamic (int8 weights, activations quantized per "
-                     "call); MLAS picks its VNNI/AMX int8 kernels by CPU (it does not report which)")
+                     "call); MLAS picks its VNNI/AMX int8 kernels by CPU (it does not report which)" + seven_bit)
         return
     if calibration is None or not calibration.batches:
         raise VariantError("onnx+int8-static needs calibration batches")
@@ -246,9 +259,9 @@ def _quantize_onnx(precision: str, source: str, target: str, input_names: Sequen
     silenced_build("onnxruntime quantize_static", notes,
                    lambda: quantize_static(pre, target, reader, quant_format=QuantFormat.QDQ,
                                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                                           per_channel=True))
+                                           per_channel=True, reduce_range=reduce_range))
     notes.append("int8-static: onnxruntime.quantization.quantize_static, QDQ, uint8 activations, int8 per-channel "
-                 f"weights, MinMax ranges; {calibration.note()}")
+                 f"weights, MinMax ranges; {calibration.note()}{seven_bit}")
 
 
 # ---- OpenVINO ------------------------------------------------------------------------------------------
@@ -260,10 +273,18 @@ def quantize_openvino(converted: Any, calibration: Calibration | None, notes: li
 
     if calibration is None or not calibration.batches:
         raise VariantError("openvino+int8 needs calibration batches")
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
     items = [[x.detach().cpu().contiguous().numpy() for x in batch] for batch in calibration.batches]
-    quantized = silenced_build("nncf.quantize", notes,
-                               lambda: nncf.quantize(converted, nncf.Dataset(items), subset_size=len(items)))
-    notes.append(f"int8: NNCF post-training quantization (nncf.quantize, {nncf.__version__}); {calibration.note()}")
+    saturation = int8_saturation()
+    # NNCF's default fixes only the first convolution of each input; without VNNI every MatMul and Convolution
+    # can saturate (an MLP's Linear layers lost 0.3 of norm-wise accuracy on an AVX2-only EPYC at the default)
+    fix = OverflowFix.ENABLE if saturation else OverflowFix.FIRST_LAYER
+    quantized = silenced_build("nncf.quantize", notes, lambda: nncf.quantize(
+        converted, nncf.Dataset(items), subset_size=len(items),
+        advanced_parameters=AdvancedQuantizationParameters(overflow_fix=fix)))
+    notes.append(f"int8: NNCF post-training quantization (nncf.quantize, {nncf.__version__}); {calibration.note()}"
+                 + (f"; overflow fix on every layer (7-bit weights): {saturation}" if saturation else ""))
     return quantized
 
 
