@@ -189,18 +189,22 @@ def make_recipe(*, model: str | Callable[..., Any], inputs: Sequence[Mapping[str
 
 def tune(recipe: Recipe | str | Path, *, device: str | None = None, time_budget: float | None = None,
          out: str | Path | None = None, storage: str | None = None, study: str | None = None,
-         seed: int | None = None, on_event: OnEvent | None = None) -> TuneResult:
+         seed: int | None = None, on_event: OnEvent | None = None,
+         artifact_check_rounds: int | None = None) -> TuneResult:
     """Run the whole tuning (validate, batch boundaries, search, showdown) and write the reports into ``out``.
 
     ``storage``: an Optuna RDB URL (default ``sqlite:///OUT/study.db``); running again on the same ``out``
     resumes. ``on_event`` receives :class:`autotune.core.events.Event` values (None: silent).
+    ``artifact_check_rounds``: plain processes that time the saved artifact as shipped (None: the default, 3 or
+    ``AUTOTUNE_ARTIFACT_CHECK_ROUNDS``; 0: none; :mod:`autotune.artifact_check`).
     """
     from autotune.tuner import RunOptions, run_tuning, with_cli_overrides
 
     rec = with_cli_overrides(_with_device(_as_recipe(recipe), device), device=None, time_budget=time_budget,
                              seed=seed)
     out_dir = Path(out) if out is not None else Path("out") / rec.name
-    doc = run_tuning(rec, RunOptions(out_dir=out_dir, storage=storage, study_name=study, on_event=on_event))
+    doc = run_tuning(rec, RunOptions(out_dir=out_dir, storage=storage, study_name=study, on_event=on_event,
+                                     artifact_check_rounds=artifact_check_rounds))
     rows = tuple(CandidateResult.from_row(r) for r in doc.get("candidates") or [])
     rec_row = doc.get("recommendation")
     best = None

@@ -48,7 +48,8 @@ from autotune.core.process_env import environment_of_variant
 from autotune.deployment import TRAFFIC_NAME
 from autotune.errors import InputError
 
-__all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "rerun", "time_artifact"]
+__all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "plain_process", "rerun", "target_of",
+           "time_artifact"]
 
 #: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
 #: autotune, and no code but the loader's.
@@ -90,21 +91,29 @@ else:
     calls = [(tuple(x), {})]
     rows = [int(x[0].shape[0])]
 assert "autotune" not in sys.modules, "the plain process imported autotune"
-def one_pass():
+clock = time.perf_counter
+lat = []
+def one_pass(keep):
     for a, k in calls:
+        s = clock()
         predict(*a, **k)
+        if keep:
+            lat.append(clock() - s)
 for _ in range(3):
-    one_pass()
-end = time.perf_counter() + 1.0
-while time.perf_counter() < end:
-    one_pass()
-t0 = time.perf_counter(); n = 0
+    one_pass(False)
+end = clock() + spec.get("warm_s", 1.0)
+while clock() < end:
+    one_pass(False)
+t0 = clock(); n = 0
 while True:
-    one_pass(); n += 1
-    t = time.perf_counter() - t0
+    one_pass(True); n += 1
+    t = clock() - t0
     if t >= spec["seconds"]:
         break
-print(json.dumps({"throughput": n * sum(rows) / t, "passes": n}))
+lat.sort()
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
+print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat), "p50_ms": q(0.5),
+                  "p99_ms": q(0.99), "rows_per_call": sum(rows) / len(rows)}))
 """
 
 #: Seconds a plain process may take (load, warm-up, timing) before it is called failed.
@@ -133,6 +142,12 @@ def artifact_target(run_dir: Path) -> ArtifactTarget:
         doc = json.loads(report.read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"{report}: --rerun needs the run directory's report.json: {exc}") from None
+    return target_of(run_dir, doc)
+
+
+def target_of(run_dir: Path, doc: Any) -> ArtifactTarget:
+    """:func:`artifact_target` on a report document already in hand (the run's own, before it is written)."""
+    report = run_dir / "report.json"
     rec = doc.get("recommendation") if isinstance(doc, Mapping) else None
     art = doc.get("artifact") if isinstance(doc, Mapping) else None
     if not isinstance(rec, Mapping) or not rec.get("variant"):
@@ -164,13 +179,22 @@ def artifact_target(run_dir: Path) -> ArtifactTarget:
 
 def time_artifact(target: ArtifactTarget, *, seconds: float) -> float:
     """One fresh plain process serving ``target``'s traffic for ``seconds``; its throughput (samples/s)."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps({**target.child, "seconds": seconds})],
+    return float(plain_process(target, seconds=seconds)["throughput"])
+
+
+def plain_process(target: ArtifactTarget, *, seconds: float, warm_s: float = 1.0) -> dict[str, Any]:
+    """One fresh plain process serving ``target``'s traffic: warm (3 passes, then ``warm_s``), then timed for
+    ``seconds``; what it printed: ``throughput`` (samples/s), ``passes``, ``calls``, per-call ``p50_ms`` /
+    ``p99_ms`` and ``rows_per_call``. Raises :class:`InputError` naming the loader when the process fails."""
+    proc = subprocess.run([sys.executable, "-c", CHILD,
+                           json.dumps({**target.child, "seconds": seconds, "warm_s": warm_s})],
                           capture_output=True, text=True, cwd=target.run_dir, env=dict(target.environment),
                           timeout=CHILD_TIMEOUT_S, check=False)
     if proc.returncode != 0:
         raise InputError(f"{target.run_dir / 'artifact' / 'load.py'}: the plain process failed "
                          f"(exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["throughput"])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,19 @@ def _positive(kind: type[int] | type[float], noun: str) -> Callable[[str], int |
     return convert
 
 
+def _check_rounds(text: str) -> int:
+    """``--artifact-check-rounds``: an integer from 0 (no check) to :data:`autotune.artifact_check.MAX_ROUNDS`."""
+    from autotune.artifact_check import MAX_ROUNDS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_ROUNDS:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 (no check) to {MAX_ROUNDS}, got {text!r}")
+    return value
+
+
 def _seed(text: str) -> int:
     """``--seed``: an integer in [0, 2**32), the range the samplers and torch.manual_seed take (checked here, not
     when the stored study is opened)."""
@@ -114,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--study", default=None, metavar="NAME", help="study name (default: the recipe name)")
     run.add_argument("--seed", type=_seed, default=None, help="0 to 2**32 - 1 (overrides the recipe)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--artifact-check-rounds", type=_check_rounds, default=None, metavar="N",
+                     help="time the saved artifact as shipped in N fresh plain processes at the end (default 3, or "
+                          "$AUTOTUNE_ARTIFACT_CHECK_ROUNDS; 0: no check)")
 
     warm = sub.add_parser("warmup", help="analyse per-iteration timings for warmup / steady state")
     warm.add_argument("files", nargs="+", type=Path)
@@ -377,7 +393,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar = None if args.no_progress else ProgressBar()
     try:
         result = tune(recipe, out=out, storage=args.storage, study=args.study,
-                      on_event=bar if bar is not None else print_step)
+                      on_event=bar if bar is not None else print_step,
+                      artifact_check_rounds=args.artifact_check_rounds)
     finally:
         if bar is not None:
             bar.close()

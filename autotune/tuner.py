@@ -53,7 +53,7 @@ from autotune.variant_boundaries import (
 )
 
 if TYPE_CHECKING:
-    from autotune.report.types import ReportDocument
+    from autotune.report.types import ArtifactCheckSection, ReportDocument
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -65,6 +65,9 @@ class RunOptions:
     #: Save the recommendation's deployable artifact into ``out_dir/artifact`` and profile it against eager
     #: (:mod:`autotune.deployment`); after the reports are written once, so a failure here loses nothing.
     artifact: bool = True
+    #: Plain processes that time the saved artifact as shipped (:mod:`autotune.artifact_check`); None: the default
+    #: (``AUTOTUNE_ARTIFACT_CHECK_ROUNDS`` or 3); 0: no check.
+    artifact_check_rounds: int | None = None
 
 
 def run_tuning(recipe: Recipe, options: RunOptions) -> ReportDocument:
@@ -88,6 +91,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     (:mod:`autotune.worker.lifeline`). During validation nothing is written yet.
     """
     t0 = time.monotonic()
+    from autotune.artifact_check import default_rounds
+
+    # resolved first: a bad AUTOTUNE_ARTIFACT_CHECK_ROUNDS is an input error before anything is measured
+    check_rounds = options.artifact_check_rounds if options.artifact_check_rounds is not None else default_rounds()
     out = options.out_dir
     study_name = options.study_name or recipe.name
     progress: RunDocument | None = None
@@ -165,6 +172,13 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
             assert progress.doc is not None
             write_deployment(recipe.to_dict(), progress.doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
+            if check_rounds:
+                from autotune.artifact_check import check_artifact
+
+                emit(options.on_event, "artifact", f"the artifact as shipped: {check_rounds} plain processes")
+                checked = check_artifact(progress.doc, out, rounds=check_rounds)
+                if checked is not None:
+                    progress.doc["artifact_check"] = cast("ArtifactCheckSection", checked)
             serving = getattr(recipe, "serving", None)
             if serving is not None:
                 from autotune.serving.stage import run_serving

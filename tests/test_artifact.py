@@ -205,8 +205,17 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     from autotune.tuner import RunOptions, run_tuning
 
     recipe = _recipe(tmp_path, variants='["eager", "frozen"]', batch_sizes="[4]", time_budget_s=60)
-    doc = run_tuning(recipe, RunOptions(out_dir=tmp_path / "out"))
+    doc = run_tuning(recipe, RunOptions(out_dir=tmp_path / "out", artifact_check_rounds=2))
     rec, section = doc["recommendation"], doc["artifact"]
+    # the artifact timed as shipped: its load.py in 2 plain processes, against the run's figure
+    check = doc["artifact_check"]
+    assert check["status"] == "ok", check.get("reason")
+    assert check["rounds"] == 2 and len(check["throughputs"]) == 2 and check["calls"] > 0
+    assert check["reported"] == rec["throughput"]
+    assert check["ratio"] == pytest.approx(check["throughput"] / rec["throughput"])
+    assert 0.2 < check["ratio"] < 5  # same model, same machine: agreement is a benchmark's question, not a test's
+    assert check["agrees"] == (abs(check["ratio"] - 1) <= 0.05)
+    assert "As shipped: its artifact served" in (tmp_path / "out" / "report.md").read_text()
     assert section["status"] == "ok" and (section["variant"], section["batch_size"]) == (rec["variant"], 4)
     stored = json.loads((tmp_path / "out" / "report.json").read_text())
     assert stored["artifact"]["size_bytes"] == section["size_bytes"] and stored["profile"]["status"] == "ok"
@@ -275,3 +284,60 @@ def test_reproduce_code_for_a_runtime_recommendation_runs(tmp_path: Path, varian
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "samples/s" in proc.stdout
+
+
+# ---- the artifact check: its failure, its settings, its sentence ---------------------------------------------
+
+
+def test_artifact_check_reports_a_loader_that_fails_and_loses_nothing(tmp_path: Path) -> None:
+    """A plain process whose load() raises: the section says failed with the loader's error; no exception."""
+    from autotune.artifact_check import check_artifact
+
+    (tmp_path / "artifact").mkdir()
+    (tmp_path / "artifact" / "load.py").write_text(
+        "def load():\n    raise RuntimeError('this artifact is broken')\n\ndef make_inputs():\n    return ()\n")
+    doc = {"recipe": {"device": "cpu"}, "artifact": {"status": "ok", "kind": "torchscript"},
+           "recommendation": {"variant": "frozen", "batch_size": 4, "throughput": 100.0}}
+    section = check_artifact(doc, tmp_path, rounds=1, seconds=0.2)
+    assert section is not None and section["status"] == "failed"
+    assert "this artifact is broken" in section["reason"] and "load.py" in section["reason"]
+    assert check_artifact(doc, tmp_path, rounds=0) is None
+    assert check_artifact({**doc, "artifact": {"status": "failed"}}, tmp_path, rounds=2) is None
+    cuda = check_artifact({**doc, "recipe": {"device": "cuda:0"}}, tmp_path, rounds=2)
+    assert cuda is not None and cuda["status"] == "skipped"
+    normalise_report({**_minimal_report(_document(_recipe(tmp_path), "frozen", 4)), "artifact_check": section})
+
+
+def test_artifact_check_rounds_come_from_the_flag_or_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.artifact_check import DEFAULT_ROUNDS, ROUNDS_ENV, default_rounds
+
+    monkeypatch.delenv(ROUNDS_ENV, raising=False)
+    assert default_rounds() == DEFAULT_ROUNDS == 3
+    monkeypatch.setenv(ROUNDS_ENV, "0")
+    assert default_rounds() == 0
+    monkeypatch.setenv(ROUNDS_ENV, "three")
+    with pytest.raises(InputError, match=f"{ROUNDS_ENV}='three': allowed: an integer from 0"):
+        default_rounds()
+
+
+def test_bad_artifact_check_rounds_flag_exits_2(tmp_path: Path) -> None:
+    from autotune.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(tmp_path / "r.toml"), "--artifact-check-rounds", "-1"])
+    assert exc.value.code == 2
+
+
+def test_shipped_sentence_says_the_artifacts_figure_first_and_the_gap_outside_five_percent() -> None:
+    from autotune.report.shipped import shipped_sentence
+
+    base = {"status": "ok", "rounds": 3, "throughput": 739.0, "ci": [700.0, 780.0], "p50_ms": 10.8, "p99_ms": 12.0,
+            "reported": 981.0, "ratio": 739.0 / 981.0, "agrees": False, "tolerance": 0.05}
+    text = str(shipped_sentence({"artifact_check": base}))
+    assert text.startswith("As shipped: its artifact served 739.0 samples/s (median of 3 fresh plain processes")
+    assert "0.75x the run's 981.0 samples/s: 25% slower than the run measured, outside ±5%" in text
+    near = str(shipped_sentence({"artifact_check": {**base, "throughput": 970.0, "ratio": 970 / 981,
+                                                    "agrees": True}}))
+    assert near.endswith("0.99x the run's 981.0 samples/s: within ±5%.")
+    assert "check failed (boom)" in str(shipped_sentence({"artifact_check": {"status": "failed", "reason": "boom"}}))
+    assert shipped_sentence({}) is None

@@ -323,6 +323,8 @@ class RunDocument:
         if self.doc is not None:  # the deployment's and the serving stage's sections, once written, stay
             if "artifact" in self.doc:
                 doc["artifact"] = self.doc["artifact"]
+            if "artifact_check" in self.doc:
+                doc["artifact_check"] = self.doc["artifact_check"]
             if "profile" in self.doc:
                 doc["profile"] = self.doc["profile"]
             if "serving" in self.doc:

@@ -39,6 +39,7 @@ from autotune.report.precision import cost_sentence
 from autotune.report.schema import is_int, is_number
 from autotune.report.sections import showdown_cell, showdown_standings, showdown_summary, stop_summary
 from autotune.report.serving import serving_console_line
+from autotune.report.shipped import shipped_sentence
 from autotune.report.traffic import data_line, traffic_line, traffic_of
 from autotune.showdown.verdict import busy_text, undecided_keys
 
@@ -194,6 +195,9 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
     if is_number(rec.get("peak_memory_bytes")):
         parts.append(f"peak {fmt_bytes(rec['peak_memory_bytes'])}")
     text = f"Recommended: {rec.get('variant')} at batch {rec.get('batch_size')}: {', '.join(parts)}."
+    shipped = shipped_sentence(doc)
+    if shipped is not None:
+        text += " " + shipped
     open_keys = undecided_keys((doc.get("showdown") or {}).get("verdict") or {})
     if rec.get("decided_by") == "showdown" and open_keys:
         text += (f" Undecided against {', '.join(open_keys)} (CI straddles the margin when the rounds ran out): "

@@ -410,6 +410,25 @@ ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "environment": (_nullable(_ANY_MAPPING), False),
 }
 _ARTIFACT = _record(ARTIFACT_FIELDS)
+#: The artifact timed as shipped (``autotune.artifact_check.check_artifact``).
+ARTIFACT_CHECK_FIELDS: dict[str, tuple[Checker, bool]] = {
+    "status": (_one_of(("ok", "failed", "skipped")), True),
+    "reason": (_nullable(_STR), False),
+    "rounds": (_POSITIVE_INT, True),
+    "seconds": (_kind(lambda v: is_number(v) and v > 0, "a positive number"), False),
+    "tolerance": (_NN_NUMBER, False),
+    "method": (_nullable(_STR), False),
+    "throughputs": (_nullable(_list_of(_kind(lambda v: is_number(v) and v > 0, "a positive number"))), False),
+    "throughput": (_nullable(_kind(lambda v: is_number(v) and v > 0, "a positive number")), False),
+    "ci": (_nullable(_list_of(_NUMBER, length=2)), False),
+    "p50_ms": (_NN_NUMBER, False),
+    "p99_ms": (_NN_NUMBER, False),
+    "calls": (_NN_INT, False),
+    "reported": (_NN_NUMBER, False),
+    "ratio": (_NN_NUMBER, False),
+    "agrees": (_nullable(_BOOL), False),
+    "wall_seconds": (_NN_NUMBER, False),
+}
 _PROFILE_ROW = _record(
     {
         "name": (_STR, True),
@@ -624,6 +643,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "showdown": (_nullable(_SHOWDOWN), False),
     # optional additions within schema 1 (readers of schema 1 ignore unknown fields; older reports lack them)
     "artifact": (_nullable(_ARTIFACT), False),
+    "artifact_check": (_nullable(_record(ARTIFACT_CHECK_FIELDS)), False),
     "profile": (_nullable(_PROFILE), False),
     "pareto": (_nullable(_list_of(_INT)), False),
     "notes": (_nullable(_list_of(_STR)), False),

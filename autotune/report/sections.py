@@ -33,6 +33,7 @@ from autotune.report.format import (
 from autotune.report.precision import accuracy_cell, cost_sentence, has_precision_facts, size_cell
 from autotune.report.reproduce import py_call
 from autotune.report.schema import SCHEMA_VERSION, is_int, is_number
+from autotune.report.shipped import shipped_sentence
 from autotune.report.traffic import shapes_cell, traffic_of, traffic_summary
 from autotune.showdown.verdict import busy_text, undecided_keys, verdict_text
 
@@ -190,6 +191,7 @@ def headline(rec: Mapping[str, Any], doc: Mapping[str, Any] | None = None) -> li
         ("variant", str(rec.get("variant")) + (f" ({settings})" if settings else "")),
         ("batch size", str(rec.get("batch_size"))),
         ("throughput", rate),
+        *([("as shipped", shipped)] if (shipped := shipped_sentence(doc) if doc is not None else None) else []),
         (
             "latency per batch",
             f"p50 {fmt_ms(latency_ms(rec, 'p50'))} ms, p90 {fmt_ms(latency_ms(rec, 'p90'))} ms, "

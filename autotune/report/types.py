@@ -179,6 +179,27 @@ class ArtifactSection(_ArtifactStatus, total=False):
     environment: dict[str, Any]
 
 
+class ArtifactCheckSection(TypedDict, total=False):
+    """The saved artifact timed as shipped: its load.py in fresh plain processes (:mod:`autotune.artifact_check`)."""
+
+    status: Literal["ok", "failed", "skipped"]
+    reason: str | None
+    rounds: int
+    seconds: float
+    tolerance: float
+    method: str
+    throughputs: list[float]  # one per plain process (samples/s)
+    throughput: float  # their median
+    ci: list[float] | None  # t interval over the rounds (log scale)
+    p50_ms: float  # per call (one batch), median over the rounds
+    p99_ms: float
+    calls: int
+    reported: float | None  # the report's throughput of the recommendation
+    ratio: float | None  # throughput / reported
+    agrees: bool | None  # |ratio - 1| <= tolerance
+    wall_seconds: float
+
+
 class ProfileSection(TypedDict):
     """The recommendation and eager profiled at its batch (:func:`autotune.worker.artifact.deploy`)."""
 
@@ -360,6 +381,7 @@ class ReportDocument(TypedDict):
     notes: list[str]
     #: set after the reports are first written (``RunOptions.artifact``)
     artifact: NotRequired[ArtifactSection | None]
+    artifact_check: NotRequired[ArtifactCheckSection | None]
     profile: NotRequired[ProfileSection | None]
     #: the traffic the candidates were measured on (written by versions that read a recipe's [data] table)
     data: NotRequired[DataSection | None]
