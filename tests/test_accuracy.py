@@ -173,9 +173,10 @@ def test_agreement_is_decided_on_its_wilson_interval_within_undecided_or_over() 
     assert "10 of 200 predictions differ" in str(bad.reason) and "shown over the budget" in str(bad.reason)
 
 
-def test_a_metric_is_decided_on_a_paired_bootstrap_over_batches(tmp_path: Path) -> None:
-    """A user's metric: with 16 batches the drop gets a bootstrap interval and a verdict; with 4 there is no
-    interval and the point estimate decides (the result says so)."""
+def test_a_metric_is_decided_on_its_batches_contributions(tmp_path: Path) -> None:
+    """A user's metric: with 16 batches the drop gets a t interval over the batches' contributions and a verdict;
+    with 2 there is no interval and the point estimate decides (the result says so); a metric that is not a sum
+    over rows (here: 1 when every row is right, else 0) gets none either."""
     import torch
 
     from autotune.worker.accuracy import Outputs, judge
@@ -202,11 +203,20 @@ def test_a_metric_is_decided_on_a_paired_bootstrap_over_batches(tmp_path: Path) 
     lo, hi = result.drop_interval
     assert lo <= result.drop <= hi and lo >= 0
     assert result.verdict == "undecided" and result.passed and result.needed is not None
-    assert "paired bootstrap resamples of the 16 batches" in str(result.uncertainty)
-    few = judge(Outputs(refs[:4], cands[:4], batches[:4], "factory"), precision="int8", recipe=recipe,
+    assert "95% t interval over the 16 batches' contributions" in str(result.uncertainty)
+    few = judge(Outputs(refs[:2], cands[:2], batches[:2], "factory"), precision="int8", recipe=recipe,
                 metric=metric)
     assert few.drop_interval is None and "the point estimate decided" in str(few.uncertainty)
     assert few.verdict == ("exceeds" if few.drop > 0.01 else "within")
+    (tmp_path / "sq.py").write_text(
+        "def metric(outputs, batches):\n"
+        "    hits = sum(int((o.argmax(1) == b[1]).sum()) for o, b in zip(outputs, batches))\n"
+        "    return float(hits == sum(len(b[1]) for b in batches))  # all right or nothing\n")
+    squared = autotune.make_recipe(model="m.py:f", data="d.py:b", accuracy={
+        "metric": f"{tmp_path / 'sq.py'}:metric", "max_drop": 0.01})
+    odd = judge(Outputs(refs, cands, batches, "factory"), precision="int8", recipe=squared,
+                metric=resolve_metric(squared))
+    assert odd.drop_interval is None and "not a sum over rows" in str(odd.uncertainty)
 
 
 def test_closeness_for_outputs_that_are_not_classes_uses_the_precisions_thresholds() -> None:
@@ -273,9 +283,10 @@ def test_users_metric_passes_a_real_bf16_variant_and_rejects_a_broken_one(tmp_pa
     assert broken.status == "rejected"
     assert broken.row["accuracy"]["drop"] > 0.2 and not broken.row["accuracy"]["passed"]
     assert "accuracy budget" in str(broken.reason) and "> max_drop 1%" in str(broken.reason)
-    # labelled.py's metric reads its labels by position: reordered batches show it, and no bootstrap is made
-    assert "reads rows by position" in broken.row["accuracy"]["uncertainty"]
-    assert broken.row["accuracy"]["drop_interval"] is None and broken.row["accuracy"]["verdict"] == "exceeds"
+    # labelled.py's metric reads its labels by position: each batch's contribution keeps the rows where they were
+    lo, hi = broken.row["accuracy"]["drop_interval"]
+    assert 0.01 < lo <= broken.row["accuracy"]["drop"] <= hi and broken.row["accuracy"]["verdict"] == "exceeds"
+    assert acc["drop_interval"] is not None and acc["verdict"] in ("within", "undecided")
     assert broken.throughput is None and not broken.feasible  # never measured, never recommended
 
 
@@ -359,3 +370,19 @@ def test_every_precision_has_a_closeness_budget() -> None:
     from autotune.worker.accuracy import CLOSENESS
 
     assert set(PRECISIONS) <= set(CLOSENESS)
+
+
+def test_the_report_says_undecided_and_what_would_decide_it() -> None:
+    """An undecided row is not "over budget": its cell and the recommendation's sentence say undecided, how sure,
+    and how many predictions at the observed rate would decide it."""
+    from autotune.report.precision import accuracy_cell, cost_sentence
+
+    ref, one = _flipped(200, 1)
+    acc = _judge([ref], [one]).to_dict()
+    row = {"variant": "onnx+int8", "precision": "int8", "status": "ok", "accuracy": acc}
+    cell = accuracy_cell(row)
+    assert "99.50% top-1 agreement" in cell and f"(undecided: ~{acc['needed']:,} predictions would decide)" in cell
+    text = str(cost_sentence({"candidates": [row]}, row))
+    assert "How sure: 1 of 200 predictions differ" in text and "Undecided is not a rejection" in text
+    strict = {**row, "status": "rejected", "accuracy": {**acc, "passed": False}}
+    assert accuracy_cell(strict).endswith("(undecided, rejected)")

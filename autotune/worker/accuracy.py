@@ -36,11 +36,12 @@ disagreement in 48 is compatible with anything from 0.4% to 10.9% disagreement. 
 are decided on a 95% interval of the drop, and a verdict is one of three::
 
     agreement   interval = Wilson interval of differ / total           (core.stats.wilson_interval)
-    metric      interval = paired bootstrap over batches: resample the batches (with replacement) B times,
-                           drop_b = drop(metric(eager's outputs_b, batches_b), metric(variant's outputs_b, ...)),
-                           the 2.5% and 97.5% percentiles of drop_b  (B = 200 or what 5 s allow, at least 50;
-                           fewer than 8 batches, or a metric that fails on a resample: no interval, the point
-                           estimate decides and the result says so)
+    metric      a batch's contribution d_b = drop(metric(eager's outputs with batch b's replaced by the variant's))
+                (every batch stays where it was, so a metric that reads its labels by position still scores the
+                right rows); for a metric that is a mean over rows the d_b add up to the drop, and
+                interval = drop -+ t_{0.975, n-1} * sqrt(n) * sd(d_b)     (n batches, n + 1 metric calls)
+                fewer than 3 batches, contributions that do not add up to the drop within 5% (a macro-F1, an AUC),
+                or a metric slower than 10 s for them: no interval, the point estimate decides, the result says why
     within      interval high <= max_drop              -> passes
     exceeds     interval low  >  max_drop              -> rejected
     undecided   the interval holds max_drop            -> [accuracy] undecided = "accept" (default): passes, and the
@@ -48,10 +49,8 @@ are decided on a 95% interval of the drop, and a verdict is one of three::
                 decide it; "reject": rejected
     closeness   no sampling question (numerical error against fixed thresholds): within or exceeds
 
-A metric's bootstrap resamples the batches, so it needs a metric that is a function of its arguments (labels inside
-the batches). One that reads rows by position (labels of its own, ``TEST_Y[:len(outputs)]``) would score resampled
-outputs against the wrong rows: the batches are reordered once first, and a metric whose value changes gets no
-interval (the point estimate decides, and the result says why).
+Why contributions and not a bootstrap over resampled batches: the documented metric keeps its labels and reads
+rows by position (``LABELS[:len(logits)]``), so a resample would score outputs against the wrong rows.
 
 Why these closeness thresholds (``benchmarks/bench_precision_error.py``, random weights and inputs): resnet18, an
 MLP and a 4-layer transformer encoder cast whole stay at norm-wise errors of 0.004-0.007 in bf16 and 0.0005-0.0012
@@ -72,7 +71,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from autotune.core.stats import samples_to_decide, wilson_interval
+from autotune.core.stats import samples_to_decide, t_quantile_975, wilson_interval
 from autotune.errors import WorkloadError
 from autotune.worker.correctness import (
     _compare_detections,
@@ -116,14 +115,11 @@ CLOSENESS: dict[str, Closeness] = {
 DEFAULT_AGREEMENT_DROP = 0.01
 #: With a metric and no max_drop: 1% of eager fp32's value.
 DEFAULT_RELATIVE_DROP = 0.01
-#: A metric's bootstrap: resamples wanted, the fewest that make an interval, the time they may take, the fewest
-#: batches a resample is drawn from (fewer: the percentiles of a handful of distinct sums are not an interval).
-BOOTSTRAP_RESAMPLES = 200
-MIN_RESAMPLES = 50
-BOOTSTRAP_SECONDS = 5.0
-MIN_BOOTSTRAP_BATCHES = 8
-#: Seed of the metric bootstrap's resamples (fixed: the same outputs give the same verdict).
-BOOTSTRAP_SEED = 20_261_127
+#: A metric's interval: the fewest batches it is made from, the time the batches' contributions may take, and how
+#: far their sum may be from the drop (a mean over rows adds up exactly; a macro-F1 or an AUC does not).
+MIN_INTERVAL_BATCHES = 3
+CONTRIBUTION_SECONDS = 10.0
+ADDITIVITY_TOLERANCE = 0.05
 
 
 def judged_by_budget(precision: str) -> bool:
@@ -343,52 +339,40 @@ def _decision_text(verdict: Verdict, budget: str, needed: int | None, unit: str)
     return f"undecided against the budget ({budget}): {more}"
 
 
-def _metric_interval(recipe: Recipe, metric: Callable[..., Any], outs: Outputs,
+def _metric_interval(recipe: Recipe, metric: Callable[..., Any], outs: Outputs, reference: float, total: float,
                      drop_of: Callable[[float, float], float | None]) -> tuple[tuple[float, float] | None, str]:
-    """The paired bootstrap over batches of a metric's drop (module docstring), or None and why there is none."""
+    """The 95% interval of a metric's drop from its batches' contributions (module docstring), or None and why."""
+    import statistics
     import time
 
-    import numpy as np
-
     n = len(outs.batches)
-    if n < MIN_BOOTSTRAP_BATCHES:
-        return None, (f"no interval: {n} batch{'' if n == 1 else 'es'} (a bootstrap over batches needs at least "
-                      f"{MIN_BOOTSTRAP_BATCHES}); the point estimate decided")
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    # A metric that reads positions (labels of its own, indexed by row) is not a function of what it is given:
-    # resampled, it scores outputs against the wrong rows. Reordering the batches shows it (a function of its
-    # arguments gives the same value in any order), and such a metric gets no interval.
-    order = [int(i) for i in rng.permutation(n)]
-    try:
-        as_given = call_metric(recipe, metric, outs.reference, outs.batches, whose="eager fp32's outputs")
-        reordered = call_metric(recipe, metric, [outs.reference[i] for i in order], [outs.batches[i] for i in order],
-                                whose="eager fp32's outputs, batches reordered")
-    except WorkloadError as exc:
-        return None, f"no interval: {str(exc)[:200]}; the point estimate decided"
-    if not math.isclose(as_given, reordered, rel_tol=1e-6, abs_tol=1e-9):
-        return None, (f"no interval: the metric gives {reordered:.6g} instead of {as_given:.6g} on the same batches "
-                      "reordered (it reads rows by position, not from its arguments), so its batches cannot be "
-                      "resampled; the point estimate decided")
-    drops: list[float] = []
+    if n < MIN_INTERVAL_BATCHES:
+        return None, (f"no interval: {n} batch{'' if n == 1 else 'es'} (an interval over batches needs at least "
+                      f"{MIN_INTERVAL_BATCHES}); the point estimate decided")
+    parts: list[float] = []
     start = time.perf_counter()
-    for _ in range(BOOTSTRAP_RESAMPLES):
-        if time.perf_counter() - start > BOOTSTRAP_SECONDS:
-            break
-        idx = [int(i) for i in rng.integers(0, n, n)]
-        batches = [outs.batches[i] for i in idx]
+    for b in range(n):
+        if time.perf_counter() - start > CONTRIBUTION_SECONDS:
+            return None, (f"no interval: the metric took over {CONTRIBUTION_SECONDS:g} s for {b} of {n} batches' "
+                          "contributions; the point estimate decided")
+        mixed = list(outs.reference)
+        mixed[b] = outs.candidate[b]
         try:
-            ref = call_metric(recipe, metric, [outs.reference[i] for i in idx], batches, whose="a resample")
-            value = call_metric(recipe, metric, [outs.candidate[i] for i in idx], batches, whose="a resample")
+            value = call_metric(recipe, metric, mixed, outs.batches, whose="eager's outputs with one batch the "
+                                                                            "variant's")
         except WorkloadError as exc:
             return None, f"no interval: {str(exc)[:200]}; the point estimate decided"
-        drop = drop_of(ref, value)
-        if drop is not None:
-            drops.append(drop)
-    if len(drops) < MIN_RESAMPLES:
-        return None, (f"no interval: {len(drops)} bootstrap resamples in {BOOTSTRAP_SECONDS:g} s (at least "
-                      f"{MIN_RESAMPLES} needed); the point estimate decided")
-    lo, hi = (float(v) for v in np.percentile(drops, [2.5, 97.5]))
-    return (lo, hi), f"95% interval from {len(drops)} paired bootstrap resamples of the {n} batches"
+        part = drop_of(reference, value)
+        if part is None:
+            return None, "no interval: eager fp32's metric is 0; the point estimate decided"
+        parts.append(part)
+    summed = math.fsum(parts)
+    if not math.isclose(summed, total, rel_tol=ADDITIVITY_TOLERANCE, abs_tol=1e-9):
+        return None, (f"no interval: the metric is not a sum over rows (the batches' contributions add up to "
+                      f"{summed:.4g}, the drop is {total:.4g}), so batches cannot be treated as samples; the point "
+                      "estimate decided")
+    half = t_quantile_975(n - 1) * math.sqrt(n) * statistics.stdev(parts)
+    return (total - half, total + half), f"95% t interval over the {n} batches' contributions"
 
 
 def judge(outs: Outputs, *, precision: str, recipe: Recipe, metric: Callable[..., Any] | None = None,
@@ -500,7 +484,7 @@ def _judge_metric(outs: Outputs, spec: AccuracySpec, recipe: Recipe, metric: Cal
 
     drop = drop_of(ref, value)
     assert drop is not None
-    interval, how = _metric_interval(recipe, metric, outs, drop_of)
+    interval, how = _metric_interval(recipe, metric, outs, ref, drop, drop_of)
     verdict = _verdict(interval, drop, max_drop)
     needed = None
     if verdict == "undecided" and interval is not None and drop != max_drop:
@@ -513,10 +497,9 @@ def _judge_metric(outs: Outputs, spec: AccuracySpec, recipe: Recipe, metric: Cal
                    + _decision_text(verdict, f"at most {limit}", needed, "batches"))
     passed = _decide(verdict, spec)
     if not passed:
-        reason = (f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches of {where}: "
-                  f"drop {show(drop)} > max_drop {limit}" if verdict == "exceeds" and interval is None else
-                  f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches of {where}: "
-                  f"{uncertainty}" + ("; [accuracy] undecided = \"reject\"" if verdict == "undecided" else ""))
+        head = f"accuracy budget: {name} {value:.6g} against eager fp32's {ref:.6g} on {n} batches of {where}: "
+        reason = (head + f"drop {show(drop)} > max_drop {limit}; {uncertainty}" if verdict == "exceeds" else
+                  head + f"{uncertainty}; [accuracy] undecided = \"reject\"")
     return AccuracyResult(kind="metric", passed=passed, metric=name, value=value, reference=ref, drop=drop,
                           max_drop=max_drop, relative=relative, budget=budget, rel_error=max_rel, cosine=min_cos,
                           max_abs_error=max_abs, reason=reason, verdict=verdict, drop_interval=interval,
@@ -532,7 +515,6 @@ def _rows(batch: Any) -> int:
 
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
     "CLOSENESS",
     "DEFAULT_AGREEMENT_DROP",
     "DEFAULT_RELATIVE_DROP",
