@@ -176,7 +176,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                 from autotune.artifact_check import check_artifact
 
                 emit(options.on_event, "artifact", f"the artifact as shipped: {check_rounds} plain processes")
-                checked = check_artifact(progress.doc, out, rounds=check_rounds)
+                checked = check_artifact(progress.doc, out, rounds=check_rounds, recipe_data=recipe.to_dict(),
+                                         make_runner=Runner, timeout=recipe.measure.timeout_s, seed=recipe.search.seed)
                 if checked is not None:
                     progress.doc["artifact_check"] = cast("ArtifactCheckSection", checked)
             serving = getattr(recipe, "serving", None)

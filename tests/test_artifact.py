@@ -214,8 +214,11 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     assert check["reported"] == rec["throughput"]
     assert check["ratio"] == pytest.approx(check["throughput"] / rec["throughput"])
     assert 0.2 < check["ratio"] < 5  # same model, same machine: agreement is a benchmark's question, not a test's
-    assert check["agrees"] == (abs(check["ratio"] - 1) <= 0.05)
     assert "As shipped: its artifact served" in (tmp_path / "out" / "report.md").read_text()
+    # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
+    assert len(check["tool_throughputs"]) == 2 and check["paired_ci"] is not None
+    assert check["verdict"] in ("agrees", "slower", "faster", "undecided")
+    assert (check["verdict"] == "agrees") == (abs(check["paired_ratio"] - 1) <= 0.05)
     assert section["status"] == "ok" and (section["variant"], section["batch_size"]) == (rec["variant"], 4)
     stored = json.loads((tmp_path / "out" / "report.json").read_text())
     assert stored["artifact"]["size_bytes"] == section["size_bytes"] and stored["profile"]["status"] == "ok"
@@ -332,12 +335,35 @@ def test_shipped_sentence_says_the_artifacts_figure_first_and_the_gap_outside_fi
     from autotune.report.shipped import shipped_sentence
 
     base = {"status": "ok", "rounds": 3, "throughput": 739.0, "ci": [700.0, 780.0], "p50_ms": 10.8, "p99_ms": 12.0,
-            "reported": 981.0, "ratio": 739.0 / 981.0, "agrees": False, "tolerance": 0.05}
+            "reported": 981.0, "ratio": 739.0 / 981.0, "verdict": "slower", "tolerance": 0.05}
     text = str(shipped_sentence({"artifact_check": base}))
     assert text.startswith("As shipped: its artifact served 739.0 samples/s (median of 3 fresh plain processes")
     assert "0.75x the run's 981.0 samples/s: 25% slower than the run measured, outside ±5%" in text
     near = str(shipped_sentence({"artifact_check": {**base, "throughput": 970.0, "ratio": 970 / 981,
-                                                    "agrees": True}}))
+                                                    "verdict": "agrees"}}))
     assert near.endswith("0.99x the run's 981.0 samples/s: within ±5%.")
+    wide = str(shipped_sentence({"artifact_check": {**base, "ci": [360.0, 1100.0], "verdict": "undecided"}}))
+    assert "no gap is shown" in wide and "slower than the run measured" not in wide
+    paired = str(shipped_sentence({"artifact_check": {**base, "verdict": "agrees", "paired_ratio": 0.97,
+                                                      "paired_ci": [0.90, 1.04]}}))
+    assert "side by side with the tool's own worker" in paired and "0.97x, 95% CI 0.90-1.04" in paired
+    assert paired.endswith("within ±5%.") and "0.75x the run's 981.0 samples/s" in paired
+    slow = str(shipped_sentence({"artifact_check": {**base, "verdict": "slower", "paired_ratio": 0.8,
+                                                    "paired_ci": [0.75, 0.85]}}))
+    assert "20% slower than the tool measures it" in slow
     assert "check failed (boom)" in str(shipped_sentence({"artifact_check": {"status": "failed", "reason": "boom"}}))
     assert shipped_sentence({}) is None
+
+
+def test_artifact_check_claims_a_gap_only_where_its_rounds_show_it() -> None:
+    from autotune.artifact_check import paired_verdict, verdict
+
+    assert paired_verdict(0.97, [0.8, 1.1]) == "agrees"
+    assert paired_verdict(0.80, [0.75, 0.86]) == "slower" and paired_verdict(1.2, [1.1, 1.3]) == "faster"
+    assert paired_verdict(0.90, [0.80, 1.01]) == "undecided"  # outside 5% on the mean, the CI reaches 1
+
+    assert verdict(0.97, [900.0, 1000.0], 1000.0) == "agrees"
+    assert verdict(0.80, [700.0, 900.0], 1000.0) == "slower"
+    assert verdict(0.80, [360.0, 1100.0], 1000.0) == "undecided"  # the rounds spread over the run's figure
+    assert verdict(1.20, [1100.0, 1300.0], 1000.0) == "faster"
+    assert verdict(0.80, None, 1000.0) == "slower" and verdict(None, None, None) is None

@@ -426,7 +426,11 @@ ARTIFACT_CHECK_FIELDS: dict[str, tuple[Checker, bool]] = {
     "calls": (_NN_INT, False),
     "reported": (_NN_NUMBER, False),
     "ratio": (_NN_NUMBER, False),
-    "agrees": (_nullable(_BOOL), False),
+    "verdict": (_nullable(_one_of(("agrees", "slower", "faster", "undecided"))), False),
+    "tool_throughputs": (_nullable(_list_of(_kind(lambda v: is_number(v) and v > 0, "a positive number"))), False),
+    "paired_ratio": (_NN_NUMBER, False),
+    "paired_ci": (_nullable(_list_of(_NUMBER, length=2)), False),
+    "tool_note": (_nullable(_STR), False),
     "wall_seconds": (_NN_NUMBER, False),
 }
 _PROFILE_ROW = _record(

@@ -196,7 +196,12 @@ class ArtifactCheckSection(TypedDict, total=False):
     calls: int
     reported: float | None  # the report's throughput of the recommendation
     ratio: float | None  # throughput / reported
-    agrees: bool | None  # |ratio - 1| <= tolerance
+    #: agrees (|ratio - 1| <= tolerance), slower / faster (outside, the CI excludes the run's figure), undecided
+    verdict: Literal["agrees", "slower", "faster", "undecided"] | None
+    tool_throughputs: list[float]  # the tool's staged worker, one slice per round, beside the plain processes
+    paired_ratio: float  # exp(mean log(plain / tool)) over the rounds
+    paired_ci: list[float] | None
+    tool_note: str | None  # why there is no tool side, when there is none
     wall_seconds: float
 
 
