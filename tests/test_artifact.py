@@ -218,7 +218,8 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
     assert len(check["tool_throughputs"]) == 2 and check["paired_ci"] is not None
     assert check["verdict"] in ("agrees", "slower", "faster", "undecided")
-    assert (check["verdict"] == "agrees") == (abs(check["paired_ratio"] - 1) <= 0.05)
+    lo, hi = check["paired_ci"]
+    assert (check["verdict"] == "agrees") == (lo >= 0.95 and hi <= 1.05)
     assert section["status"] == "ok" and (section["variant"], section["batch_size"]) == (rec["variant"], 4)
     stored = json.loads((tmp_path / "out" / "report.json").read_text())
     assert stored["artifact"]["size_bytes"] == section["size_bytes"] and stored["profile"]["status"] == "ok"
@@ -343,11 +344,14 @@ def test_shipped_sentence_says_the_artifacts_figure_first_and_the_gap_outside_fi
                                                     "verdict": "agrees"}}))
     assert near.endswith("0.99x the run's 981.0 samples/s: within ±5%.")
     wide = str(shipped_sentence({"artifact_check": {**base, "ci": [360.0, 1100.0], "verdict": "undecided"}}))
-    assert "no gap is shown" in wide and "slower than the run measured" not in wide
-    paired = str(shipped_sentence({"artifact_check": {**base, "verdict": "agrees", "paired_ratio": 0.97,
-                                                      "paired_ci": [0.90, 1.04]}}))
-    assert "side by side with the tool's own worker" in paired and "0.97x, 95% CI 0.90-1.04" in paired
+    assert "too widely to show agreement" in wide and "slower than the run measured" not in wide
+    paired = str(shipped_sentence({"artifact_check": {**base, "verdict": "agrees", "paired_ratio": 0.98,
+                                                      "paired_ci": [0.96, 1.01]}}))
+    assert "side by side with the tool's own worker" in paired and "0.98x, 95% CI 0.96-1.01" in paired
     assert paired.endswith("within ±5%.") and "0.75x the run's 981.0 samples/s" in paired
+    wide_pair = str(shipped_sentence({"artifact_check": {**base, "verdict": "undecided", "paired_ratio": 0.98,
+                                                         "paired_ci": [0.83, 1.16]}}))
+    assert "within ±5% on the mean, but the interval is too wide" in wide_pair
     slow = str(shipped_sentence({"artifact_check": {**base, "verdict": "slower", "paired_ratio": 0.8,
                                                     "paired_ci": [0.75, 0.85]}}))
     assert "20% slower than the tool measures it" in slow
@@ -358,11 +362,13 @@ def test_shipped_sentence_says_the_artifacts_figure_first_and_the_gap_outside_fi
 def test_artifact_check_claims_a_gap_only_where_its_rounds_show_it() -> None:
     from autotune.artifact_check import paired_verdict, verdict
 
-    assert paired_verdict(0.97, [0.8, 1.1]) == "agrees"
+    assert paired_verdict(0.98, [0.96, 1.01]) == "agrees"
+    assert paired_verdict(0.98, [0.83, 1.16]) == "undecided"  # a mean within 5% is not agreement with this CI
     assert paired_verdict(0.80, [0.75, 0.86]) == "slower" and paired_verdict(1.2, [1.1, 1.3]) == "faster"
     assert paired_verdict(0.90, [0.80, 1.01]) == "undecided"  # outside 5% on the mean, the CI reaches 1
 
-    assert verdict(0.97, [900.0, 1000.0], 1000.0) == "agrees"
+    assert verdict(0.97, [960.0, 1000.0], 1000.0) == "agrees"
+    assert verdict(0.97, [900.0, 1000.0], 1000.0) == "undecided"
     assert verdict(0.80, [700.0, 900.0], 1000.0) == "slower"
     assert verdict(0.80, [360.0, 1100.0], 1000.0) == "undecided"  # the rounds spread over the run's figure
     assert verdict(1.20, [1100.0, 1300.0], 1000.0) == "faster"

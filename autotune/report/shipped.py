@@ -52,8 +52,9 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
         if verdict == "agrees":
             return text + f": it delivers what the tool measures, within {tolerance}."
         if verdict == "undecided":
-            return text + (f": outside {tolerance} on the mean, but the interval reaches within it, so no gap is "
-                           "shown (more rounds would say: --artifact-check-rounds).")
+            where = "within" if abs(paired - 1) <= float(check.get("tolerance") or 0.05) else "outside"
+            return text + (f": {where} {tolerance} on the mean, but the interval is too wide to show agreement or a "
+                           "gap (more rounds would say: --artifact-check-rounds).")
         way = "slower" if paired < 1 else "faster"
         return text + (f": {100 * abs(1 - paired):.0f}% {way} than the tool measures it, outside {tolerance}; "
                        "expect the artifact's figure in deployment.")
@@ -61,8 +62,8 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
         if verdict == "agrees":
             text += f": within {tolerance}."
         elif verdict == "undecided":
-            text += (f": outside {tolerance} on the median, but the plain processes spread over the run's figure, so "
-                     "no gap is shown (more rounds would say: --artifact-check-rounds).")
+            text += (f": the plain processes spread too widely to show agreement within {tolerance} or a gap (more "
+                     "rounds would say: --artifact-check-rounds).")
         else:
             way = "slower" if ratio < 1 else "faster"
             text += (f": {100 * abs(1 - ratio):.0f}% {way} than the run measured, outside {tolerance}; "
