@@ -33,7 +33,8 @@ trace@16), and the same artifact timed alternately with ``autotune measure`` of 
 
 The check runs after the artifact is in place and before serving, with no worker alive, so nothing of autotune's
 competes for the cores. A failure (the loader raises, the process dies, a timeout) is reported and never loses
-the run. CUDA artifacts are not checked: the plain loop times calls without synchronising the device.
+the run. Accelerator artifacts (CUDA, XPU) are not checked: the plain loop times calls without synchronising the
+device.
 """
 
 from __future__ import annotations
@@ -48,13 +49,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.compare_rounds import t_quantile_975
+from autotune.core.device_names import is_accelerator
 from autotune.errors import AutotuneError, InputError
 
 if TYPE_CHECKING:
     from autotune.runner import Runner
 
-__all__ = ["AGREEMENT_TOLERANCE", "DEFAULT_ROUNDS", "ROUNDS_ENV", "SECONDS", "check_artifact", "default_rounds",
-           "paired_verdict", "verdict"]
+__all__ = [
+    "AGREEMENT_TOLERANCE",
+    "DEFAULT_ROUNDS",
+    "ROUNDS_ENV",
+    "SECONDS",
+    "as_shipped",
+    "check_artifact",
+    "default_rounds",
+    "paired_verdict",
+    "verdict",
+]
 
 #: Rounds (fresh plain processes) by default, and the variable that changes the default (0: no check; a CI that
 #: does not need the figure, or this project's own suite, sets it).
@@ -99,10 +110,12 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     base: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "tolerance": AGREEMENT_TOLERANCE,
                             "method": "the artifact's load.py in fresh plain processes (run.sh's environment, no "
                                       "autotune imported), the traffic saved with it, median of the rounds"}
-    device = str((doc.get("recipe") or {}).get("device") or "cpu")
-    if device.startswith("cuda"):
-        return {**base, "status": "skipped", "reason": "a CUDA artifact: the plain loop does not synchronise the "
-                                                       "device, so its per-call times would not be the GPU's"}
+    recipe_doc = doc.get("recipe") or {}
+    device = str(recipe_doc.get("device_resolved") or recipe_doc.get("device") or "cpu")
+    if is_accelerator(device):
+        return {**base, "status": "skipped", "reason": f"an artifact on {device}: the plain loop does not "
+                                                       "synchronise the device, so its per-call times would not be "
+                                                       "the accelerator's"}
     t0 = time.monotonic()
     runner: Runner | None = None
     tool: list[float] = []
@@ -143,7 +156,9 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     ci = _log_t_interval(rates)
     section = {**base, "status": "ok", "throughputs": rates, "throughput": throughput, "ci": ci,
                "p50_ms": statistics.median(float(r["p50_ms"]) for r in runs),
+               "p90_ms": statistics.median(float(r["p90_ms"]) for r in runs),
                "p99_ms": statistics.median(float(r["p99_ms"]) for r in runs),
+               "mean_ms": statistics.median(float(r["mean_ms"]) for r in runs),
                "calls": sum(int(r["calls"]) for r in runs), "reported": reported, "ratio": ratio,
                "verdict": verdict(ratio, ci, reported), "tool_note": tool_note,
                "wall_seconds": round(time.monotonic() - t0, 3)}
@@ -223,3 +238,27 @@ def verdict(ratio: float | None, ci: list[float] | None, reported: Any) -> str |
     if abs(ratio - 1.0) > AGREEMENT_TOLERANCE and (high < 1.0 or low > 1.0):
         return "slower" if ratio < 1 else "faster"
     return "undecided"
+
+
+def as_shipped(rec: dict[str, Any], check: Mapping[str, Any] | None) -> None:
+    """Make the recommendation's headline the artifact's (issue 30: "the headline is the artifact's number"):
+    throughput, its CI and the per-call latencies from the plain processes; the run's own figures stay beside
+    them (``measured_throughput``, ``measured_throughput_ci``, ``measured_throughput_source``,
+    ``measured_latency_ms``) and still rank the candidates. Nothing changes unless the check ran (status ok)."""
+    if not isinstance(check, Mapping) or check.get("status") != "ok" or rec.get("throughput_source") == "artifact":
+        return
+    rate = check.get("throughput")
+    if not isinstance(rate, (int, float)) or rate <= 0:
+        return
+    rec["measured_throughput"] = rec.get("throughput")
+    rec["measured_throughput_ci"] = rec.get("throughput_ci")
+    rec["measured_throughput_source"] = rec.get("throughput_source") or "search"
+    rec["measured_latency_ms"] = rec.get("latency_ms")
+    rec["throughput"] = float(rate)
+    rec["throughput_ci"] = list(check["ci"]) if isinstance(check.get("ci"), list) else None
+    rec["throughput_source"] = "artifact"
+    rec["latency_ms"] = {"p50": check.get("p50_ms"), "p90": check.get("p90_ms"), "p99": check.get("p99_ms"),
+                         "mean": check.get("mean_ms")}
+    rec["latency_source"] = "per_call"
+    ci = rec["throughput_ci"]
+    rec["relative_ci_half_width"] = (ci[1] - ci[0]) / 2 / float(rate) if ci else None

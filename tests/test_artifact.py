@@ -211,10 +211,16 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     check = doc["artifact_check"]
     assert check["status"] == "ok", check.get("reason")
     assert check["rounds"] == 2 and len(check["throughputs"]) == 2 and check["calls"] > 0
-    assert check["reported"] == rec["throughput"]
-    assert check["ratio"] == pytest.approx(check["throughput"] / rec["throughput"])
+    # the headline is the artifact's (issue 30); the run's own figure stays beside it
+    assert rec["throughput_source"] == "artifact" and rec["throughput"] == check["throughput"]
+    assert check["reported"] == rec["measured_throughput"]
+    assert rec["measured_throughput_source"] == ("showdown" if rec["decided_by"] == "showdown" else "search")
+    assert rec["latency_ms"]["p50"] == check["p50_ms"] and rec["latency_source"] == "per_call"
+    assert check["ratio"] == pytest.approx(check["throughput"] / rec["measured_throughput"])
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["recommendation"]["throughput_source"] == \
+        "artifact"
     assert 0.2 < check["ratio"] < 5  # same model, same machine: agreement is a benchmark's question, not a test's
-    assert "As shipped: its artifact served" in (tmp_path / "out" / "report.md").read_text()
+    assert "As shipped: the figures above are its artifact's" in (tmp_path / "out" / "report.md").read_text()
     # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
     assert len(check["tool_throughputs"]) == 2 and check["paired_ci"] is not None
     assert check["verdict"] in ("agrees", "slower", "faster", "undecided")
@@ -339,16 +345,16 @@ def test_shipped_sentence_says_the_artifacts_figure_first_and_the_gap_outside_fi
             "reported": 981.0, "ratio": 739.0 / 981.0, "verdict": "slower", "tolerance": 0.05}
     text = str(shipped_sentence({"artifact_check": base}))
     assert text.startswith("As shipped: its artifact served 739.0 samples/s (median of 3 fresh plain processes")
-    assert "0.75x the run's 981.0 samples/s: 25% slower than the run measured, outside ±5%" in text
+    assert "0.75x the 981.0 samples/s the run measured: 25% slower than the run measured, outside ±5%" in text
     near = str(shipped_sentence({"artifact_check": {**base, "throughput": 970.0, "ratio": 970 / 981,
                                                     "verdict": "agrees"}}))
-    assert near.endswith("0.99x the run's 981.0 samples/s: within ±5%.")
+    assert near.endswith("0.99x the 981.0 samples/s the run measured: within ±5%.")
     wide = str(shipped_sentence({"artifact_check": {**base, "ci": [360.0, 1100.0], "verdict": "undecided"}}))
     assert "too widely to show agreement" in wide and "slower than the run measured" not in wide
     paired = str(shipped_sentence({"artifact_check": {**base, "verdict": "agrees", "paired_ratio": 0.98,
                                                       "paired_ci": [0.96, 1.01]}}))
     assert "side by side with the tool's own worker" in paired and "0.98x, 95% CI 0.96-1.01" in paired
-    assert paired.endswith("within ±5%.") and "0.75x the run's 981.0 samples/s" in paired
+    assert paired.endswith("within ±5%.") and "0.75x the 981.0 samples/s the run measured" in paired
     wide_pair = str(shipped_sentence({"artifact_check": {**base, "verdict": "undecided", "paired_ratio": 0.98,
                                                          "paired_ci": [0.83, 1.16]}}))
     assert "within ±5% on the mean, but the interval is too wide" in wide_pair
@@ -373,3 +379,21 @@ def test_artifact_check_claims_a_gap_only_where_its_rounds_show_it() -> None:
     assert verdict(0.80, [360.0, 1100.0], 1000.0) == "undecided"  # the rounds spread over the run's figure
     assert verdict(1.20, [1100.0, 1300.0], 1000.0) == "faster"
     assert verdict(0.80, None, 1000.0) == "slower" and verdict(None, None, None) is None
+
+
+def test_as_shipped_moves_the_runs_figures_aside_once_and_only_after_a_check() -> None:
+    from autotune.artifact_check import as_shipped
+
+    rec = {"throughput": 639.2, "throughput_ci": [600.0, 680.0], "throughput_source": "showdown",
+           "latency_ms": {"p50": 22.0, "p90": 24.0, "p99": 28.1, "mean": 22.5}, "latency_source": "per_call"}
+    check = {"status": "ok", "throughput": 508.2, "ci": [360.3, 655.4], "p50_ms": 29.9, "p90_ms": 31.0,
+             "p99_ms": 48.7, "mean_ms": 30.2}
+    as_shipped(rec, {**check, "status": "failed"})
+    assert rec["throughput"] == 639.2 and "measured_throughput" not in rec
+    as_shipped(rec, check)
+    assert (rec["throughput"], rec["throughput_source"], rec["measured_throughput"]) == (508.2, "artifact", 639.2)
+    assert rec["measured_throughput_source"] == "showdown" and rec["measured_latency_ms"]["p99"] == 28.1
+    assert rec["latency_ms"] == {"p50": 29.9, "p90": 31.0, "p99": 48.7, "mean": 30.2}
+    assert rec["relative_ci_half_width"] == pytest.approx((655.4 - 360.3) / 2 / 508.2)
+    as_shipped(rec, {**check, "throughput": 1.0})  # a second document build: already the artifact's
+    assert rec["throughput"] == 508.2 and rec["measured_throughput"] == 639.2

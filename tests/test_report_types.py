@@ -89,5 +89,8 @@ def test_what_the_schema_requires_the_type_requires(section: str) -> None:
 
 def test_a_candidate_row_is_the_recommendation_without_its_verdict() -> None:
     """Candidates and the recommendation share the schema's candidate table; only the verdict differs."""
-    assert _keys(Recommendation) - _keys(CandidateRow) == {"decided_by", "showdown", "throughput_source"}
+    assert _keys(Recommendation) - _keys(CandidateRow) == {
+        "decided_by", "showdown", "throughput_source",
+        # the run's own figures, kept beside the artifact's when the headline is the artifact's (artifact_check)
+        "measured_throughput", "measured_throughput_ci", "measured_throughput_source", "measured_latency_ms"}
     assert CandidateRow.__required_keys__ <= Recommendation.__required_keys__

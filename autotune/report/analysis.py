@@ -115,10 +115,13 @@ def eager_comparison(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> str | No
     rate = rec.get("throughput")
     sd_value = rec.get("showdown")
     sd: Mapping[str, Any] = sd_value if isinstance(sd_value, Mapping) else {}
-    if rec.get("throughput_source") == "showdown" and is_number(sd.get("screen_throughput")):
+    if rec.get("throughput_source") in ("showdown", "artifact") and is_number(sd.get("screen_throughput")):
         # like for like: eager has only its screen, so the recommendation's screen is compared with it (its
-        # headline, from the showdown's fresh processes, is another kind of measurement)
+        # headline, from the showdown's fresh processes or the artifact's plain ones, is another kind of
+        # measurement)
         rate = sd["screen_throughput"]
+    elif rec.get("throughput_source") == "artifact" and is_number(rec.get("measured_throughput")):
+        rate = rec["measured_throughput"]  # decided by the search: its screen, as eager's
     if baseline is not None and is_number(rate):
         speedup = rate / baseline["throughput"]
         text = (

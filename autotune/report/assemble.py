@@ -325,6 +325,10 @@ class RunDocument:
                 doc["artifact"] = self.doc["artifact"]
             if "artifact_check" in self.doc:
                 doc["artifact_check"] = self.doc["artifact_check"]
+                if doc.get("recommendation") is not None:  # the headline is the artifact's (artifact_check)
+                    from autotune.artifact_check import as_shipped
+
+                    as_shipped(cast("dict[str, Any]", doc["recommendation"]), doc["artifact_check"])
             if "profile" in self.doc:
                 doc["profile"] = self.doc["profile"]
             if "serving" in self.doc:

@@ -258,7 +258,11 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "throughput": (_nullable(_NUMBER), False),
     "latency_source": (_nullable(_one_of(("per_call", "block_means"))), False),
     "decided_by": (_nullable(_one_of(("showdown", "search"))), False),
-    "throughput_source": (_nullable(_one_of(("showdown",))), False),
+    "throughput_source": (_nullable(_one_of(("showdown", "artifact"))), False),
+    "measured_throughput": (_nullable(_NUMBER), False),  # the run's own figure, when the headline is the artifact's
+    "measured_throughput_ci": (_nullable(_list_of(_nullable(_NUMBER), length=2)), False),
+    "measured_throughput_source": (_nullable(_one_of(("showdown", "search"))), False),
+    "measured_latency_ms": (_nullable(_LATENCY), False),
     "throughput_ci": (_nullable(_list_of(_nullable(_NUMBER), length=2)), False),
     "latency_ms": (_nullable(_LATENCY), False),
     "peak_memory_bytes": (_nullable(_NUMBER), False),

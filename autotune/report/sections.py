@@ -54,6 +54,13 @@ def _decided_by(rec: Mapping[str, Any]) -> str:
     if rec.get("throughput_source") == "showdown" and is_number(sd.get("screen_throughput")):
         text += (f"; throughput is the median of its rounds in fresh processes (the search's screen in a "
                  f"reused worker: {fmt_rate(sd['screen_throughput'])})")
+    elif rec.get("throughput_source") == "artifact" and is_number(rec.get("measured_throughput")):
+        where = ("the showdown's fresh processes" if rec.get("measured_throughput_source") == "showdown"
+                 else "the run")
+        text += (f"; throughput is the artifact's in plain processes ({where}: "
+                 f"{fmt_rate(rec['measured_throughput'])}"
+                 + (f", the search's screen: {fmt_rate(sd['screen_throughput'])}" if is_number(
+                     sd.get("screen_throughput")) else "") + ")")
     return text
 
 

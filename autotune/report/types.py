@@ -146,7 +146,13 @@ class Recommendation(CandidateRow):
 
     decided_by: Literal["showdown", "search"]
     showdown: NotRequired[ShowdownStanding]
-    throughput_source: NotRequired[Literal["showdown"]]
+    #: ``artifact``: throughput, its CI and the latencies are the artifact's in plain processes
+    #: (:func:`autotune.artifact_check.as_shipped`); the run's own are the ``measured_*`` fields
+    throughput_source: NotRequired[Literal["showdown", "artifact"]]
+    measured_throughput: NotRequired[float | None]
+    measured_throughput_ci: NotRequired[list[float | None] | None]
+    measured_throughput_source: NotRequired[Literal["showdown", "search"]]
+    measured_latency_ms: NotRequired[dict[str, float | None] | None]
 
 
 class _ArtifactStatus(TypedDict):
