@@ -207,4 +207,60 @@ def clean_staging(out_dir: Path) -> list[Path]:
     return removed
 
 
-__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "clean_staging", "swap_in", "write_deployment"]
+#: What must be the same for a resumed run to keep the last run's artifact: the machine and torch it was built with.
+_SAME_MACHINE = ("hostname", "cpu_model", "torch_version")
+
+
+def previous_report(out_dir: Path) -> dict[str, Any] | None:
+    """The last run's report.json in ``out_dir`` as it was when this run started (None: none, or unreadable).
+
+    Read before the run writes anything: the report is rewritten as the run goes, so by the artifact step the file
+    holds this run's document."""
+    import json
+
+    try:
+        doc = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def reusable_deployment(previous: Mapping[str, Any] | None, doc: Mapping[str, Any], out_dir: Path
+                        ) -> dict[str, Any] | None:
+    """The last run's ``artifact``, ``profile`` and ``artifact_check`` sections when this run would build and time
+    the same artifact again (issue 32: a resumed run measured nothing new, and rebuilt and re-profiled its
+    artifact anyway); None otherwise.
+
+    The same means: the same recommendation (variant and batch), recipe, autotune version, machine (hostname, CPU
+    model) and torch; and ``OUT/artifact/`` still holds every file the section lists, at its size. Deleting
+    ``OUT/artifact/`` makes the next run build it again."""
+    if not isinstance(previous, Mapping):
+        return None
+    art, rec = previous.get("artifact"), doc.get("recommendation")
+    if not isinstance(art, Mapping) or art.get("status") != "ok" or not isinstance(rec, Mapping):
+        return None
+    if (art.get("variant"), art.get("batch_size")) != (rec.get("variant"), rec.get("batch_size")):
+        return None
+    if previous.get("tool") != doc.get("tool") or previous.get("recipe") != doc.get("recipe"):
+        return None
+    before, now = previous.get("environment") or {}, doc.get("environment") or {}
+    if any(before.get(key) != now.get(key) for key in _SAME_MACHINE):
+        return None
+    files = art.get("files")
+    if not isinstance(files, list) or not files:
+        return None
+    for f in files:
+        path = out_dir / ARTIFACT_DIR / str(f.get("name"))
+        if not path.is_file() or path.stat().st_size != f.get("bytes"):
+            return None
+    out: dict[str, Any] = {"artifact": {**art, "reused": True}}
+    if isinstance(previous.get("profile"), Mapping):
+        out["profile"] = previous["profile"]
+    check = previous.get("artifact_check")
+    if isinstance(check, Mapping) and check.get("status") == "ok":
+        out["artifact_check"] = {**check, "reused": True}
+    return out
+
+
+__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "clean_staging", "previous_report", "reusable_deployment",
+           "swap_in", "write_deployment"]

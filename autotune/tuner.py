@@ -53,7 +53,7 @@ from autotune.variant_boundaries import (
 )
 
 if TYPE_CHECKING:
-    from autotune.report.types import ArtifactCheckSection, ReportDocument
+    from autotune.report.types import ArtifactCheckSection, ArtifactSection, ProfileSection, ReportDocument
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -95,6 +95,9 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
 
     # resolved first: a bad AUTOTUNE_ARTIFACT_CHECK_ROUNDS is an input error before anything is measured
     check_rounds = options.artifact_check_rounds if options.artifact_check_rounds is not None else default_rounds()
+    from autotune.deployment import previous_report
+
+    previous = previous_report(options.out_dir)  # before this run rewrites it: its artifact may be reused
     out = options.out_dir
     study_name = options.study_name or recipe.name
     progress: RunDocument | None = None
@@ -166,20 +169,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         doc = progress.document()
         rec = doc["recommendation"]
         if options.artifact and rec is not None:
-            from autotune.deployment import write_deployment
-
             progress.start("artifact")  # the reports without the artifact, should it fail or be interrupted
-            emit(options.on_event, "artifact", f"artifact and profile of {rec['variant']}")
             assert progress.doc is not None
-            write_deployment(recipe.to_dict(), progress.doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
-            if check_rounds:
-                from autotune.artifact_check import check_artifact
-
-                emit(options.on_event, "artifact", f"the artifact as shipped: {check_rounds} plain processes")
-                checked = check_artifact(progress.doc, out, rounds=check_rounds, recipe_data=recipe.to_dict(),
-                                         make_runner=Runner, timeout=recipe.measure.timeout_s, seed=recipe.search.seed)
-                if checked is not None:
-                    progress.doc["artifact_check"] = cast("ArtifactCheckSection", checked)
+            _deploy(recipe, progress.doc, out, previous=previous, check_rounds=check_rounds,
+                    on_event=options.on_event, notes=progress.run_notes)
             serving = getattr(recipe, "serving", None)
             if serving is not None:
                 from autotune.serving.stage import run_serving
@@ -198,6 +191,37 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         return progress.finish(interrupted=True)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc
+
+
+def _deploy(recipe: Recipe, doc: ReportDocument, out: Path, *, previous: Mapping[str, Any] | None,
+            check_rounds: int, on_event: OnEvent | None, notes: list[str]) -> None:
+    """The artifact, its profile and its check as shipped, into ``doc``: the last run's when it built the same
+    (:func:`autotune.deployment.reusable_deployment`: a resumed run builds and times nothing twice), else built
+    now (:func:`autotune.deployment.write_deployment`) and timed (:func:`autotune.artifact_check.check_artifact`)."""
+    from autotune.artifact_check import check_artifact
+    from autotune.deployment import reusable_deployment, write_deployment
+
+    rec = doc["recommendation"]
+    assert rec is not None
+    reused = reusable_deployment(previous, doc, out)
+    if reused is not None:
+        emit(on_event, "artifact", f"artifact of {rec['variant']}: the last run's (same configuration)")
+        doc["artifact"] = cast("ArtifactSection", reused["artifact"])
+        if "profile" in reused:
+            doc["profile"] = cast("ProfileSection", reused["profile"])
+        if "artifact_check" in reused:
+            doc["artifact_check"] = cast("ArtifactCheckSection", reused["artifact_check"])
+        notes.append("The artifact, its profile and its check are the last run's on this --out: the same "
+                     "recommendation, recipe, autotune and machine (delete artifact/ to build it again).")
+    else:
+        emit(on_event, "artifact", f"artifact and profile of {rec['variant']}")
+        write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
+    if check_rounds and "artifact_check" not in doc:
+        emit(on_event, "artifact", f"the artifact as shipped: {check_rounds} plain processes")
+        checked = check_artifact(doc, out, rounds=check_rounds, recipe_data=recipe.to_dict(), make_runner=Runner,
+                                 timeout=recipe.measure.timeout_s, seed=recipe.search.seed)
+        if checked is not None:
+            doc["artifact_check"] = cast("ArtifactCheckSection", checked)
 
 
 def _found(progress: RunDocument | None, study: Any, variant: str, found: BoundaryOutcome,

@@ -397,3 +397,31 @@ def test_as_shipped_moves_the_runs_figures_aside_once_and_only_after_a_check() -
     assert rec["relative_ci_half_width"] == pytest.approx((655.4 - 360.3) / 2 / 508.2)
     as_shipped(rec, {**check, "throughput": 1.0})  # a second document build: already the artifact's
     assert rec["throughput"] == 508.2 and rec["measured_throughput"] == 639.2
+
+
+def test_a_resumed_run_reuses_the_artifact_only_when_it_would_build_the_same(tmp_path: Path) -> None:
+    """``reusable_deployment``: the same recommendation, recipe, tool, machine and files on disk; any difference
+    (another batch, a changed recipe, another torch, a file gone or changed) builds it again."""
+    from autotune.deployment import reusable_deployment
+
+    (tmp_path / "artifact").mkdir()
+    (tmp_path / "artifact" / "model.pt").write_bytes(b"x" * 10)
+    env = {"hostname": "h", "cpu_model": "c", "torch_version": "2.14.1"}
+    previous = {"tool": {"name": "autotune", "version": "0.1.0"}, "recipe": {"name": "r"}, "environment": env,
+                "artifact": {"status": "ok", "variant": "frozen", "batch_size": 4,
+                             "files": [{"name": "model.pt", "bytes": 10}]},
+                "profile": {"status": "ok", "tables": []}, "artifact_check": {"status": "ok", "throughput": 5.0}}
+    doc = {"tool": previous["tool"], "recipe": {"name": "r"}, "environment": dict(env),
+           "recommendation": {"variant": "frozen", "batch_size": 4}}
+    got = reusable_deployment(previous, doc, tmp_path)
+    assert got is not None and got["artifact"]["reused"] is True and got["artifact_check"]["reused"] is True
+    assert got["profile"] == previous["profile"]
+    assert reusable_deployment(previous, {**doc, "recommendation": {"variant": "frozen", "batch_size": 8}},
+                               tmp_path) is None
+    assert reusable_deployment(previous, {**doc, "recipe": {"name": "r", "seed": 1}}, tmp_path) is None
+    assert reusable_deployment(previous, {**doc, "environment": {**env, "torch_version": "2.15"}}, tmp_path) is None
+    assert reusable_deployment({**previous, "artifact": {**previous["artifact"], "status": "failed"}}, doc,
+                               tmp_path) is None
+    (tmp_path / "artifact" / "model.pt").write_bytes(b"x" * 11)  # changed on disk
+    assert reusable_deployment(previous, doc, tmp_path) is None
+    assert reusable_deployment(None, doc, tmp_path) is None

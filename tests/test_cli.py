@@ -120,6 +120,10 @@ def test_resume_does_not_remeasure(write_recipe, tmp_path: Path) -> None:
     assert first["showdown"]["verdict"] and second["showdown"]["reused"] is True
     assert second["showdown"]["seconds_per_call"] == first["showdown"]["seconds_per_call"]
     assert any("nothing is measured twice" in n for n in second["notes"])
+    # nor is its artifact built and profiled again: the same configuration, recipe, autotune and machine
+    assert second["artifact"]["reused"] is True and second["profile"] == first["profile"]
+    assert second["artifact"]["files"] == first["artifact"]["files"]
+    assert any("are the last run's on this --out" in n for n in second["notes"])
     code, stdout, _ = run_cli("report", str(out))
     assert code == 0 and "eager" in stdout
 

@@ -412,6 +412,7 @@ ARTIFACT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "interface": (_nullable(_ANY_MAPPING), False),
     "notes": (_nullable(_list_of(_STR)), False),
     "environment": (_nullable(_ANY_MAPPING), False),
+    "reused": (_nullable(_BOOL), False),  # the last run's on this --out (deployment.reusable_deployment)
 }
 _ARTIFACT = _record(ARTIFACT_FIELDS)
 #: The artifact timed as shipped (``autotune.artifact_check.check_artifact``).
@@ -435,6 +436,7 @@ ARTIFACT_CHECK_FIELDS: dict[str, tuple[Checker, bool]] = {
     "paired_ratio": (_NN_NUMBER, False),
     "paired_ci": (_nullable(_list_of(_NUMBER, length=2)), False),
     "tool_note": (_nullable(_STR), False),
+    "reused": (_nullable(_BOOL), False),
     "wall_seconds": (_NN_NUMBER, False),
 }
 _PROFILE_ROW = _record(

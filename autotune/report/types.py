@@ -183,6 +183,7 @@ class ArtifactSection(_ArtifactStatus, total=False):
     notes: list[str]
     #: the process environment it was measured in and run.sh sets up: name, description, variables, run_script
     environment: dict[str, Any]
+    reused: bool  # the last run's on this --out: same recommendation, recipe, autotune and machine
 
 
 class ArtifactCheckSection(TypedDict, total=False):
@@ -208,6 +209,7 @@ class ArtifactCheckSection(TypedDict, total=False):
     paired_ratio: float  # exp(mean log(plain / tool)) over the rounds
     paired_ci: list[float] | None
     tool_note: str | None  # why there is no tool side, when there is none
+    reused: bool  # the last run's check of the same artifact
     wall_seconds: float
 
 
