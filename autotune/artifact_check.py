@@ -10,7 +10,7 @@ an artifact ends by timing it the way a deployment runs it, and the report state
     target = the artifact (artifact_timing.target_of): load.py, run.sh's variables, the traffic saved with it
              ([data]) or make_inputs() ([[inputs]]); the plain process checks it never imported autotune
     tool = a fresh worker with the pick built and warm (the showdown's "stage"), stopped (SIGSTOP) between slices
-    for r in 1..R (R = --artifact-check-rounds, default 3; 0: no check), the two sides in a seeded random order:
+    for r in 1..R (R = --artifact-check-rounds, default 5; 0: no check), the two sides in a seeded random order:
         plain: a fresh plain process: load(), warm (3 passes over the traffic + 0.5 s), time whole passes for S s
                -> throughput_r (samples/s), per-call p50_r / p99_r
         tool:  one S-s slice of the staged worker -> tool_r (samples per call / seconds per call)
@@ -69,11 +69,11 @@ __all__ = [
 
 #: Rounds (fresh plain processes) by default, and the variable that changes the default (0: no check; a CI that
 #: does not need the figure, or this project's own suite, sets it).
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 5
 ROUNDS_ENV = "AUTOTUNE_ARTIFACT_CHECK_ROUNDS"
 MAX_ROUNDS = 100
 #: Seconds each plain process is timed, and warmed after its first 3 passes.
-SECONDS = 2.0
+SECONDS = 1.5
 WARM_SECONDS = 0.5
 #: How far the artifact's figure may be from the report's and still agree (issue 30's +-5%).
 AGREEMENT_TOLERANCE = 0.05

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=_seed, default=None, help="0 to 2**32 - 1 (overrides the recipe)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--artifact-check-rounds", type=_check_rounds, default=None, metavar="N",
-                     help="time the saved artifact as shipped in N fresh plain processes at the end (default 3, or "
+                     help="time the saved artifact as shipped in N fresh plain processes at the end (default 5, or "
                           "$AUTOTUNE_ARTIFACT_CHECK_ROUNDS; 0: no check)")
 
     warm = sub.add_parser("warmup", help="analyse per-iteration timings for warmup / steady state")

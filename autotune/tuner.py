@@ -66,7 +66,7 @@ class RunOptions:
     #: (:mod:`autotune.deployment`); after the reports are written once, so a failure here loses nothing.
     artifact: bool = True
     #: Plain processes that time the saved artifact as shipped (:mod:`autotune.artifact_check`); None: the default
-    #: (``AUTOTUNE_ARTIFACT_CHECK_ROUNDS`` or 3); 0: no check.
+    #: (``AUTOTUNE_ARTIFACT_CHECK_ROUNDS`` or 5); 0: no check.
     artifact_check_rounds: int | None = None
 
 

@@ -322,7 +322,7 @@ def test_artifact_check_rounds_come_from_the_flag_or_the_variable(monkeypatch: p
     from autotune.artifact_check import DEFAULT_ROUNDS, ROUNDS_ENV, default_rounds
 
     monkeypatch.delenv(ROUNDS_ENV, raising=False)
-    assert default_rounds() == DEFAULT_ROUNDS == 3
+    assert default_rounds() == DEFAULT_ROUNDS == 5
     monkeypatch.setenv(ROUNDS_ENV, "0")
     assert default_rounds() == 0
     monkeypatch.setenv(ROUNDS_ENV, "three")
