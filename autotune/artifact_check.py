@@ -11,7 +11,8 @@ an artifact ends by timing it the way a deployment runs it, and the report state
              ([data]) or make_inputs() ([[inputs]]); the plain process checks it never imported autotune
     tool = a fresh worker with the pick built and warm (the showdown's "stage"), stopped (SIGSTOP) between slices
     for r in 1..R (R = --artifact-check-rounds, default 5; 0: no check), the two sides in a seeded random order:
-        plain: a fresh plain process: load(), warm (3 passes over the traffic + 0.5 s), time whole passes for S s
+        plain: a fresh plain process: load(), warm (3 passes over the traffic + 1 s, as compare --rerun),
+               time whole passes for S s
                -> throughput_r (samples/s), per-call p50_r / p99_r
         tool:  one S-s slice of the staged worker -> tool_r (samples per call / seconds per call)
     throughput = median_r; CI = exp(mean log t -+ t_{0.975,R-1} sd / sqrt(R))  (R >= 2)
@@ -74,7 +75,7 @@ ROUNDS_ENV = "AUTOTUNE_ARTIFACT_CHECK_ROUNDS"
 MAX_ROUNDS = 100
 #: Seconds each plain process is timed, and warmed after its first 3 passes.
 SECONDS = 1.5
-WARM_SECONDS = 0.5
+WARM_SECONDS = 1.0
 #: How far the artifact's figure may be from the report's and still agree (issue 30's +-5%).
 AGREEMENT_TOLERANCE = 0.05
 

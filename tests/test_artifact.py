@@ -219,6 +219,11 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     assert check["ratio"] == pytest.approx(check["throughput"] / rec["measured_throughput"])
     assert json.loads((tmp_path / "out" / "report.json").read_text())["recommendation"]["throughput_source"] == \
         "artifact"
+    from autotune.report.assemble import rerender
+
+    again = rerender(tmp_path / "out")  # `autotune report DIR` rebuilds the rows from the study: same headline
+    assert again["recommendation"]["throughput"] == check["throughput"]
+    assert again["recommendation"]["throughput_source"] == "artifact"
     assert 0.2 < check["ratio"] < 5  # same model, same machine: agreement is a benchmark's question, not a test's
     assert "As shipped: the figures above are its artifact's" in (tmp_path / "out" / "report.md").read_text()
     # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
