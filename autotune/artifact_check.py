@@ -164,12 +164,9 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
                "verdict": verdict(ratio, ci, reported), "tool_note": tool_note,
                "wall_seconds": round(time.monotonic() - t0, 3)}
     if len(tool) == len(rates) and tool:
-        logs = [math.log(p / t) for p, t in zip(rates, tool, strict=True)]
-        paired = math.exp(statistics.fmean(logs))
-        paired_ci = None
-        if len(logs) >= 2:
-            half = t_quantile_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-            paired_ci = [math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)]
+        ratios = [p / t for p, t in zip(rates, tool, strict=True)]
+        paired = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        paired_ci = _log_t_interval(ratios)
         section.update(tool_throughputs=tool, paired_ratio=paired, paired_ci=paired_ci,
                        verdict=paired_verdict(paired, paired_ci))
     return section
