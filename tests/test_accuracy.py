@@ -106,6 +106,9 @@ def test_the_budget_is_part_of_the_studys_fingerprint(tmp_path: Path) -> None:
     assert "accuracy" not in identity("")
     one, two = identity(metric + '\nmax_drop = "1%"'), identity(metric + '\nmax_drop = "2%"')
     assert one["accuracy"] != two["accuracy"] and '"file_sha256": "' in one["accuracy"]
+    accept = identity(metric + '\nmax_drop = "1%"\nundecided = "accept"')
+    reject = identity(metric + '\nmax_drop = "1%"\nundecided = "reject"')
+    assert accept["accuracy"] == one["accuracy"] != reject["accuracy"]  # the default keeps older studies' print
 
 
 def test_int8_is_a_precision_of_the_grammar() -> None:

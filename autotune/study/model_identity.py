@@ -85,6 +85,9 @@ def model_identity(recipe: Recipe) -> dict[str, Any]:
         acc = recipe.accuracy
         metric_digest = (_file_digest(factory_file(acc), recipe_path=recipe.path, field="accuracy.metric")
                          if acc.metric else None)
+        # undecided = "reject" rejects rows that "accept" keeps; the default stays out, so studies made before the
+        # field existed keep their fingerprint
+        strict = {"undecided": acc.undecided} if acc.undecided != "accept" else {}
         parts["accuracy"] = json.dumps({"metric": acc.metric, "file_sha256": metric_digest, "max_drop": acc.max_drop,
-                                        "relative": acc.relative}, sort_keys=True)
+                                        "relative": acc.relative, **strict}, sort_keys=True)
     return parts
