@@ -238,12 +238,18 @@ def verdict(ratio: float | None, ci: list[float] | None, reported: Any) -> str |
     return "undecided"
 
 
-def as_shipped(rec: dict[str, Any], check: Mapping[str, Any] | None) -> None:
+def as_shipped(rec: dict[str, Any], check: Mapping[str, Any] | None, artifact: Mapping[str, Any] | None = None
+               ) -> None:
     """Make the recommendation's headline the artifact's (issue 30: "the headline is the artifact's number"):
     throughput, its CI and the per-call latencies from the plain processes; the run's own figures stay beside
     them (``measured_throughput``, ``measured_throughput_ci``, ``measured_throughput_source``,
-    ``measured_latency_ms``) and still rank the candidates. Nothing changes unless the check ran (status ok)."""
+    ``measured_latency_ms``) and still rank the candidates. Nothing changes unless the check ran (status ok) and,
+    given the ``artifact`` section, it is this recommendation's (``autotune report DIR`` rebuilds the pick from the
+    study, which workers may have added to)."""
     if not isinstance(check, Mapping) or check.get("status") != "ok" or rec.get("throughput_source") == "artifact":
+        return
+    if artifact is not None and (artifact.get("variant"), artifact.get("batch_size")) != (
+            rec.get("variant"), rec.get("batch_size")):
         return
     rate = check.get("throughput")
     if not isinstance(rate, (int, float)) or rate <= 0:

@@ -115,12 +115,10 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     doc["schema"] = SCHEMA_VERSION  # the rows are this version's now (an older report's rows had no measurement)
     doc["candidates"] = cast("list[CandidateRow]", rows)
     doc["recommendation"] = cast("Recommendation | None", recommendation(rows, showdown, best))
-    rec = doc["recommendation"]
-    art: Mapping[str, Any] = doc.get("artifact") or {}
-    if rec is not None and (art.get("variant"), art.get("batch_size")) == (rec.get("variant"), rec.get("batch_size")):
+    if doc["recommendation"] is not None:  # the headline stays the artifact's when it is this pick's
         from autotune.artifact_check import as_shipped
 
-        as_shipped(cast("dict[str, Any]", rec), doc.get("artifact_check"))  # the headline stays the artifact's
+        as_shipped(cast("dict[str, Any]", doc["recommendation"]), doc.get("artifact_check"), doc.get("artifact") or {})
     doc["showdown"] = showdown
     doc["pareto"] = pareto_front(rows, recipe.constraints)
     doc["search"]["trials"] = len(study.trials)
@@ -334,7 +332,8 @@ class RunDocument:
                 if doc.get("recommendation") is not None:  # the headline is the artifact's (artifact_check)
                     from autotune.artifact_check import as_shipped
 
-                    as_shipped(cast("dict[str, Any]", doc["recommendation"]), doc["artifact_check"])
+                    as_shipped(cast("dict[str, Any]", doc["recommendation"]), doc["artifact_check"],
+                               doc.get("artifact") or {})
             if "profile" in self.doc:
                 doc["profile"] = self.doc["profile"]
             if "serving" in self.doc:

@@ -43,7 +43,8 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
             f"environment{spread}; p50 {fmt_ms(check.get('p50_ms'))} ms, p99 {fmt_ms(check.get('p99_ms'))} ms per "
             "batch)")
     ratio, reported = check.get("ratio"), check.get("reported")
-    tolerance = f"±{100 * float(check.get('tolerance') or 0.05):.0f}%"
+    tol = float(check.get("tolerance") or 0.05)
+    tolerance = f"±{100 * tol:.0f}%"
     verdict = check.get("verdict")
     paired, paired_ci = check.get("paired_ratio"), check.get("paired_ci")
     if is_number(ratio) and is_number(reported):
@@ -56,7 +57,7 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
         if verdict == "agrees":
             return text + f": it delivers what the tool measures, within {tolerance}."
         if verdict == "undecided":
-            where = "within" if abs(paired - 1) <= float(check.get("tolerance") or 0.05) else "outside"
+            where = "within" if abs(paired - 1) <= tol else "outside"
             return text + (f": {where} {tolerance} on the mean, but the interval is too wide to show agreement or a "
                            "gap (more rounds would say: --artifact-check-rounds).")
         way = "slower" if paired < 1 else "faster"

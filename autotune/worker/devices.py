@@ -231,15 +231,12 @@ class CpuBackend(DeviceBackend):
         return Capabilities(bf16=cpu_native_precision("bf16") is True, fp16=cpu_native_precision("fp16") is True)
 
 
-def cpu_native_precision(precision: str) -> bool | None:
-    """Whether this CPU does the precision's arithmetic natively; ``None`` when torch cannot tell.
+def cpu_capabilities() -> Mapping[str, Any] | None:
+    """The CPU's x86 features as CPUID reports them to this process (``torch.cpu.get_capabilities``), or None when
+    torch cannot say or the report is not an x86 one.
 
-    Read from ``torch.cpu.get_capabilities()`` (x86 only): bf16 needs AVX512_BF16 or AMX_BF16, fp16
-    AVX512_FP16 or AMX_FP16. fp32 (or any precision without a reduced dtype) is always native.
-    """
-    reduced = {"bf16": "bf16", "autocast-bf16": "bf16", "fp16": "fp16", "autocast-fp16": "fp16"}.get(precision)
-    if reduced is None:
-        return True
+    CPUID, not ``/proc/cpuinfo``: the kernels (oneDNN, MLAS) pick their code by CPUID, and under an emulator or a
+    hypervisor that masks features the two can differ."""
     get_caps = getattr(torch.cpu, "get_capabilities", None)
     if get_caps is None:
         return None
@@ -249,6 +246,21 @@ def cpu_native_precision(precision: str) -> bool | None:
         return None
     if not isinstance(caps, Mapping) or "avx2" not in caps:  # torch 2.14 returns a mappingproxy
         return None  # not an x86 capability report
+    return caps
+
+
+def cpu_native_precision(precision: str) -> bool | None:
+    """Whether this CPU does the precision's arithmetic natively; ``None`` when torch cannot tell.
+
+    Read from ``torch.cpu.get_capabilities()`` (x86 only): bf16 needs AVX512_BF16 or AMX_BF16, fp16
+    AVX512_FP16 or AMX_FP16. fp32 (or any precision without a reduced dtype) is always native.
+    """
+    reduced = {"bf16": "bf16", "autocast-bf16": "bf16", "fp16": "fp16", "autocast-fp16": "fp16"}.get(precision)
+    if reduced is None:
+        return True
+    caps = cpu_capabilities()
+    if caps is None:
+        return None
     if reduced == "bf16":
         return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
     return bool(caps.get("avx512_fp16") or caps.get("amx_fp16"))

@@ -25,7 +25,6 @@ import platform
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 _COMPUTE = ("matmul", "convolution", "inner_product", "deconvolution")
@@ -36,13 +35,8 @@ def cpu_capability() -> str:
     import torch
 
     level = str(torch.backends.cpu.get_cpu_capability())
-    caps: Any = {}
-    try:
-        caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    except Exception:
-        caps = {}
-    flags = [name for name in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx512_fp16")
-             if isinstance(caps, Mapping) and caps.get(name)]
+    caps = _cpuid_features() or {}
+    flags = [name for name in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx512_fp16") if caps.get(name)]
     return f"torch CPU capability {level}" + (f" ({', '.join(flags)})" if flags else "") + \
         ("" if any(f.startswith("amx") for f in flags) else ", no AMX on this CPU")
 
@@ -91,22 +85,13 @@ def onednn_kernels(call: Callable[[], Any]) -> str:
 
 #: CPU features (as ``torch.cpu.get_capabilities`` names them) that give int8 an exact int32 dot product.
 INT8_DOT_FEATURES: tuple[str, ...] = ("amx_int8", "avx512_vnni", "avx_vnni")
-#: ``/proc/cpuinfo``'s names for the same features (when torch cannot say).
-_CPUINFO_INT8_DOT = ("amx_int8", "avx512_vnni", "avx_vnni")
 
 
 def _cpuid_features() -> Mapping[str, Any] | None:
-    """The CPU's features as CPUID reports them to this process (torch's cpuinfo), or None when torch cannot say.
+    """:func:`autotune.worker.devices.cpu_capabilities` (imported when asked: the builders need it only for int8)."""
+    from autotune.worker.devices import cpu_capabilities
 
-    CPUID, not ``/proc/cpuinfo``: the kernels (MLAS, oneDNN) pick their code by CPUID, and under an emulator or a
-    hypervisor that masks features the two can differ."""
-    try:
-        import torch
-
-        caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else None
-    except Exception:
-        return None
-    return caps if isinstance(caps, Mapping) and "avx2" in caps else None
+    return cpu_capabilities()
 
 
 def int8_saturation() -> str | None:
@@ -122,18 +107,8 @@ def int8_saturation() -> str | None:
     if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
         return None
     caps = _cpuid_features()
-    if caps is not None:
-        if any(caps.get(name) for name in INT8_DOT_FEATURES):
-            return None
-    else:
-        try:
-            text = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return None
-        flags = set(next((line.partition(":")[2].split() for line in text.splitlines()
-                          if line.startswith("flags")), []))
-        if not flags or flags & set(_CPUINFO_INT8_DOT):
-            return None
+    if caps is None or any(caps.get(name) for name in INT8_DOT_FEATURES):  # None: torch cannot say, so no fix
+        return None
     return ("this CPU has no int8 dot-product instruction (no AVX512-VNNI, AVX-VNNI or AMX-INT8), where u8s8 int8 "
             "kernels add pairs of products into int16 and saturate")
 
