@@ -438,6 +438,10 @@ class ServingSearch:
                 ranked = sorted(fits, key=lambda c: (c.cores, -self.predicted[c])) + \
                     [c for c in ranked if c not in fits]
             chosen = _diverse(ranked, self.spec.confirm)
+            if not [c for c in configs if c != naive]:  # e.g. an artifact of batch 1 on one server core
+                self.notes.append(f"the grid held only the naive server's configuration ({naive.label()}): the "
+                                  f"artifact's batch is {self.target.batch_size}, so no batching window was "
+                                  "searched")
             for c in chosen:
                 left = deadline - time.monotonic()
                 if left < 10:
@@ -513,7 +517,8 @@ class ServingSearch:
             if point.passed:
                 return point
             self.notes.append(f"{rate:.1f} requests/s did not hold for {SUSTAIN_SECONDS:g} s "
-                              f"(p{self.q:g} {point.pct_ms:.1f} ms); lowered by {1 - SUSTAIN_STEP:.0%}")
+                              f"(p{self.q:g} {point.pct_ms:.1f} ms): its max rate is now the highest passing rate "
+                              f"below it ({pick.max_rate:.1f}), and the next hold tries {1 - SUSTAIN_STEP:.0%} lower")
             rate *= SUSTAIN_STEP
         return None
 
