@@ -53,7 +53,7 @@ test: $(STAMP) allocators
 # The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop.
 # `make test` is unchanged: it still runs the worker tests.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not worker" $(PYTEST_ARGS)
+	AUTOTUNE_FUZZ_FAST_EXAMPLES=25 $(PY) -m pytest -m "not slow and not worker" $(PYTEST_ARGS)
 
 test-slow: $(STAMP) allocators
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

@@ -65,6 +65,7 @@ __all__ = [
     "check_artifact",
     "default_rounds",
     "paired_verdict",
+    "skipped_section",
     "verdict",
 ]
 
@@ -98,11 +99,16 @@ def default_rounds() -> int:
 
 def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SECONDS,
                    recipe_data: Mapping[str, Any] | None = None, make_runner: Callable[[], Runner] | None = None,
-                   timeout: float = 600.0, seed: int = 0) -> dict[str, Any] | None:
+                   timeout: float = 600.0, seed: int = 0, deadline: float | None = None) -> dict[str, Any] | None:
     """Time the run's saved artifact in ``rounds`` plain processes, each round paired with a slice of the tool's
     own staged worker when ``make_runner`` is given (module docstring); the report's ``artifact_check`` section,
-    or None when there is nothing to check (no rounds, no artifact)."""
+    or None when there is nothing to check (no rounds, no artifact).
+
+    ``deadline`` (``time.monotonic()``): after :data:`autotune.core.budget.MIN_CHECK_ROUNDS` rounds, no round
+    starts that the longest so far says would end after it (the run's budget is a promise); ``rounds`` in the
+    section is then the number run."""
     from autotune.artifact_timing import plain_process, target_of
+    from autotune.core.budget import MIN_CHECK_ROUNDS
 
     artifact = doc.get("artifact") if isinstance(doc, dict) else None
     rec = doc.get("recommendation") if isinstance(doc, dict) else None
@@ -127,7 +133,11 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
             runner, tool_note = _staged(make_runner, recipe_data, rec, timeout)
         rng = random.Random(seed)
         runs: list[dict[str, Any]] = []
+        longest = 0.0
         for _ in range(rounds):
+            if deadline is not None and len(runs) >= MIN_CHECK_ROUNDS and time.monotonic() + longest > deadline:
+                break
+            began = time.monotonic()
             sides = ["plain", "tool"] if runner is not None else ["plain"]
             rng.shuffle(sides)
             for side in sides:
@@ -142,6 +152,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
                         runner, tool = None, []
                     else:
                         tool.append(rate)
+            longest = max(longest, time.monotonic() - began)
     except (AutotuneError, OSError, ValueError, KeyError) as exc:
         return {**base, "status": "failed", "reason": str(exc)[:800], "wall_seconds": round(time.monotonic() - t0, 3)}
     except Exception as exc:  # subprocess.TimeoutExpired and the like: the run stands, the section says why
@@ -155,7 +166,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     reported = rec.get("throughput")
     ratio = throughput / float(reported) if isinstance(reported, (int, float)) and reported > 0 else None
     ci = _log_t_interval(rates)
-    section = {**base, "status": "ok", "throughputs": rates, "throughput": throughput, "ci": ci,
+    section = {**base, "rounds": len(rates), "status": "ok", "throughputs": rates, "throughput": throughput, "ci": ci,
                "p50_ms": statistics.median(float(r["p50_ms"]) for r in runs),
                "p90_ms": statistics.median(float(r["p90_ms"]) for r in runs),
                "p99_ms": statistics.median(float(r["p99_ms"]) for r in runs),
@@ -170,6 +181,12 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
         section.update(tool_throughputs=tool, paired_ratio=paired, paired_ci=paired_ci,
                        verdict=paired_verdict(paired, paired_ci))
     return section
+
+
+def skipped_section(rounds: int, reason: str) -> dict[str, Any]:
+    """The section of a check that did not run (the time budget): status ``skipped`` and why."""
+    return {"rounds": rounds, "seconds": SECONDS, "tolerance": AGREEMENT_TOLERANCE, "status": "skipped",
+            "reason": reason}
 
 
 def _staged(make_runner: Callable[[], Runner], recipe_data: Mapping[str, Any], rec: Mapping[str, Any],

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
+from autotune.core.budget import OVERRUN, BudgetPlan, artifact_reserve
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
 from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
@@ -109,6 +110,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                  device=workload.device, variants=workload.variants)
             out.mkdir(parents=True, exist_ok=True)
             held.enter_context(hold_out_dir(out))  # a second run on this --out is refused from here on
+            plan = budget_plan(recipe, t0, runner.stats.startup_seconds,
+                               check_rounds=check_rounds if options.artifact else 0, artifact=options.artifact)
             fingerprint = study_fingerprint(recipe, workload.device)
             # then the study, before any probing: a bad --storage or a --study made for another model
             # fails in seconds, and a resumed run takes the boundaries it already found
@@ -117,9 +120,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                                          fingerprint=fingerprint), recipe_data=recipe.to_dict())
             stats = runner.stats
             progress = RunDocument(recipe, workload, out, study=study, storage=storage, study_name=study_name,
-                                   started=t0, worker_stats=lambda: {"workers_started": stats.workers_started,
-                                                                     "startup_seconds": stats.startup_seconds,
-                                                                     "crashes": stats.crashes})
+                                   started=t0, plan=plan,
+                                   worker_stats=lambda: {"workers_started": stats.workers_started,
+                                                         "startup_seconds": stats.startup_seconds,
+                                                         "crashes": stats.crashes})
             progress.start("boundaries")
             boundary = BoundaryOutcome({}, {}, {})
             if recipe.search.batch_sizes == "auto":
@@ -143,9 +147,9 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             variants = tuple(v for v in workload.variants if batch_sizes.get(v))
             space = SearchSpace(variants=variants, batch_sizes=batch_sizes,
                                 preferred=preferred_batches(boundary.documents, batch_sizes, workload.base_of))
-            left = recipe.search.time_budget_s - (time.monotonic() - t0)
             settings = _settings(recipe, storage=storage, study_name=study_name,
-                                 time_budget=left * (1.0 - SHOWDOWN_SHARE if recipe.measure.rounds else 1.0),
+                                 time_budget=plan.search_seconds(time.monotonic(),
+                                                                 showdown=recipe.measure.rounds >= 2),
                                  fingerprint=fingerprint)
             search = Search(space, settings, _evaluator(runner, recipe, workload.specs),
                             recipe_data=recipe.to_dict(), specs=workload.specs, on_row=progress.trial)
@@ -160,7 +164,7 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         if outcome.stopped_by == "interrupted":  # Ctrl-C means stop now, with what was measured
             return progress.finish(interrupted=True)
         progress.start("showdown")
-        showdown = final_showdown(recipe, outcome.rows, left=recipe.search.time_budget_s - (time.monotonic() - t0),
+        showdown = final_showdown(recipe, outcome.rows, left=plan.before_artifact(time.monotonic()),
                                   on_event=options.on_event, on_round=progress.showdown_round,
                                   stored=search.study.user_attrs.get(SHOWDOWN_ATTR), notes=progress.run_notes)
         progress.showdown = showdown
@@ -171,13 +175,14 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         if options.artifact and rec is not None:
             progress.start("artifact")  # the reports without the artifact, should it fail or be interrupted
             assert progress.doc is not None
-            _deploy(recipe, progress.doc, out, previous=previous, check_rounds=check_rounds,
-                    on_event=options.on_event, notes=progress.run_notes)
+            _deploy(recipe, progress.doc, out, previous=previous, check_rounds=check_rounds, plan=plan,
+                    startup_s=_mean_startup(runner.stats.startup_seconds), on_event=options.on_event,
+                    notes=progress.run_notes)
             serving = getattr(recipe, "serving", None)
             if serving is not None:
                 from autotune.serving.stage import run_serving
 
-                progress.start("serving")
+                progress.start("serving")  # its own serving.time_budget_s, outside the run's promise
                 emit(options.on_event, "serving", f"serving search on {rec['variant']}")
                 section = run_serving(serving, cast("dict[str, Any]", progress.doc), out, run_started=t0,
                                       say=lambda text: emit(options.on_event, "serving", text),
@@ -193,12 +198,32 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
     return doc
 
 
+#: A worker's start-up before one has been measured (a 2-core machine: 2-3 s, mostly ``import torch``).
+STARTUP_GUESS_S = 3.0
+
+
+def _mean_startup(seconds: Sequence[float]) -> float:
+    return sum(seconds) / len(seconds) if seconds else STARTUP_GUESS_S
+
+
+def budget_plan(recipe: Recipe, started: float, startup_seconds: Sequence[float], *, check_rounds: int,
+                artifact: bool) -> BudgetPlan:
+    """The run's budget split once validation has started workers (:mod:`autotune.core.budget`): the artifact
+    step's reserve from their measured start-up, the rest for the boundaries, the search and the showdown."""
+    from autotune.artifact_check import SECONDS, WARM_SECONDS
+
+    total = recipe.search.time_budget_s
+    reserve = artifact_reserve(total, startup_s=_mean_startup(startup_seconds), check_rounds=check_rounds,
+                               seconds=SECONDS, warm_s=WARM_SECONDS) if artifact else 0.0
+    return BudgetPlan(total_s=total, started=started, artifact_s=reserve)
+
+
 def _deploy(recipe: Recipe, doc: ReportDocument, out: Path, *, previous: Mapping[str, Any] | None,
-            check_rounds: int, on_event: OnEvent | None, notes: list[str]) -> None:
+            check_rounds: int, plan: BudgetPlan, startup_s: float, on_event: OnEvent | None,
+            notes: list[str]) -> None:
     """The artifact, its profile and its check as shipped, into ``doc``: the last run's when it built the same
     (:func:`autotune.deployment.reusable_deployment`: a resumed run builds and times nothing twice), else built
     now (:func:`autotune.deployment.write_deployment`) and timed (:func:`autotune.artifact_check.check_artifact`)."""
-    from autotune.artifact_check import check_artifact
     from autotune.deployment import reusable_deployment, write_deployment
 
     rec = doc["recommendation"]
@@ -217,11 +242,46 @@ def _deploy(recipe: Recipe, doc: ReportDocument, out: Path, *, previous: Mapping
         emit(on_event, "artifact", f"artifact and profile of {rec['variant']}")
         write_deployment(recipe.to_dict(), doc, out, make_runner=Runner, timeout=recipe.measure.timeout_s)
     if check_rounds and "artifact_check" not in doc:
-        emit(on_event, "artifact", f"the artifact as shipped: {check_rounds} plain processes")
-        checked = check_artifact(doc, out, rounds=check_rounds, recipe_data=recipe.to_dict(), make_runner=Runner,
-                                 timeout=recipe.measure.timeout_s, seed=recipe.search.seed)
+        checked = _check(recipe, doc, out, wanted=check_rounds, plan=plan, startup_s=startup_s, on_event=on_event,
+                         notes=notes)
         if checked is not None:
             doc["artifact_check"] = cast("ArtifactCheckSection", checked)
+
+
+def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan: BudgetPlan, startup_s: float,
+           on_event: OnEvent | None, notes: list[str]) -> dict[str, Any] | None:
+    """The artifact check, its rounds sized to what is left of the run's promise
+    (:func:`autotune.core.budget.check_rounds_that_fit`): all of them, fewer, plain ones without the tool's
+    staged side, or none, and a note says which when not all."""
+    from autotune.artifact_check import SECONDS, WARM_SECONDS, check_artifact, skipped_section
+    from autotune.core.budget import BUILD_GUESS_S, check_round_seconds, check_rounds_that_fit
+
+    rec = doc["recommendation"]
+    assert rec is not None
+    left = plan.promise - time.monotonic()
+    staging = startup_s + float(rec.get("compile_seconds") or BUILD_GUESS_S)
+    rounds, paired = check_rounds_that_fit(
+        left, wanted=wanted, staging_s=staging,
+        round_s=check_round_seconds(startup_s, seconds=SECONDS, warm_s=WARM_SECONDS, paired=True))
+    if rounds == 0:
+        reason = (f"the time budget had {max(left, 0.0):.0f} s left of its promise "
+                  f"({plan.total_s:g} s + {OVERRUN:.0%}): too little for {wanted} rounds")
+        notes.append(f"The artifact was not timed as shipped: {reason}; the headline is the run's own figure.")
+        emit(on_event, "artifact", f"the artifact check skipped: {reason}")
+        return skipped_section(wanted, reason)
+    how = "paired with the tool's worker" if paired else "plain processes alone"
+    emit(on_event, "artifact", f"the artifact as shipped: {rounds} plain processes ({how})")
+    checked = check_artifact(doc, out, rounds=rounds, recipe_data=recipe.to_dict(),
+                             make_runner=Runner if paired else None, timeout=recipe.measure.timeout_s,
+                             seed=recipe.search.seed, deadline=plan.promise)
+    if checked is not None and (rounds < wanted or not paired):
+        checked["rounds_requested"] = wanted
+        cut = f"{len(checked.get('throughputs') or [])} of {wanted} rounds" if rounds < wanted else f"{wanted} rounds"
+        checked["budget_note"] = (f"{cut}{'' if paired else ', without the tool side by side'}: the time budget "
+                                  f"had {max(left, 0.0):.0f} s left of its promise ({plan.total_s:g} s + "
+                                  f"{OVERRUN:.0%})")
+        notes.append(f"The artifact check ran {checked['budget_note']}.")
+    return checked
 
 
 def _found(progress: RunDocument | None, study: Any, variant: str, found: BoundaryOutcome,
@@ -245,12 +305,10 @@ def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEv
              failure=[status, reason])
 
 
-#: Share of the time left after the batch boundaries that is kept for the final showdown.
-SHOWDOWN_SHARE = 0.25
-#: The showdown may overrun the time left by this share of ``time_budget_s`` (its staging is estimated, not
-#: known): the run's promise is its budget + this share + the artifact step. A showdown estimated to need more
-#: is skipped, and the report says so.
-SHOWDOWN_OVERRUN = 0.25
+#: The showdown may overrun the time left before the artifact reserve by this share of ``time_budget_s`` (its
+#: staging is estimated, not known): the run's promise is its budget + this share (:mod:`autotune.core.budget`).
+#: A showdown estimated to need more is skipped, and the report says so.
+SHOWDOWN_OVERRUN = OVERRUN
 
 
 def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None,

@@ -238,6 +238,12 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(tmp_path: Path) 
     assert "## Deployable artifact" in md and section["loader_code"].splitlines()[0] in md
     assert "## Profile: where the time goes" in md
     assert "Deployable artifact" in (tmp_path / "out" / "report.html").read_text()
+    # the budget's plan and what each phase took (issue 32): the artifact step reserved up front
+    budget = stored["budget"]
+    assert budget["time_budget_s"] == 60 and 0 < budget["artifact_reserve_s"] <= 0.3 * 60
+    assert next(iter(budget["phases"])) == "validation" and {"search", "artifact"} <= set(budget["phases"])
+    assert budget["wall_seconds"] == pytest.approx(sum(budget["phases"].values()), abs=0.01)
+    assert "Time: " in md and "-s budget" in md
     _check_fresh_process(recipe, tmp_path / "out", VariantSpec.parse(rec["variant"]), 4)
 
 

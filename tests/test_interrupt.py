@@ -375,3 +375,50 @@ def test_report_keeps_boundary_failures_when_another_machine_adds_trials(tmp_pat
     assert [(c["status"], c["reason"]) for c in rows] == [(c["status"], c["reason"]) for c in failed]
     assert rows[0]["trial"] == len(study.trials)  # numbered after every trial of the study, so it collides with none
     assert len({c["trial"] for c in again["candidates"]}) == len(again["candidates"])
+
+
+@pytest.mark.slow
+def test_four_interrupts_at_four_phases_then_a_resume_measure_nothing_twice(tmp_path: Path, short_heartbeat: None,
+                                                                            capsys: pytest.CaptureFixture[str]
+                                                                            ) -> None:
+    """Issue 32's chain: Ctrl-C in the boundaries, then (resumed) in the search, then in the showdown, then in the
+    artifact step, then a resume to the end. The final report has the candidates of an uninterrupted run of the
+    same recipe, the study holds each combination once, the boundaries were found once, and the finished
+    showdown was reused by the resume after it, not run again."""
+    from autotune.cli import main
+    from autotune.report import load_report
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(_recipe("boundary").replace("@MODELS@", str(ROOT / "tests" / "models")))
+    out, db = tmp_path / "out", tmp_path / "out" / "study.db"
+    phases = []
+    for point in ("boundary", "measurement", "showdown", "artifact"):
+        with _run_until(recipe, out, point, signal.SIGINT) as proc:
+            assert proc.returncode == 130, proc.stderr
+            assert _survivors(proc.mark) == []  # type: ignore[attr-defined]
+        doc = load_report(out / "report.json")
+        phases.append(doc["phase"])
+        assert doc["complete"] is False and doc["interrupted"] is True
+        if point in ("showdown", "artifact"):  # the boundary found by the second run is read back, not probed
+            assert doc["batch_boundary"]["eager"].get("reused_from_study") is True
+    assert phases == ["boundaries", "search", "showdown", "artifact"]
+    interrupted_showdown = load_report(out / "report.json")["showdown"]
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    done = load_report(out / "report.json")
+    assert done["complete"] is True and done["artifact"]["status"] == "ok"
+    measured = _measured(db)
+    assert len(measured) == len(set(measured)), measured  # nothing measured twice over five runs
+    assert done["search"]["measured_this_run"] == 0  # the last run measured no candidate: all were stored
+    # the showdown finished in the run interrupted in its artifact step; the last run read it back
+    assert interrupted_showdown is not None and interrupted_showdown.get("verdict") is not None
+    assert done["showdown"]["reused"] is True
+    assert any("nothing is measured twice" in n for n in done["notes"])
+
+    plain = tmp_path / "plain"  # the same recipe, never interrupted
+    assert main(["run", str(recipe), "--out", str(plain), "--no-progress"]) == 0, capsys.readouterr().err
+    whole = load_report(plain / "report.json")
+    assert sorted((c["variant"], c["batch_size"]) for c in done["candidates"] if c["status"] == "ok") == \
+        sorted((c["variant"], c["batch_size"]) for c in whole["candidates"] if c["status"] == "ok")
+    assert (done["recommendation"]["variant"], done["recommendation"]["batch_size"]) in \
+        {(c["variant"], c["batch_size"]) for c in whole["candidates"] if c["status"] == "ok"}

@@ -420,6 +420,29 @@ def search_summary(doc: Mapping[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def budget_summary(doc: Mapping[str, Any]) -> str | None:
+    """The time budget's line: the run's seconds against its budget and promise, and each phase's (None for a
+    report without a ``budget`` section: an older version, or a document rebuilt without a run)."""
+    budget = doc.get("budget")
+    if not isinstance(budget, Mapping) or not is_number(budget.get("time_budget_s")) \
+            or not is_number(budget.get("wall_seconds")):
+        return None
+    raw = budget.get("phases")
+    phases: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    own = ", ".join(f"{name} {v:.0f} s" for name, v in phases.items() if name != "serving" and is_number(v))
+    promise = budget.get("promise_s")
+    held = ""
+    if is_number(promise):
+        held = (f" (within its promise of {promise:.0f} s)" if budget["wall_seconds"] <= promise
+                else f" (OVER its promise of {promise:.0f} s)")
+    line = f"{budget['wall_seconds']:.0f} s of a {budget['time_budget_s']:g}-s budget{held}"
+    if own:
+        line += f": {own}"
+    if is_number(phases.get("serving")):
+        line += f"; then serving {phases['serving']:.0f} s (its own budget)"
+    return line
+
+
 def constraints_text(doc: Mapping[str, Any]) -> str | None:
     constraints = recipe_constraints(doc)
     parts = []

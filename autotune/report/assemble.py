@@ -25,8 +25,10 @@ from autotune.version import __version__
 
 if TYPE_CHECKING:
     from autotune.candidate import CandidateRow
+    from autotune.core.budget import BudgetPlan
     from autotune.report.types import (
         BoundarySection,
+        BudgetSection,
         DataSection,
         RecipeSection,
         Recommendation,
@@ -88,7 +90,11 @@ def _rerender(out_dir: Path, *, storage: str | None = None) -> ReportDocument:
     from autotune.study import measured_rows
 
     doc = load_report(out_dir / "report.json")
-    name = doc["search"]["study_name"]
+    name = doc["search"].get("study_name")
+    if not isinstance(name, str) or not name:  # optional in the schema: no study to read back
+        _note(doc, "report.json names no study (search.study_name); re-rendered report.json as stored")
+        write_reports(doc, out_dir)
+        return doc
     url = report_storage(out_dir, doc["search"].get("storage"), storage)
     if url is None:  # the run directory's study.db is gone: re-render what report.json has
         _note(doc, f"study {name} not found ({out_dir / 'study.db'} is missing); re-rendered report.json as "
@@ -243,11 +249,15 @@ class RunDocument:
 
     def __init__(self, recipe: Recipe, workload: ValidatedWorkload, out_dir: Path, *, study: Any, storage: str,
                  study_name: str, started: float, worker_stats: Callable[[], WorkerStats],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, plan: BudgetPlan | None = None) -> None:
         self.recipe, self.workload, self.out_dir, self.study = recipe, workload, out_dir, study
         self.storage, self.study_name, self.started, self._worker_stats = storage, study_name, started, worker_stats
         self.clock = clock
+        self.plan = plan
         self.phase = "boundaries"
+        #: Seconds per phase (validation: from the run's start to the first phase), for report.json's ``budget``.
+        self.phase_seconds: dict[str, float] = {}
+        self._phase_at: float | None = None
         #: Notes of the run itself (a skipped or reused showdown), in report.json's ``notes``.
         self.run_notes: list[str] = []
         self.boundaries: Mapping[str, Any] = {}
@@ -262,10 +272,26 @@ class RunDocument:
     # -- what the tuner tells it ------------------------------------------------------------------
     def start(self, phase: str) -> None:
         """A phase begins: the full set, so report.md says where the run is."""
-        self.phase = phase
+        now = self.clock()
+        if self._phase_at is None:
+            self.phase_seconds["validation"] = now - self.started
+        else:
+            self.phase_seconds[self.phase] = self.phase_seconds.get(self.phase, 0.0) + now - self._phase_at
+        self.phase, self._phase_at = phase, now
         if phase == "search":
-            self.search_started = self.clock()
+            self.search_started = now
         self.write(full=True)
+
+    def budget(self) -> dict[str, Any] | None:
+        """report.json's ``budget``: the plan and the phases' seconds so far (the current one until now); the
+        promise is judged without the serving stage, which has a budget of its own."""
+        if self.plan is None:
+            return None
+        phases = dict(self.phase_seconds)
+        if self._phase_at is not None:
+            phases[self.phase] = phases.get(self.phase, 0.0) + self.clock() - self._phase_at
+        wall = sum(v for k, v in phases.items() if k != "serving")
+        return self.plan.to_dict(phases, wall)
 
     def boundary(self, documents: Mapping[str, Any], failures: Mapping[str, tuple[str, str]]) -> None:
         self.boundaries, self.failures = dict(documents), dict(failures)
@@ -324,6 +350,9 @@ class RunDocument:
         doc["complete"] = complete
         doc["phase"] = "done" if complete else self.phase
         doc["interrupted"] = interrupted
+        budget = self.budget()
+        if budget is not None:
+            doc["budget"] = cast("BudgetSection", budget)
         if self.doc is not None:  # the deployment's and the serving stage's sections, once written, stay
             if "artifact" in self.doc:
                 doc["artifact"] = self.doc["artifact"]

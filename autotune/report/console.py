@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from autotune.core.contention import DISTURBED_CORES
 from autotune.report.analysis import (
+    budget_summary,
     constraints_text,
     eager_comparison,
     failure_groups,
@@ -153,7 +154,8 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
     for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc, busy=not busy),
-                  stop_summary(doc), serving_console_line(doc)):
+                  stop_summary(doc), serving_console_line(doc),
+                  f"Time: {budget_summary(doc)}." if budget_summary(doc) else None):
         if extra:
             lines.extend(_wrap(extra))
     constraints = constraints_text(doc)

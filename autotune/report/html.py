@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.environment import summary_line
-from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
+from autotune.report.analysis import all_notes, budget_summary, failure_groups, search_summary, why_points
 from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     fmt_bytes,
@@ -220,7 +220,8 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         parts.append(f"<p>{_h(description)}</p>")
     parts.append(
         f'<p class="muted small">{_h(byline(doc))}<br>Machine: {_h(summary_line(env))}<br>'
-        f"Search: {_h(search_summary(doc))}</p>"
+        f"Search: {_h(search_summary(doc))}"
+        + (f"<br>Time: {_h(str(budget_summary(doc)))}" if budget_summary(doc) else "") + "</p>"
     )
 
     if rec is not None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.environment import summary_line
-from autotune.report.analysis import all_notes, failure_groups, search_summary, why_points
+from autotune.report.analysis import all_notes, budget_summary, failure_groups, search_summary, why_points
 from autotune.report.canonical import normalise_report
 from autotune.report.format import short_list, study_objective
 from autotune.report.plots import PLOT_CAPTIONS, PLOT_NAMES, SERVING_PLOT
@@ -138,7 +138,10 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     if description:
         out += [_md_text(description), ""]
     out += [f"_{_md_text(byline(doc))}_  ", f"Machine: {_md_text(summary_line(env))}  ",
-            f"Search: {_md_text(search_summary(doc))}", ""]
+            f"Search: {_md_text(search_summary(doc))}" + ("  " if budget_summary(doc) else "")]
+    if budget_summary(doc):
+        out.append(f"Time: {_md_text(str(budget_summary(doc)))}")
+    out.append("")
 
     if rec is not None:
         out += [

@@ -438,6 +438,9 @@ ARTIFACT_CHECK_FIELDS: dict[str, tuple[Checker, bool]] = {
     "tool_note": (_nullable(_STR), False),
     "reused": (_nullable(_BOOL), False),
     "wall_seconds": (_NN_NUMBER, False),
+    # fewer rounds than asked for, or none (status skipped): the time budget (autotune.core.budget)
+    "rounds_requested": (_nullable(_POSITIVE_INT), False),
+    "budget_note": (_nullable(_STR), False),
 }
 _PROFILE_ROW = _record(
     {
@@ -639,6 +642,14 @@ _SHOWDOWN = _record({
     "seconds_per_call": (_nullable(_dict_of(_list_of(_nullable(_NUMBER)))), False),
     "burn_in_rounds": (_nullable(_NON_NEGATIVE_INT), False),
 })
+_BUDGET = _record({
+    "time_budget_s": (_NN_NUMBER, True),
+    "promise_s": (_NN_NUMBER, True),
+    "artifact_reserve_s": (_NN_NUMBER, False),
+    "phases": (_dict_of(_NN_NUMBER), True),
+    "wall_seconds": (_NN_NUMBER, True),
+    "within_promise": (_BOOL, False),
+})
 _SCHEMA = _kind(lambda v: is_int(v) and v in READ_VERSIONS, "schema version " + " or ".join(map(str, READ_VERSIONS)))
 DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "schema": (_SCHEMA, True),
@@ -663,6 +674,7 @@ DOCUMENT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "complete": (_nullable(_BOOL), False),
     "phase": (_nullable(_one_of(RUN_PHASES)), False),
     "interrupted": (_nullable(_BOOL), False),
+    "budget": (_nullable(_BUDGET), False),  # the time budget's plan (autotune.core.budget); absent in older reports
 }
 _DOCUMENT = _record(DOCUMENT_FIELDS)
 

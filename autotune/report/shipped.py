@@ -32,6 +32,12 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
     rate = check.get("throughput")
     if not is_number(rate):
         return None
+    text = _sentence(doc, check, rate)
+    cut = check.get("budget_note")
+    return text + (f" (The time budget allowed {cut}.)" if isinstance(cut, str) and cut else "")
+
+
+def _sentence(doc: Mapping[str, Any], check: Mapping[str, Any], rate: float) -> str:
     rounds = check.get("rounds")
     ci = check.get("ci")
     spread = f", 95% CI {fmt_rate(ci[0])}-{fmt_rate(ci[1])}" if isinstance(ci, list) and len(ci) == 2 else ""

@@ -211,6 +211,19 @@ class ArtifactCheckSection(TypedDict, total=False):
     tool_note: str | None  # why there is no tool side, when there is none
     reused: bool  # the last run's check of the same artifact
     wall_seconds: float
+    rounds_requested: int  # when the time budget allowed fewer rounds (or none: status skipped)
+    budget_note: str  # what the budget cut, in words
+
+
+class BudgetSection(TypedDict):
+    """The run's time budget, its plan and what each phase took (:mod:`autotune.core.budget`)."""
+
+    time_budget_s: float
+    promise_s: float  # the budget plus its overrun allowance: the run's promise (the serving stage apart)
+    artifact_reserve_s: float  # kept up front for the artifact step
+    phases: dict[str, float]  # seconds per phase, in the order they ran
+    wall_seconds: float  # the run to the end of its last phase, the serving stage apart
+    within_promise: bool
 
 
 class ProfileSection(TypedDict):
@@ -405,6 +418,8 @@ class ReportDocument(TypedDict):
     complete: NotRequired[bool]
     phase: NotRequired[str]
     interrupted: NotRequired[bool]
+    #: the time budget's plan and the phases' seconds (written by versions that plan it)
+    budget: NotRequired[BudgetSection]
 
 
 __all__ = [

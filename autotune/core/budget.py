@@ -1,0 +1,110 @@
+"""The run's time budget, split among its phases up front (issue 32: a budget is a promise).
+
+``search.time_budget_s`` covers the whole run: validation, the batch boundaries, the search, the showdown and the
+artifact step (the build, its profile and the check of the artifact as shipped). What the run promises is that
+budget plus :data:`OVERRUN` of it, since the costs of the later phases are estimates made before they run; the
+serving stage (``[serving]``) has its own ``serving.time_budget_s`` on top, which the report names.
+
+Why up front: a budget that each phase spends until it is gone leaves nothing for the phases after it. The
+artifact step came last and was never counted, so with ``--time-budget 60`` a run took 78 s before the artifact
+check existed, and about 110 s after (the check alone is 30-40 s at five rounds). The artifact step is reserved
+first (:func:`artifact_reserve`, from the worker start-up cost measured during validation); the search gets
+:data:`SEARCH_SHARE` of the rest and the showdown what the search leaves; the check then sizes its rounds to what
+is left of the promise (:func:`check_rounds_that_fit`) and says so when it runs fewer.
+
+Pure: clock readings come in as arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ARTIFACT_SHARE_CAP", "MIN_CHECK_ROUNDS", "OVERRUN", "SEARCH_SHARE", "BudgetPlan", "artifact_reserve",
+           "check_round_seconds", "check_rounds_that_fit"]
+
+#: How far past ``time_budget_s`` a run may end: its later phases are sized by estimates.
+OVERRUN = 0.25
+#: Share of what is left after the boundaries and the artifact reserve that the search may spend when a showdown
+#: follows; the showdown gets the rest.
+SEARCH_SHARE = 0.75
+#: The artifact reserve never takes more than this share of the budget: a small budget still searches.
+ARTIFACT_SHARE_CAP = 0.3
+#: Fewer rounds than this give no interval: the check is then skipped and the report says why.
+MIN_CHECK_ROUNDS = 2
+#: The build of the artifact and its profile beyond a worker's start-up, before the pick is known (a TorchScript
+#: or an ONNX export of resnet18 at 64x64: 3-8 s on a 2-core machine, 2026-11-27).
+BUILD_GUESS_S = 6.0
+
+
+def check_round_seconds(startup_s: float, *, seconds: float, warm_s: float, paired: bool) -> float:
+    """One round of the artifact check: a fresh plain process (its interpreter and ``import torch`` cost about a
+    worker's start-up, then the load, three warm passes and ``warm_s``, then ``seconds`` timed), and the tool's
+    slice of ``seconds`` when ``paired``."""
+    return startup_s + warm_s + seconds + 0.5 + (seconds if paired else 0.0)
+
+
+def artifact_reserve(total_s: float, *, startup_s: float, check_rounds: int, seconds: float, warm_s: float,
+                     build_s: float = BUILD_GUESS_S) -> float:
+    """Seconds kept for the artifact step: its build worker, the build and profile, and (``check_rounds`` > 0)
+    the check's staged worker and rounds; at most :data:`ARTIFACT_SHARE_CAP` of ``total_s``."""
+    need = startup_s + build_s
+    if check_rounds > 0:
+        need += startup_s + build_s + check_rounds * check_round_seconds(startup_s, seconds=seconds,
+                                                                         warm_s=warm_s, paired=True)
+    return max(0.0, min(need, ARTIFACT_SHARE_CAP * total_s))
+
+
+def check_rounds_that_fit(left_s: float, *, wanted: int, round_s: float, staging_s: float) -> tuple[int, bool]:
+    """How many check rounds fit in ``left_s``, and whether the tool's side is staged for them: all ``wanted``
+    paired when they fit; else as many paired rounds as fit (at least :data:`MIN_CHECK_ROUNDS`); else plain rounds
+    alone (no staging; ``round_s`` is the paired round, a plain one costs ``round_s`` less a slice); else (0,
+    False): no check."""
+    if wanted <= 0:
+        return 0, False
+    paired = int((left_s - staging_s) // round_s) if round_s > 0 else wanted
+    if paired >= MIN_CHECK_ROUNDS:
+        return min(wanted, paired), True
+    plain = int(left_s // max(round_s * 0.75, 1e-9))
+    if plain >= MIN_CHECK_ROUNDS:
+        return min(wanted, plain), False
+    return 0, False
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """A run's budget once validation has measured a worker's start-up: the artifact reserve, the deadlines.
+
+    ``started``: the run's start on the monotonic clock (before validation, which the budget covers too).
+    """
+
+    total_s: float
+    started: float
+    artifact_s: float
+
+    @property
+    def deadline(self) -> float:
+        """When the run's phases should be done, the artifact step included."""
+        return self.started + self.total_s
+
+    @property
+    def promise(self) -> float:
+        """When the run is promised to be done (the serving stage apart): the budget plus :data:`OVERRUN`."""
+        return self.started + self.total_s * (1.0 + OVERRUN)
+
+    def before_artifact(self, now: float) -> float:
+        """Seconds left for the phases before the artifact step (may be negative)."""
+        return self.deadline - self.artifact_s - now
+
+    def search_seconds(self, now: float, *, showdown: bool) -> float:
+        """The search's share: :data:`SEARCH_SHARE` of what is left before the artifact reserve when a showdown
+        follows, all of it otherwise; never negative."""
+        left = max(0.0, self.before_artifact(now))
+        return left * (SEARCH_SHARE if showdown else 1.0)
+
+    def to_dict(self, phases: dict[str, float], wall_s: float) -> dict[str, Any]:
+        """report.json's ``budget``: the plan, the seconds each phase took and whether the promise held."""
+        return {"time_budget_s": self.total_s, "promise_s": round(self.total_s * (1.0 + OVERRUN), 3),
+                "artifact_reserve_s": round(self.artifact_s, 3),
+                "phases": {k: round(v, 3) for k, v in phases.items()}, "wall_seconds": round(wall_s, 3),
+                "within_promise": wall_s <= self.total_s * (1.0 + OVERRUN)}

@@ -1,0 +1,81 @@
+"""The time budget split up front (autotune.core.budget, issue 32): pure arithmetic, then what a run's report says
+of it (the real runs that spend it are in tests/test_artifact.py and tests/test_cli.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.core.budget import (
+    ARTIFACT_SHARE_CAP,
+    MIN_CHECK_ROUNDS,
+    OVERRUN,
+    SEARCH_SHARE,
+    BudgetPlan,
+    artifact_reserve,
+    check_round_seconds,
+    check_rounds_that_fit,
+)
+from autotune.report.analysis import budget_summary
+from autotune.report.schema import validate_report
+
+
+def test_a_check_round_is_a_plain_process_and_the_tools_slice() -> None:
+    plain = check_round_seconds(2.5, seconds=1.5, warm_s=1.0, paired=False)
+    assert plain == pytest.approx(2.5 + 1.0 + 1.5 + 0.5)
+    assert check_round_seconds(2.5, seconds=1.5, warm_s=1.0, paired=True) == pytest.approx(plain + 1.5)
+
+
+def test_the_artifact_reserve_covers_build_and_check_but_never_more_than_its_cap() -> None:
+    no_check = artifact_reserve(1000.0, startup_s=3.0, check_rounds=0, seconds=1.5, warm_s=1.0, build_s=6.0)
+    assert no_check == pytest.approx(9.0)
+    five = artifact_reserve(1000.0, startup_s=3.0, check_rounds=5, seconds=1.5, warm_s=1.0, build_s=6.0)
+    assert five == pytest.approx(9.0 + 9.0 + 5 * check_round_seconds(3.0, seconds=1.5, warm_s=1.0, paired=True))
+    assert artifact_reserve(60.0, startup_s=3.0, check_rounds=5, seconds=1.5, warm_s=1.0) == \
+        pytest.approx(ARTIFACT_SHARE_CAP * 60.0)
+
+
+def test_the_plan_gives_the_search_its_share_of_what_the_reserve_leaves() -> None:
+    plan = BudgetPlan(total_s=100.0, started=1000.0, artifact_s=20.0)
+    assert plan.deadline == 1100.0 and plan.promise == pytest.approx(1000.0 + 100.0 * (1 + OVERRUN))
+    # 10 s of validation: 70 s before the reserve, the search its share when a showdown follows
+    assert plan.before_artifact(1010.0) == pytest.approx(70.0)
+    assert plan.search_seconds(1010.0, showdown=True) == pytest.approx(70.0 * SEARCH_SHARE)
+    assert plan.search_seconds(1010.0, showdown=False) == pytest.approx(70.0)
+    assert plan.search_seconds(1200.0, showdown=True) == 0.0  # spent: never negative
+
+
+@pytest.mark.parametrize(("left", "wanted", "expect"), [
+    (200.0, 5, (5, True)),   # everything fits
+    (40.0, 5, (3, True)),    # (40 - 10) // 8 = 3 paired rounds
+    (20.0, 5, (3, False)),   # 1 paired round would fit: plain rounds instead (20 // 6)
+    (10.0, 5, (0, False)),   # not even two plain rounds
+    (200.0, 0, (0, False)),  # no check asked for
+])
+def test_check_rounds_are_sized_to_the_time_left(left: float, wanted: int, expect: tuple[int, bool]) -> None:
+    assert check_rounds_that_fit(left, wanted=wanted, round_s=8.0, staging_s=10.0) == expect
+
+
+def test_fewer_than_the_minimum_rounds_are_never_run() -> None:
+    for left in range(0, 200):
+        rounds, _ = check_rounds_that_fit(float(left), wanted=5, round_s=8.0, staging_s=10.0)
+        assert rounds == 0 or MIN_CHECK_ROUNDS <= rounds <= 5
+
+
+def _doc(budget: dict[str, object]) -> dict[str, object]:
+    return {"schema": 2, "recipe": {"name": "r"}, "environment": {}, "search": {}, "candidates": [],
+            "recommendation": None, "budget": budget}
+
+
+def test_the_report_says_the_time_against_the_budget_and_its_promise() -> None:
+    plan = BudgetPlan(total_s=60.0, started=0.0, artifact_s=18.0)
+    within = plan.to_dict({"validation": 7.0, "search": 30.0, "showdown": 12.0, "artifact": 16.0}, 65.0)
+    validate_report(_doc(within))
+    text = budget_summary(_doc(within))
+    assert text is not None
+    assert text.startswith("65 s of a 60-s budget (within its promise of 75 s)")
+    assert "validation 7 s, search 30 s, showdown 12 s, artifact 16 s" in text
+    over = plan.to_dict({"search": 80.0, "serving": 45.0}, 80.0)
+    assert over["within_promise"] is False
+    text = budget_summary(_doc(over))
+    assert text is not None and "OVER its promise of 75 s" in text and "serving 45 s (its own budget)" in text
+    assert budget_summary(_doc({"phases": "x"})) is None  # an older or damaged section: no line, no traceback
