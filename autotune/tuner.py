@@ -258,7 +258,7 @@ def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan:
 
     rec = doc["recommendation"]
     assert rec is not None
-    left = plan.promise - time.monotonic()
+    left = plan.last_phase_end - time.monotonic()
     staging = startup_s + float(rec.get("compile_seconds") or BUILD_GUESS_S)
     rounds, paired = check_rounds_that_fit(
         left, wanted=wanted, staging_s=staging,
@@ -273,7 +273,7 @@ def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan:
     emit(on_event, "artifact", f"the artifact as shipped: {rounds} plain processes ({how})")
     checked = check_artifact(doc, out, rounds=rounds, recipe_data=recipe.to_dict(),
                              make_runner=Runner if paired else None, timeout=recipe.measure.timeout_s,
-                             seed=recipe.search.seed, deadline=plan.promise)
+                             seed=recipe.search.seed, deadline=plan.last_phase_end)
     if checked is not None and (rounds < wanted or not paired):
         checked["rounds_requested"] = wanted
         cut = f"{len(checked.get('throughputs') or [])} of {wanted} rounds" if rounds < wanted else f"{wanted} rounds"

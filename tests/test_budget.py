@@ -9,6 +9,7 @@ from autotune.core.budget import (
     ARTIFACT_SHARE_CAP,
     MIN_CHECK_ROUNDS,
     OVERRUN,
+    ROUND_OVERHEAD_S,
     SEARCH_SHARE,
     BudgetPlan,
     artifact_reserve,
@@ -21,7 +22,7 @@ from autotune.report.schema import validate_report
 
 def test_a_check_round_is_a_plain_process_and_the_tools_slice() -> None:
     plain = check_round_seconds(2.5, seconds=1.5, warm_s=1.0, paired=False)
-    assert plain == pytest.approx(2.5 + 1.0 + 1.5 + 0.5)
+    assert plain == pytest.approx(2.5 + 1.0 + 1.5 + ROUND_OVERHEAD_S)
     assert check_round_seconds(2.5, seconds=1.5, warm_s=1.0, paired=True) == pytest.approx(plain + 1.5)
 
 
@@ -79,3 +80,12 @@ def test_the_report_says_the_time_against_the_budget_and_its_promise() -> None:
     text = budget_summary(_doc(over))
     assert text is not None and "OVER its promise of 75 s" in text and "serving 45 s (its own budget)" in text
     assert budget_summary(_doc({"phases": "x"})) is None  # an older or damaged section: no line, no traceback
+
+
+def test_a_search_starts_a_candidate_only_while_half_a_typical_one_fits() -> None:
+    from autotune.core.budget import worth_starting
+
+    assert worth_starting(5.0, [])  # the first candidate always (the share is not spent)
+    assert not worth_starting(0.0, []) and not worth_starting(-1.0, [4.0])
+    assert worth_starting(12.0, [24.0, 20.0, 30.0])  # half of the median (24 s) fits
+    assert not worth_starting(3.0, [24.0, 24.0])  # the busy-neighbour case: 3 s left of a 24-s candidate

@@ -286,6 +286,7 @@ class ShiftedBoxes(torch.nn.Module):
         return [{**d, "boxes": d["boxes"] + self.pixels} for d in self.inner(images)]
 
 
+@pytest.mark.worker  # a real model through worker ops (the marker's definition): not test-fast
 def test_the_factory_builds_a_small_batched_detector() -> None:
     model = _detector()
     assert not model.training
@@ -301,6 +302,7 @@ def _positional(out: list[dict[str, torch.Tensor]]) -> list[tuple[torch.Tensor, 
     return [tuple(d[k] for k in sorted(d)) for d in out]
 
 
+@pytest.mark.worker  # a real model through worker ops (the marker's definition): not test-fast
 def test_real_detector_reordered_by_a_correct_variant_passes() -> None:
     """torchvision's own random init ties every score: channels_last reorders and swaps at the cut."""
     model = _detector(num_classes=5, calibrate=False)
@@ -320,6 +322,7 @@ def test_real_detector_reordered_by_a_correct_variant_passes() -> None:
     assert gate.max_abs_error < 1e-2
 
 
+@pytest.mark.worker  # a real model through worker ops (the marker's definition): not test-fast
 def test_real_detector_with_shifted_boxes_is_rejected() -> None:
     model = _detector(num_classes=5)
     wrong = build_variant(VariantSpec.parse("eager"), ShiftedBoxes(model, 3.0), _images(99), device="cpu")

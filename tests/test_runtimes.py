@@ -259,6 +259,7 @@ def test_a_partial_batch_is_split_into_near_equal_chunks() -> None:
 # ---- measured through the real worker ---------------------------------------------------------------
 
 
+@pytest.mark.worker  # a real model through worker ops (the marker's definition): not test-fast
 @pytest.mark.skipif(not (HAVE_ONNX and HAVE_OPENVINO), reason="runtime extras not installed (make install)")
 def test_runtimes_are_measured_by_the_real_worker(write_recipe) -> None:
     recipe = load_recipe(write_recipe(tiny_recipe(name="rt", variants='["eager", "onnx", "openvino:throughput"]',

@@ -516,6 +516,7 @@ def test_compile_builds_passes_the_gate_and_counts_recompilations() -> None:
     assert recompile_count() == 0
 
 
+@pytest.mark.worker  # a real model through worker ops (the marker's definition): not test-fast
 def test_export_aotinductor_builds_and_passes_the_gate(tmp_path: object) -> None:
     _needs("export")
     model, shape = _model("mlp")

@@ -17,11 +17,13 @@ Pure: clock readings come in as arguments.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ARTIFACT_SHARE_CAP", "MIN_CHECK_ROUNDS", "OVERRUN", "SEARCH_SHARE", "BudgetPlan", "artifact_reserve",
-           "check_round_seconds", "check_rounds_that_fit"]
+           "check_round_seconds", "check_rounds_that_fit", "worth_starting"]
 
 #: How far past ``time_budget_s`` a run may end: its later phases are sized by estimates.
 OVERRUN = 0.25
@@ -37,11 +39,30 @@ MIN_CHECK_ROUNDS = 2
 BUILD_GUESS_S = 6.0
 
 
+#: A round's cost beyond start-up, warm-up and timing: the artifact's load, three warm passes, the process's exit
+#: and the paired slice's pause and resume (3 paired rounds of a traced resnet18 took 8.0 s each where start-up,
+#: warm-up and timing add to 6.5 s, 2026-11-27).
+ROUND_OVERHEAD_S = 1.5
+#: The last report write after the last phase (report.md, report.html and its plots): about a second.
+FINAL_WRITE_S = 2.0
+
+
 def check_round_seconds(startup_s: float, *, seconds: float, warm_s: float, paired: bool) -> float:
     """One round of the artifact check: a fresh plain process (its interpreter and ``import torch`` cost about a
     worker's start-up, then the load, three warm passes and ``warm_s``, then ``seconds`` timed), and the tool's
     slice of ``seconds`` when ``paired``."""
-    return startup_s + warm_s + seconds + 0.5 + (seconds if paired else 0.0)
+    return startup_s + warm_s + seconds + ROUND_OVERHEAD_S + (seconds if paired else 0.0)
+
+
+def worth_starting(left_s: float, spent: Sequence[float]) -> bool:
+    """Whether a search with ``left_s`` of its share left starts another candidate, given what this run's
+    candidates took (``spent``, seconds each): always the first, then only while at least half a typical
+    candidate's time is left. So the share is overrun by half a candidate at most, on average, and not by a
+    whole one: beside a busy neighbour a quickstart candidate took 24 s, and "finish the one in progress" ran the
+    search 22 s past its 27-s share (2026-11-27)."""
+    if left_s <= 0:
+        return False
+    return not spent or left_s >= 0.5 * statistics.median(spent)
 
 
 def artifact_reserve(total_s: float, *, startup_s: float, check_rounds: int, seconds: float, warm_s: float,
@@ -91,6 +112,11 @@ class BudgetPlan:
     def promise(self) -> float:
         """When the run is promised to be done (the serving stage apart): the budget plus :data:`OVERRUN`."""
         return self.started + self.total_s * (1.0 + OVERRUN)
+
+    @property
+    def last_phase_end(self) -> float:
+        """When the last phase must end for the final report write to end by the promise."""
+        return self.promise - FINAL_WRITE_S
 
     def before_artifact(self, now: float) -> float:
         """Seconds left for the phases before the artifact step (may be negative)."""

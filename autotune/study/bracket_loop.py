@@ -11,6 +11,7 @@ from typing import Any
 
 from optuna.distributions import CategoricalDistribution
 
+from autotune.core.budget import worth_starting
 from autotune.study.bracket import Arm, BracketSearch
 from autotune.study.rows import measured_rows, stored_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
@@ -90,6 +91,7 @@ def run_bracket(search: StudySession) -> SearchOutcome:
     told: set[int] = set()
     t0 = search.clock()
     measured_now = 0
+    spent: list[float] = []  # seconds per candidate measured by this run (worth_starting)
     stopped_by = "converged"
     pct = s.constraints.latency_percentile
 
@@ -106,7 +108,7 @@ def run_bracket(search: StudySession) -> SearchOutcome:
         while True:
             search.fail_stale()
             sync()
-            if search.clock() - t0 >= s.time_budget_s:
+            if not worth_starting(s.time_budget_s - (search.clock() - t0), spent):
                 stopped_by = "time_budget"
                 break
             if s.max_trials and measured_now >= s.max_trials:
@@ -141,6 +143,7 @@ def run_bracket(search: StudySession) -> SearchOutcome:
                     fidelity = proposal.fidelity if got == combo else SCREEN_FRACTION
                     start = search.clock()
                     row = search.evaluate(trial.number, *got, fidelity=fidelity)
+                    spent.append(search.clock() - start)
                     row = {**row, "fidelity": round(fidelity, 4), "search_action": proposal.action
                            if got == combo else "screen", "search_seconds": round(search.clock() - start, 3)}
                     search.tell(trial, row)

@@ -50,6 +50,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.candidate import best_row
+from autotune.core.budget import worth_starting
 from autotune.study.bracket_loop import run_bracket
 from autotune.study.rows import measured_rows, planned_combo
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
@@ -140,6 +141,7 @@ class Search(StudySession):
         measured = self.measured()
         self._enqueue_priors(measured)
         measured_now = 0
+        spent: list[float] = []  # seconds per candidate measured by this run (worth_starting)
         repeats = 0
         stopped_by = "exhausted"
         distributions = self.space.distributions()
@@ -151,7 +153,7 @@ class Search(StudySession):
                 if not remaining:
                     stopped_by = "exhausted"
                     break
-                if self.clock() - t0 >= self.settings.time_budget_s:
+                if not worth_starting(self.settings.time_budget_s - (self.clock() - t0), spent):
                     stopped_by = "time_budget"
                     break
                 if self.settings.max_trials and measured_now >= self.settings.max_trials:
@@ -166,6 +168,7 @@ class Search(StudySession):
                     continue
                 self._enqueue_neighbours(measured)
                 trial = self.ask(distributions)
+                began = self.clock()
                 try:
                     with self.heartbeat(trial):
                         row = self._handle(trial)
@@ -181,6 +184,7 @@ class Search(StudySession):
                     continue
                 repeats = 0
                 measured_now += 1
+                spent.append(self.clock() - began)
                 if self.on_row is not None:
                     self.on_row(row)
         except KeyboardInterrupt:
