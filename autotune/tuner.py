@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
-from autotune.core.budget import OVERRUN, BudgetPlan, artifact_reserve
+from autotune.core.budget import OVERRUN, ROUND_OVERHEAD_S, BudgetPlan, artifact_reserve
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
 from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
@@ -164,7 +164,9 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         if outcome.stopped_by == "interrupted":  # Ctrl-C means stop now, with what was measured
             return progress.finish(interrupted=True)
         progress.start("showdown")
+        staging = _staging_estimate(recipe, outcome)
         showdown = final_showdown(recipe, outcome.rows, left=plan.before_artifact(time.monotonic()),
+                                  startup_s=staging,
                                   on_event=options.on_event, on_round=progress.showdown_round,
                                   stored=search.study.user_attrs.get(SHOWDOWN_ATTR), notes=progress.run_notes)
         progress.showdown = showdown
@@ -176,7 +178,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
             progress.start("artifact")  # the reports without the artifact, should it fail or be interrupted
             assert progress.doc is not None
             _deploy(recipe, progress.doc, out, previous=previous, check_rounds=check_rounds, plan=plan,
-                    startup_s=_mean_startup(runner.stats.startup_seconds), on_event=options.on_event,
+                    # a plain process of the check costs what a worker's start did, or (a busy machine) what this
+                    # run's candidates said a process's staging costs
+                    startup_s=max(_mean_startup(runner.stats.startup_seconds), staging - ROUND_OVERHEAD_S),
+                    on_event=options.on_event,
                     notes=progress.run_notes)
             serving = getattr(recipe, "serving", None)
             if serving is not None:
@@ -311,7 +316,17 @@ def store_found(study: Any, variant: str, found: BoundaryOutcome, on_event: OnEv
 SHOWDOWN_OVERRUN = OVERRUN
 
 
+def _staging_estimate(recipe: Recipe, outcome: SearchOutcome) -> float:
+    """A showdown process's staging cost beyond its build, from this run's candidates (core.budget)."""
+    from autotune.core.budget import staging_seconds
+
+    builds = [float(r["compile_seconds"]) for r in outcome.rows
+              if r.get("status") == "ok" and isinstance(r.get("compile_seconds"), int | float)]
+    return staging_seconds(outcome.candidate_seconds, builds, max_seconds=recipe.measure.max_seconds)
+
+
 def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None,
+                   startup_s: float = 5.0,
                    on_round: Callable[[dict[str, Any]], None] | None = None,
                    stored: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> dict[str, Any] | None:
     """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide,
@@ -351,10 +366,10 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                          f"({len(stored['finalists'])} finalists, {stored.get('rounds_run')} rounds): nothing is "
                          "measured twice")
         return {**stored, "reused": True}
-    cost = estimated_seconds(finalists, settings)
+    cost = estimated_seconds(finalists, settings, startup_s=startup_s)
     while len(finalists) > 2 and cost > left:
         finalists = finalists[:-1]
-        cost = estimated_seconds(finalists, settings)
+        cost = estimated_seconds(finalists, settings, startup_s=startup_s)
     if not finalists:
         return None
     if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:  # left < 0: the allowance is partly spent

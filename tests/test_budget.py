@@ -89,3 +89,11 @@ def test_a_search_starts_a_candidate_only_while_half_a_typical_one_fits() -> Non
     assert not worth_starting(0.0, []) and not worth_starting(-1.0, [4.0])
     assert worth_starting(12.0, [24.0, 20.0, 30.0])  # half of the median (24 s) fits
     assert not worth_starting(3.0, [24.0, 24.0])  # the busy-neighbour case: 3 s left of a 24-s candidate
+
+
+def test_a_showdown_process_is_staged_in_what_this_runs_candidates_took() -> None:
+    from autotune.core.budget import staging_seconds
+
+    assert staging_seconds([], [], max_seconds=3.0) == 5.0  # nothing measured: the old constant
+    assert staging_seconds([8.0, 7.5, 9.0], [0.8, 1.0], max_seconds=3.0) == 5.0  # a quiet machine: the floor
+    assert staging_seconds([22.0], [0.8], max_seconds=3.0) == pytest.approx(18.2)  # beside a busy neighbour

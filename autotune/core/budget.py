@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ARTIFACT_SHARE_CAP", "MIN_CHECK_ROUNDS", "OVERRUN", "SEARCH_SHARE", "BudgetPlan", "artifact_reserve",
-           "check_round_seconds", "check_rounds_that_fit", "worth_starting"]
+           "check_round_seconds", "check_rounds_that_fit", "staging_seconds", "worth_starting"]
 
 #: How far past ``time_budget_s`` a run may end: its later phases are sized by estimates.
 OVERRUN = 0.25
@@ -52,6 +52,18 @@ def check_round_seconds(startup_s: float, *, seconds: float, warm_s: float, pair
     worker's start-up, then the load, three warm passes and ``warm_s``, then ``seconds`` timed), and the tool's
     slice of ``seconds`` when ``paired``."""
     return startup_s + warm_s + seconds + ROUND_OVERHEAD_S + (seconds if paired else 0.0)
+
+
+def staging_seconds(candidate_seconds: Sequence[float], compile_seconds: Sequence[float], *, max_seconds: float,
+                    floor: float = 5.0) -> float:
+    """A showdown process's start-up, warm-up and bookkeeping (its build apart), from what this run's candidates
+    took: the median candidate's wall time less its build and its timing (``max_seconds`` at most), never below
+    ``floor`` (the estimate before anything was measured). Beside a busy neighbour a quickstart candidate took
+    22 s, a quiet one about 8 s; with the floor alone a one-finalist showdown estimated at 23 s took 46 s."""
+    if not candidate_seconds:
+        return floor
+    build = statistics.median(compile_seconds) if compile_seconds else 0.0
+    return max(floor, statistics.median(candidate_seconds) - build - max_seconds)
 
 
 def worth_starting(left_s: float, spent: Sequence[float]) -> bool:

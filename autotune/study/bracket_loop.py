@@ -160,7 +160,8 @@ def run_bracket(search: StudySession) -> SearchOutcome:
     return SearchOutcome(rows=measured_rows(search.study), stopped_by=stopped_by,
                          wall_seconds=search.clock() - t0, sampler="BracketSearch", measured_this_run=measured_now,
                          trials=len(search.study.trials),
-                         extra={"strategy": "bracket", "screen_fraction": SCREEN_FRACTION})
+                         extra={"strategy": "bracket", "screen_fraction": SCREEN_FRACTION},
+                         candidate_seconds=tuple(spent))
 
 
 def _distributions(search: StudySession, combo: tuple[str, int]) -> dict[str, Any]:

@@ -199,4 +199,5 @@ class Search(StudySession):
             sampler=type(self.study.sampler).__name__,
             measured_this_run=measured_now,
             trials=len(self.study.trials),
+            candidate_seconds=tuple(spent),
         )

@@ -89,6 +89,9 @@ class SearchOutcome:
     measured_this_run: int
     trials: int
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Wall seconds of each candidate this run measured (worker start, build, warm-up, timing): the tuner sizes
+    #: the showdown's staging by them (a busy machine's are several times a quiet one's).
+    candidate_seconds: tuple[float, ...] = ()
 
 
 #: ``evaluate(trial, variant, batch)``; the bracket strategy also passes ``fidelity=`` (share of the full
