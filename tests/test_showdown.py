@@ -195,6 +195,26 @@ class _FakeRunner(PausableDouble):
         pass
 
 
+def test_a_deadline_passed_while_staging_still_gets_the_minimum_rounds() -> None:
+    """Staging is the costly part; once it is done, min(rounds, MIN_ROUNDS_STAGED) rounds run even past the
+    deadline (the demo's showdown ran 2 rounds over 3 processes and decided nothing), and no more."""
+    import time
+
+    from autotune.showdown import ShowdownSettings, run_showdown
+    from autotune.showdown.rounds import MIN_ROUNDS_STAGED
+
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "frozen", 110, 0.01)]
+    speeds = iter([0.010] * 3 + [0.0091] * 3)  # three processes of eager, then three of frozen
+    timeline: list[int] = [10, 11, 12, 13]  # past the busy slices: every round is quiet
+    doc = run_showdown(rows, recipe_data={}, make_runner=lambda: _FakeRunner(next(speeds), timeline),
+                       settings=ShowdownSettings(rounds=8, round_seconds=0.1, margin=0.02, objective="throughput",
+                                                 latency_percentile="p99", timeout_s=10, processes=3,
+                                                 deadline=time.monotonic() - 1.0))
+    assert doc["rounds_run"] == MIN_ROUNDS_STAGED == 6
+    assert set(doc["round_process"]) == {0, 1, 2}  # every process compared
+    assert doc["verdict"]["pick"] == "frozen@1"
+
+
 def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     from autotune.showdown import ShowdownSettings, run_showdown
 

@@ -24,7 +24,7 @@ Algorithm::
              pairs share it)
     rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI
              straddles 1 - margin: see :func:`undecided`); at most 3R rounds (+2 per added process),
-             or the deadline:
+             or the deadline (but never fewer than min(R, MIN_ROUNDS_STAGED = 6) rounds once staged):
                  for each finalist in a seeded random order: time one slice
                  (round_seconds of back-to-back calls) -> seconds per call in round r,
                  and the CPU others used meanwhile (autotune.core.contention)

@@ -40,6 +40,11 @@ MAX_ROUNDS_FACTOR = 3
 #: between-process spread was not measured), at most MAX_PROCESSES when more are added.
 MIN_PROCESSES = 3
 MAX_PROCESSES = 6
+#: Once the finalists are staged (the costly part: a fresh process, a build and a warm-up each), at least this
+#: many rounds are run (fewer when ``measure.rounds`` asks for fewer), deadline or not: a round costs one slice
+#: per finalist (0.5 s each by default), and the two rounds a deadline allowed left the demo's verdict undecided
+#: with one of its three processes never compared (2026-11-27). The showdown's estimate already counts them.
+MIN_ROUNDS_STAGED = 6
 #: One more process per finalist is staged while a watched finalist's between-process spread is at least this
 #: share of the margin (and its tie still undecided when the rounds run out).
 PROCESS_SPREAD_SHARE = 0.5
@@ -204,7 +209,8 @@ def run_showdown(
             return True
 
         while True:
-            if settled() or (settings.deadline is not None and time.monotonic() >= settings.deadline and r >= 2):
+            if settled() or (settings.deadline is not None and time.monotonic() >= settings.deadline
+                             and r >= max(2, min(settings.rounds, MIN_ROUNDS_STAGED))):
                 break
             if sum(not d for d in disturbed[settings.processes:]) >= settings.rounds and add_process():
                 added += 1
