@@ -1163,3 +1163,23 @@ def test_accuracy_measured_on_random_inputs_is_flagged(document: dict[str, Any])
 def test_reports_without_precision_facts_are_unchanged(document: dict[str, Any]) -> None:
     md = render_markdown(document)
     assert "Precision and accuracy" not in md and "model size" not in md and "Accuracy cost" not in md
+
+
+def test_the_eager_comparison_says_screen_against_screen_when_the_headline_is_the_artifacts() -> None:
+    """The headline above the sentence is the artifact's (plain processes); eager has only its screen, so the
+    sentence compares screens, says so, and puts the run's own p50 (not the artifact's) beside eager's."""
+    from autotune.artifact_check import as_shipped
+    from autotune.report.analysis import eager_comparison
+
+    doc = make_document()
+    rec = dict(doc["recommendation"])
+    eager = next(c for c in doc["candidates"] if c["variant"] == "eager" and c["status"] == "ok"
+                 and c["batch_size"] == rec["batch_size"])
+    own_p50 = rec["latency_ms"]["p50"]
+    as_shipped(rec, {"status": "ok", "throughput": rec["throughput"] * 0.8, "ci": None, "p50_ms": 99.0,
+                     "p90_ms": 99.0, "p99_ms": 99.0, "mean_ms": 99.0})
+    text = eager_comparison(doc, rec)
+    assert text is not None and "screen against screen" in text
+    assert f"{rec['measured_throughput'] / eager['throughput']:.2f}× the throughput of eager" in text
+    assert f"p50 latency {own_p50:.1f} ms" in text or f"p50 latency {own_p50:.2f} ms" in text
+    assert "99.0 ms vs" not in text  # the artifact's p50 is the headline's, not this comparison's
