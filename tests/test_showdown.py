@@ -188,8 +188,10 @@ class _FakeRunner(PausableDouble):
         self.slice_started()
         self.slices.append(len(self.slices) + 1)
         busy = len(self.slices) in (2, 3, 4)  # a neighbour during the first rounds' slices
-        return {"status": "ok", "seconds_per_call": self.seconds * (5.0 if busy else 1.0),
-                "load": {"foreign_cores": 1.0 if busy else 0.0, "disturbed": busy}}
+        load: dict = {"foreign_cores": 1.0 if busy else 0.0, "disturbed": busy}
+        if busy:  # what the worker's /proc reading would name (autotune.core.contention.top_consumers)
+            load["consumers"] = [{"name": "spinner", "pid": 4242, "cores": 0.97}]
+        return {"status": "ok", "seconds_per_call": self.seconds * (5.0 if busy else 1.0), "load": load}
 
     def close(self) -> None:
         pass
@@ -229,6 +231,13 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     assert doc["quiet"] and all(d.ran_beside and set(d.ran_beside) == {0} for d in everyone)
     assert doc["disturbed_rounds"] == [0, 1] and doc["rounds_run"] == 5
     assert doc["rounds_compared"] == [2, 3, 4]
+    # and what disturbed them, named by process, for the report's sentence
+    assert doc["disturbed_by"] == [{"name": "spinner", "pid": 4242, "rounds": 2, "cores": 0.97}]
+    from autotune.report.sections import showdown_summary
+
+    text = showdown_summary({"showdown": doc, "candidates": rows}, busy=False) or ""
+    assert "2 of 5 rounds ran while processes outside autotune used more than 0.1 core (seen using CPU " \
+           "meanwhile: spinner (pid 4242) in 2 rounds, up to 0.97 core); they were left out." in text
     v = doc["verdict"]
     assert v["pick"] == "frozen@1" and not v["tie"]
     eager = next(s for s in v["standings"] if s["key"] == "eager@1")

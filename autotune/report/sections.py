@@ -443,8 +443,13 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
         run = int(showdown.get("rounds_run") or 0)
         left_out = len(showdown.get("rounds_compared") or []) == run - len(bad)
         who = "processes outside autotune" if showdown.get("quiet") else "other processes"
-        text += (f" {len(bad)} of {run} rounds ran while {who} used more than 0.1 core; "
-                 + ("they were left out." if left_out else "too few quiet rounds, so all were compared."))
+        text += f" {len(bad)} of {run} rounds ran while {who} used more than 0.1 core"
+        seen = [d for d in showdown.get("disturbed_by") or [] if isinstance(d, Mapping)][:3]
+        if seen:
+            text += " (seen using CPU meanwhile: " + ", ".join(
+                f"{d.get('name')} (pid {d.get('pid')}) in {d.get('rounds')} round{'s' if d.get('rounds') != 1 else ''}"
+                + (f", up to {float(d['cores']):.2f} core" if is_number(d.get("cores")) else "") for d in seen) + ")"
+        text += "; " + ("they were left out." if left_out else "too few quiet rounds, so all were compared.")
     parts.append(text)
     body = verdict_text(showdown, busy=False)
     if body:

@@ -99,6 +99,7 @@ def run_showdown(
     per_round: dict[str, list[float]] = {}
     latency: dict[str, list[float]] = {}
     foreign: dict[str, list[float | None]] = {}
+    seen: list[dict[str, Any]] = []  # the processes a disturbed slice's worker saw using CPU, by round
     disturbed: list[bool] = []
     round_process: list[int] = []  # which process (index into each finalist's runners) timed each round
     stage_seconds: list[float] = []  # wall time of each process staged: what one more would cost
@@ -239,6 +240,8 @@ def run_showdown(
                 per_round[key].append(float(res["seconds_per_call"]))
                 load = res.get("load") or {}
                 foreign[key].append(load.get("foreign_cores"))
+                seen.extend({"round": len(disturbed), **c} for c in load.get("consumers") or []
+                            if isinstance(c, dict))
                 hit = hit or bool(load.get("disturbed"))
                 if (latency_seconds := res.get("latency_seconds")) is not None:
                     latency[key].append(float(latency_seconds))
@@ -246,7 +249,7 @@ def run_showdown(
             round_process.append(process)
             if on_round is not None:
                 on_round({**_document(finalists, staged, dropped, per_round, foreign, disturbed, round_process,
-                                      notes, settings, processes_used=settings.processes + added),
+                                      notes, settings, processes_used=settings.processes + added, seen=seen),
                           "complete": False})
         finished = True
     finally:
@@ -257,7 +260,7 @@ def run_showdown(
                 else:  # Ctrl-C: kill, never wait for a slice to end
                     runner.recycle(kill=True)
     doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, round_process, notes, settings,
-                    processes_used=settings.processes + added)
+                    processes_used=settings.processes + added, seen=seen)
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))
@@ -270,7 +273,8 @@ def run_showdown(
 def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any], dropped: Mapping[str, str],
               per_round: Mapping[str, list[float]], foreign: Mapping[str, list[float | None]],
               disturbed: Sequence[bool], round_process: Sequence[int], notes: Sequence[str],
-              settings: ShowdownSettings, *, processes_used: int) -> dict[str, Any]:
+              settings: ShowdownSettings, *, processes_used: int, seen: Sequence[Mapping[str, Any]] = ()
+              ) -> dict[str, Any]:
     """The showdown's document without its verdict (the rounds so far; copies, so later rounds change nothing)."""
     burn_in = _burn_in(disturbed, settings)
     used = _compared_rounds(disturbed, settings)
@@ -288,7 +292,22 @@ def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any],
         "dropped": dict(dropped), "notes": list(notes), "verdict": None,
     }
     doc["contended"] = contended(doc)
+    doc["disturbed_by"] = disturbers(seen)
     return doc
+
+
+def disturbers(seen: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per process seen using CPU in a disturbed slice (``core.contention.top_consumers``): its name, pid, in how
+    many rounds and at most how many cores, most rounds first (issue 31: "the report ... says what disturbed
+    them, when that is known")."""
+    by: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in seen:
+        key = (str(c.get("name")), int(c.get("pid") or 0))
+        entry = by.setdefault(key, {"name": key[0], "pid": key[1], "rounds": set(), "cores": 0.0})
+        entry["rounds"].add(c.get("round"))
+        entry["cores"] = max(entry["cores"], float(c.get("cores") or 0.0))
+    out = [{**e, "rounds": len(e["rounds"])} for e in by.values()]
+    return sorted(out, key=lambda e: (-e["rounds"], -e["cores"]))
 
 
 def _progress_line(r: int, disturbed: Sequence[bool], settings: ShowdownSettings) -> str:

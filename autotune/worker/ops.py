@@ -41,7 +41,7 @@ def _rss_bytes() -> int:
 
 _RSS_AFTER_TORCH = _rss_bytes()
 
-from autotune.core.contention import CpuWindow  # noqa: E402
+from autotune.core.contention import CpuWindow, process_ticks, top_consumers  # noqa: E402
 from autotune.core.protocol import (  # noqa: E402
     ArtifactRequest,
     ArtifactResult,
@@ -403,18 +403,23 @@ def op_slice(state: WorkerState, req: SliceRequest) -> SliceOutcome:
     _with_threads(st.spec, state)
     try:
         with torch.inference_mode():
+            before = process_ticks()  # outside the window: which processes disturbed it, if one did
             window = CpuWindow.start()
             sl = time_slice(st.call, device=st.device, seconds=float(req["seconds"]),
                             per_call=bool(req.get("per_call")))
             load = window.stop()
+            after = process_ticks()
     finally:
         torch.set_num_threads(state.default_threads)
+    load_doc = load.to_dict()
+    if load.disturbed:
+        load_doc["consumers"] = top_consumers(before, after, load.wall_seconds, exclude={os.getpid()})
     latency = None
     if sl.latency_samples:
         q = float(str(req.get("percentile") or "p99").lstrip("p"))
         latency = percentiles(sl.latency_samples, (q,))[q]
     return SliceOutcome(status="ok", reason="", calls=sl.calls, seconds_per_call=sl.seconds_per_call,
-                        latency_seconds=latency, load=load.to_dict())
+                        latency_seconds=latency, load=load_doc)
 
 
 def op_device_memory(state: WorkerState, req: DeviceMemoryRequest) -> DeviceMemoryResult:
