@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ARTIFACT_SHARE_CAP", "MIN_CHECK_ROUNDS", "OVERRUN", "SEARCH_SHARE", "BudgetPlan", "artifact_reserve",
-           "check_round_seconds", "check_rounds_that_fit", "staging_seconds", "worth_starting"]
+__all__ = ["ARTIFACT_SHARE_CAP", "BUILD_GUESS_S", "FINAL_WRITE_S", "MIN_CHECK_ROUNDS", "OVERRUN", "ROUND_OVERHEAD_S",
+           "SEARCH_SHARE", "BudgetPlan", "artifact_reserve", "check_round_seconds", "check_rounds_that_fit",
+           "staging_seconds", "worth_starting"]
 
 #: How far past ``time_budget_s`` a run may end: its later phases are sized by estimates.
 OVERRUN = 0.25
@@ -37,8 +38,6 @@ MIN_CHECK_ROUNDS = 2
 #: The build of the artifact and its profile beyond a worker's start-up, before the pick is known (a TorchScript
 #: or an ONNX export of resnet18 at 64x64: 3-8 s on a 2-core machine, 2026-11-27).
 BUILD_GUESS_S = 6.0
-
-
 #: A round's cost beyond start-up, warm-up and timing: the artifact's load, three warm passes, the process's exit
 #: and the paired slice's pause and resume (3 paired rounds of a traced resnet18 took 8.0 s each where start-up,
 #: warm-up and timing add to 6.5 s, 2026-11-27).
