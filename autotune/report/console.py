@@ -153,9 +153,9 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
         lines.append(f"... {len(ranked) - len(shown)} more candidate(s) in report.md")
     lines.append("")
     lines.extend(_wrap(_recommendation_sentence(doc)))
+    time_line = budget_summary(doc)
     for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc, busy=not busy),
-                  stop_summary(doc), serving_console_line(doc),
-                  f"Time: {budget_summary(doc)}." if budget_summary(doc) else None):
+                  stop_summary(doc), serving_console_line(doc), f"Time: {time_line}." if time_line else None):
         if extra:
             lines.extend(_wrap(extra))
     constraints = constraints_text(doc)

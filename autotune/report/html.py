@@ -218,10 +218,11 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
     ]
     if description:
         parts.append(f"<p>{_h(description)}</p>")
+    time_line = budget_summary(doc)
     parts.append(
         f'<p class="muted small">{_h(byline(doc))}<br>Machine: {_h(summary_line(env))}<br>'
         f"Search: {_h(search_summary(doc))}"
-        + (f"<br>Time: {_h(str(budget_summary(doc)))}" if budget_summary(doc) else "") + "</p>"
+        + (f"<br>Time: {_h(time_line)}" if time_line else "") + "</p>"
     )
 
     if rec is not None:

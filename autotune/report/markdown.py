@@ -137,10 +137,11 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
     description = (doc.get("recipe") or {}).get("description")
     if description:
         out += [_md_text(description), ""]
+    time_line = budget_summary(doc)
     out += [f"_{_md_text(byline(doc))}_  ", f"Machine: {_md_text(summary_line(env))}  ",
-            f"Search: {_md_text(search_summary(doc))}" + ("  " if budget_summary(doc) else "")]
-    if budget_summary(doc):
-        out.append(f"Time: {_md_text(str(budget_summary(doc)))}")
+            f"Search: {_md_text(search_summary(doc))}" + ("  " if time_line else "")]
+    if time_line:
+        out.append(f"Time: {_md_text(time_line)}")
     out.append("")
 
     if rec is not None:
