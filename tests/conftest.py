@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import MODELS, FakeRow, search_row
+from tests.support import MODELS, FakeRow, RealRun, run_cli, search_row, tiny_recipe
 
 # Every ``autotune run`` ends by timing its artifact in 3 plain processes (about 10-20 s); the suite runs dozens of
 # runs, so the check is off by default here and on in the tests that are about it (they pass the rounds).
@@ -52,3 +52,18 @@ def fake_row() -> FakeRow:
     """``fake_row(trial, variant, batch, *, latency_ms=None)``: the row a search's evaluate would return, made up
     without a worker (faster variants: SEARCH_SPEED; variant "broken" fails). For test_search and test_postgres."""
     return search_row
+
+
+@pytest.fixture(scope="session")
+def showdown_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
+    """One real ``autotune run`` of the tiny model decided by a showdown (eager and script at batch 2, two processes
+    per finalist, quiet rounds), read by every test that needs a real run's reports and showdown (test_showdown,
+    test_report_browser). A run costs 30-50 s on 2 cores; sharing it keeps ``make test`` near 10 minutes (issue 31).
+    Tests must not write into ``out``: copy it first."""
+    base = tmp_path_factory.mktemp("showdown-run")
+    recipe = base / "recipe.toml"
+    text = tiny_recipe(name="showdown", variants='["eager", "script"]', batch_sizes="[2]", rounds=3,
+                       round_seconds=0.1, processes=2) + "quiet_rounds = true\n"  # auto: torch: off
+    recipe.write_text(text.replace("@MODELS@", str(MODELS)))
+    code, stdout, stderr = run_cli("run", str(recipe), "--out", str(base / "out"), "--no-progress")
+    return RealRun(code, stdout, stderr, base / "out")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,16 @@ rounds = {rounds}
 round_seconds = {round_seconds}
 processes = {processes}
 """
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """What one real ``autotune run`` left: its exit code, console output and --out directory."""
+
+    code: int
+    stdout: str
+    stderr: str
+    out: Path
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

@@ -107,6 +107,7 @@ def test_run_with_a_crashing_variant_recommends_the_best_other(write_recipe, tmp
     assert "Recommend" in stdout
 
 
+@pytest.mark.slow  # its kind stays in make test (issue 31): test_interrupt's killed-at-measurement run, then its resume
 def test_resume_does_not_remeasure(write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = tiny(write_recipe, variants='["eager"]')

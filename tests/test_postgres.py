@@ -235,6 +235,7 @@ def has_space(url: str, name: str) -> bool:
 # ----------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow  # its kind stays in make test (issue 31): the real-PostgreSQL study tests below, and the SQLite runs
 def test_run_stores_the_study_in_postgres(pg_url: str, write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = write_recipe(recipe_text(variants=["eager", "frozen"], batch_sizes=[1, 4]))

@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pytest
 from autotune.report import PLOT_NAMES, load_report
 from autotune.report.plots import PLOT_CAPTIONS
 from autotune.report.sections import candidate_rows
-from tests.support import MODELS, ROOT, tiny_recipe
+from tests.support import ROOT, RealRun
 
 pytestmark = pytest.mark.worker  # starts a run and headless Chromium: not in `make test-fast`
 
@@ -62,16 +61,10 @@ def node() -> str:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reports of a real short tuning of the tiny model (two variants, two batch sizes)."""
-    base = tmp_path_factory.mktemp("browser")
-    recipe = base / "recipe.toml"
-    recipe.write_text(tiny_recipe(name="browser", time_budget_s=60).replace("@MODELS@", str(MODELS)))
-    out = base / "out"
-    proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(recipe), "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+def run_dir(showdown_run: RealRun) -> Path:
+    """The reports of a real short tuning of the tiny model (two variants and a showdown; conftest's shared run)."""
+    assert showdown_run.code == 0, showdown_run.stdout + showdown_run.stderr
+    return showdown_run.out
 
 
 def _check(node: str, html: Path, screenshot: Path) -> dict[str, Any]:

@@ -44,8 +44,9 @@ def test_healthy_worker_is_reused_across_candidates(write_recipe) -> None:
     ("crash", "reason", "timeout"),
     [
         ("raise", r"ValueError: deliberate failure at batch >= 4", 120.0),
-        ("segfault", r"worker died with SIGSEGV", 120.0),
-        ("exit", r"worker exited with code 3", 120.0),
+        # a death by signal (kill) and an exception stay in make test; these two are slow (issue 31)
+        pytest.param("segfault", r"worker died with SIGSEGV", 120.0, marks=pytest.mark.slow),
+        pytest.param("exit", r"worker exited with code 3", 120.0, marks=pytest.mark.slow),
         ("kill", r"worker died with SIGKILL \(killed by the kernel, likely out of memory\)", 120.0),
         ("hang", r"timed out after 8 s", 8.0),
     ],

@@ -431,6 +431,7 @@ def test_run_with_a_bad_storage_is_exit_2_without_the_password(write_recipe, tmp
     assert "Traceback" not in err and "--storage" in err and "secret" not in err, err
 
 
+@pytest.mark.slow  # its kind stays in make test (issue 31): test_interrupt's killed-at-measurement run, then its resume
 @pytest.mark.worker
 def test_a_run_killed_mid_measurement_is_resumed(write_recipe, tmp_path: Path, short_heartbeat: None,
                                                  capsys: pytest.CaptureFixture[str]) -> None:

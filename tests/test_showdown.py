@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from autotune.showdown import (
     select_finalists,
     simplicity,
 )
-from tests.support import PausableDouble, run_cli, tiny_recipe
+from tests.support import PausableDouble, RealRun
 
 
 def _contender(key: str, level: float, *, rounds: int = 6, noise: float = 0.0, seed: int = 0,
@@ -144,13 +143,11 @@ def test_the_headline_throughput_is_the_showdowns_fresh_processes() -> None:
 
 
 @pytest.mark.worker
-def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
+def test_a_real_run_decides_by_showdown(showdown_run: RealRun) -> None:
     """Real workers: finalists staged in their own processes, sliced in interleaved rounds."""
-    recipe = write_recipe(tiny_recipe(variants='["eager", "script"]', batch_sizes="[2]", rounds=3,
-                                      round_seconds=0.1, processes=2) + "quiet_rounds = true\n")  # auto: torch: off
-    code, out, err = run_cli("run", str(recipe), "--out", str(tmp_path / "out"), "--no-progress")
-    assert code == 0, err
-    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert showdown_run.code == 0, showdown_run.stderr
+    out = showdown_run.stdout
+    doc = json.loads((showdown_run.out / "report.json").read_text())
     sd = doc["showdown"]
     assert sd["processes"] == 2
     assert sd["verdict"] is not None and sd["finalists"] == sorted(sd["finalists"], key=sd["finalists"].index)
@@ -168,9 +165,9 @@ def test_a_real_run_decides_by_showdown(write_recipe, tmp_path: Path) -> None:
     assert doc["recommendation"]["decided_by"] == "showdown"
     assert f"{doc['recommendation']['variant']}@2" == sd["verdict"]["pick"]
     assert "Showdown:" in out
-    assert "## Showdown" in (tmp_path / "out" / "report.md").read_text()
+    assert "## Showdown" in (showdown_run.out / "report.md").read_text()
     # the other finalists' workers were stopped while one was timed, and the report says so
-    assert sd["quiet"] is True and "stopped (SIGSTOP)" in (tmp_path / "out" / "report.md").read_text()
+    assert sd["quiet"] is True and "stopped (SIGSTOP)" in (showdown_run.out / "report.md").read_text()
 
 
 class _FakeRunner(PausableDouble):

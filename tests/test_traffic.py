@@ -312,6 +312,9 @@ def test_the_data_factory_is_part_of_the_studys_model_identity(tmp_path: Path) -
     assert "data" not in model_identity(quick) and "inputs.keyword_range" not in model_identity(quick)
 
 
+# its kind stays in make test (issue 31):
+# test_measure_on_keyword_traffic_reports_buckets and test_artifact_traffic
+@pytest.mark.slow
 @pytest.mark.worker
 def test_a_keyword_traffic_recipe_runs_end_to_end(tmp_path: Path) -> None:
     """The whole run on variable-length keyword batches: the report's data section, every candidate's traffic by
