@@ -50,11 +50,12 @@ processes = {processes}
 
 @dataclass(frozen=True)
 class RealRun:
-    """What one real ``autotune run`` left: its exit code, console output and --out directory."""
+    """What one real ``autotune run`` left: its exit code, console output, recipe and --out directory."""
 
     code: int
     stdout: str
     stderr: str
+    recipe: Path
     out: Path
 
 
