@@ -121,12 +121,13 @@ class WorkerClient:
                              "warmup_seconds": warmup_seconds}
         return self.runner.call(req, timeout=timeout)
 
-    def slice(self, seconds: float, *, per_call: bool, percentile: str, timeout: float
+    def slice(self, seconds: float, *, per_call: bool, percentile: str, timeout: float, warmup_seconds: float = 0.0
               ) -> SliceOutcome | CallFailure:
         """Time the staged finalist for ``seconds`` (one showdown round; ``per_call``: every call synchronised,
-        and ``percentile`` of those calls reported)."""
-        req: SliceRequest = {"op": "slice", "seconds": seconds, "per_call": per_call, "percentile": percentile}
-        return self.runner.call(req, timeout=timeout)
+        and ``percentile`` of those calls reported), after ``warmup_seconds`` of untimed calls."""
+        req: SliceRequest = {"op": "slice", "seconds": seconds, "per_call": per_call, "percentile": percentile,
+                             "warmup_seconds": warmup_seconds}
+        return self.runner.call(req, timeout=timeout + warmup_seconds)
 
     def artifact(self, recipe: RecipeLike, variant: str, batch_size: int, *, directory: str | Path | None,
                  profile: bool = True, timeout: float) -> ArtifactResult | CallFailure:

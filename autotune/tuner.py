@@ -393,9 +393,11 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
 
 def quiet_rounds(setting: bool | str, finalists: Sequence[Mapping[str, Any]]) -> bool:
     """``measure.quiet_rounds``: true / false as given; "auto" stops the other staged workers when a finalist runs
-    on ONNX Runtime or OpenVINO (their idle pools spin: 0.05 cores taken from the timed finalist, a fifth of the
-    rounds disturbed), and leaves torch finalists running (their ratio CIs came out about twice as wide stopped
-    and continued: 0.19 against 0.08 median over six runs each, cause not found; BENCHMARKS "Quiet rounds")."""
+    on ONNX Runtime or OpenVINO (their idle pools spin: 0.05 cores taken from the timed finalist, a fifth to a
+    quarter of the rounds disturbed), and leaves torch finalists running: their idle pools barely spin (every round
+    undisturbed either way), and stopped and continued their ratio CIs once came out about twice as wide (0.19
+    against 0.08, session 23); with the continued worker's warm-up (``RESUME_WARMUP``) 0.107 against 0.119
+    running, overlapping runs (BENCHMARKS "Quiet rounds")."""
     if isinstance(setting, bool):
         return setting
     return any(VariantSpec.parse(str(r["variant"])).is_runtime for r in finalists)

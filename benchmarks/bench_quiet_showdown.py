@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def showdown(recipe_path: str, finalists: list[str], *, quiet: bool, rounds: int | None) -> dict[str, Any]:
+def showdown(recipe_path: str, finalists: list[str], *, quiet: bool, rounds: int | None,
+             resume_warmup: float = 0.0) -> dict[str, Any]:
     from autotune.core.recipe import load_recipe
     from autotune.runner import Runner
     from autotune.showdown import ShowdownSettings, run_showdown
@@ -38,7 +39,7 @@ def showdown(recipe_path: str, finalists: list[str], *, quiet: bool, rounds: int
     settings = ShowdownSettings(rounds=rounds or m.rounds, round_seconds=m.round_seconds,
                                 margin=recipe.search.equivalence_margin, objective="throughput",
                                 latency_percentile=recipe.constraints.latency_percentile, timeout_s=m.timeout_s,
-                                processes=m.processes, quiet=quiet)
+                                processes=m.processes, quiet=quiet, resume_warmup=resume_warmup)
     t0 = time.monotonic()
     doc = run_showdown(rows, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner)
     burn = int(doc["burn_in_rounds"])
@@ -48,7 +49,8 @@ def showdown(recipe_path: str, finalists: list[str], *, quiet: bool, rounds: int
     verdict = doc.get("verdict") or {}
     widths = {s["key"]: s["ratio_ci"][1] - s["ratio_ci"][0] for s in verdict.get("standings") or []
               if s.get("ratio_ci") and s["key"] != verdict.get("pick")}
-    return {"quiet": quiet, "seconds": round(time.monotonic() - t0, 1), "rounds_after_burn_in": len(counted),
+    return {"quiet": quiet, "resume_warmup": resume_warmup, "seconds": round(time.monotonic() - t0, 1),
+            "rounds_after_burn_in": len(counted),
             "undisturbed": len(counted) - len(disturbed),
             "foreign_median": statistics.median(foreign) if foreign else None,
             "foreign_max": max(foreign) if foreign else None, "pick": verdict.get("pick"),
@@ -61,27 +63,35 @@ def main() -> None:
     ap.add_argument("--finalists", required=True, help="variant@batch,... (as the report names them)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--rounds", type=int, help="undisturbed rounds wanted (default: the recipe's measure.rounds)")
+    ap.add_argument("--resume-warmup", type=float, default=None, metavar="SHARE",
+                    help="also run quiet rounds whose continued worker first makes untimed calls for SHARE of a "
+                         "round (a third arm)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     finalists = args.finalists.split(",")
+    arms: list[tuple[bool, float]] = [(True, 0.0), (False, 0.0)]
+    if args.resume_warmup is not None:
+        arms.insert(1, (True, args.resume_warmup))
     runs = []
     for r in range(args.repeats):
-        for quiet in ((True, False) if r % 2 == 0 else (False, True)):
-            got = showdown(args.recipe, finalists, quiet=quiet, rounds=args.rounds)
+        for quiet, warm in arms[r % len(arms):] + arms[:r % len(arms)]:  # each arm leads in turn
+            got = showdown(args.recipe, finalists, quiet=quiet, rounds=args.rounds, resume_warmup=warm)
             runs.append(got)
             print(json.dumps(got), flush=True)
     print(f"\n## {Path(args.recipe).stem}: {', '.join(finalists)} ({args.repeats} repeats)\n")
     print("| rounds | runs | undisturbed after burn-in | foreign cores per slice (median / max) | "
           "ratio CI width (median) | picks |")
     print("|---|---|---|---|---|---|")
-    for quiet in (True, False):
-        mine = [x for x in runs if x["quiet"] is quiet]
+    for quiet, warm in arms:
+        mine = [x for x in runs if x["quiet"] is quiet and x["resume_warmup"] == warm]
         total = sum(x["rounds_after_burn_in"] for x in mine)
         calm = sum(x["undisturbed"] for x in mine)
         fm = [x["foreign_median"] for x in mine if x["foreign_median"] is not None]
         fx = [x["foreign_max"] for x in mine if x["foreign_max"] is not None]
         widths = [w for x in mine for w in x["ci_widths"].values()]
-        print(f"| {'quiet (others stopped)' if quiet else 'others left running'} | {len(mine)} | {calm} of {total} "
+        name = ("quiet (others stopped)" + (f", {warm:g} of a round warm-up after SIGCONT" if warm else "")
+                if quiet else "others left running")
+        print(f"| {name} | {len(mine)} | {calm} of {total} "
               f"({calm / total:.0%}) | {statistics.median(fm):.2f} / {max(fx):.2f} | "
               f"{statistics.median(widths) if widths else float('nan'):.3f} | "
               f"{', '.join(str(x['pick']) for x in mine)} |")

@@ -327,3 +327,62 @@ def test_an_undecided_verdict_picks_the_simplest_it_could_not_separate() -> None
     slow = Contender("eager@16", 16, tuple(lead * 1.10), simplicity({"compiler": "eager", "variant": "eager"}),
                      processes=procs)
     assert paired_verdict([tc, slow], margin=0.02).pick == "eager+tcmalloc@16"
+
+
+class _RecordingRunner(_NoisyRunner):
+    """Records the warm-up each slice request asks for."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds, 0.0, 0)
+        self.warmups: list[float] = []
+
+    def call(self, message: dict, *, timeout: float) -> dict:
+        if message["op"] == "slice":
+            self.warmups.append(float(message.get("warmup_seconds") or 0.0))
+            assert timeout >= message["seconds"] + self.warmups[-1]  # the warm-up is not taken from the slice's time
+        return super().call(message, timeout=timeout)
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_continued_worker_is_asked_to_warm_up_before_its_slice_and_a_running_one_is_not(quiet: bool) -> None:
+    """Quiet rounds stop the other workers (SIGSTOP) and continue one for its slice: it is then asked for untimed
+    calls first (resume_warmup of a round); workers left running never stopped, so they are not."""
+    from autotune.showdown import ShowdownSettings, run_showdown
+
+    rows = [_row(0, "eager", 100, 0.01), _row(1, "frozen", 120, 0.01)]
+    settings = ShowdownSettings(rounds=3, round_seconds=0.1, margin=0.02, objective="throughput",
+                                latency_percentile="p99", timeout_s=10, processes=1, quiet=quiet, resume_warmup=0.2)
+    made: list[_RecordingRunner] = []
+    speeds = iter([0.01, 0.0083])
+
+    def make() -> _RecordingRunner:
+        made.append(_RecordingRunner(next(speeds)))
+        return made[-1]
+
+    run_showdown(rows, recipe_data={}, settings=settings, make_runner=make)
+    warmups = [w for r in made for w in r.warmups]
+    assert warmups and all(w == pytest.approx(0.02 if quiet else 0.0) for w in warmups)
+
+
+def test_a_slice_warm_up_is_untimed() -> None:
+    """time_slice's warm-up calls run before the timed blocks and are not counted in them."""
+    import time
+
+    import torch
+
+    from autotune.worker.timing import time_slice
+
+    made: list[float] = []
+
+    def call() -> None:
+        made.append(time.perf_counter())
+        time.sleep(0.001)
+
+    cold = time_slice(call, device=torch.device("cpu"), seconds=0.03, per_call=False)
+    untimed_cold = len(made) - cold.calls
+    made.clear()
+    warm = time_slice(call, device=torch.device("cpu"), seconds=0.03, per_call=False, warmup_seconds=0.05)
+    untimed_warm = len(made) - warm.calls
+    assert untimed_cold <= 2  # the probe cycle only
+    assert untimed_warm >= untimed_cold + 10  # 0.05 s of 1-ms calls first
+    assert made[untimed_warm - 1] - made[0] >= 0.045

@@ -137,6 +137,7 @@ class SliceRequest(TypedDict):
     seconds: float
     per_call: NotRequired[bool]
     percentile: NotRequired[str]  # "p99" by default
+    warmup_seconds: NotRequired[float]  # untimed calls first, for this long (a worker just continued after SIGSTOP)
     id: NotRequired[int]
 
 

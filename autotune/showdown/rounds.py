@@ -48,6 +48,12 @@ MIN_ROUNDS_STAGED = 6
 #: One more process per finalist is staged while a watched finalist's between-process spread is at least this
 #: share of the margin (and its tie still undecided when the rounds run out).
 PROCESS_SPREAD_SHARE = 0.5
+#: Quiet rounds: a worker continued after SIGSTOP first makes untimed calls for this share of a round. Its threads
+#: and caches start cold after the stop, and the slice's one probe cycle was its only warm-up; on the quickstart's
+#: torch pair (eager@16 vs frozen@16, 6 runs each, 2026-11-27) the ratio CI's median width was 0.139 stopped and
+#: continued, 0.107 with this warm-up and 0.119 with the others left running (the runs overlap: a lean, not a
+#: proof; BENCHMARKS "Quiet rounds"). It costs a fifth of each slice's time, quiet rounds only.
+RESUME_WARMUP = 0.2
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,13 @@ class ShowdownSettings:
     #: Every staged worker but the one timing its slice is stopped (SIGSTOP; ``measure.quiet_rounds``): the
     #: finalist being timed has the machine to itself, as it would in a deployment of one model.
     quiet: bool = True
+    #: Untimed calls a continued worker makes before its slice, as a share of ``round_seconds`` (quiet rounds only).
+    resume_warmup: float = RESUME_WARMUP
+
+    @property
+    def slice_warmup_seconds(self) -> float:
+        """The untimed calls before each slice: a worker continued after SIGSTOP re-warms first."""
+        return self.resume_warmup * self.round_seconds if self.quiet else 0.0
 
 
 def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: ShowdownSettings,
@@ -71,7 +84,7 @@ def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: Showdown
     """Rough cost of a showdown: worker start-up + rebuild + warmup per finalist, plus the rounds."""
     per = settings.processes * sum(startup_s + float(r.get("compile_seconds") or 0.0)
                                    + 2.0 * settings.round_seconds for r in finalists)
-    return per + settings.rounds * settings.round_seconds * len(finalists)
+    return per + settings.rounds * (settings.round_seconds + settings.slice_warmup_seconds) * len(finalists)
 
 
 def run_showdown(
@@ -231,7 +244,8 @@ def run_showdown(
                 runner = runners[key][process]
                 res = WorkerClient(runner).slice(settings.round_seconds, per_call=per_call,
                                                  percentile=settings.latency_percentile,
-                                                 timeout=settings.round_seconds + SLICE_GRACE_S)
+                                                 timeout=settings.round_seconds + SLICE_GRACE_S,
+                                                 warmup_seconds=settings.slice_warmup_seconds)
                 if settings.quiet:
                     runner.pause()
                 if res["status"] != "ok":

@@ -406,7 +406,7 @@ def op_slice(state: WorkerState, req: SliceRequest) -> SliceOutcome:
             before = process_ticks()  # outside the window: which processes disturbed it, if one did
             window = CpuWindow.start()
             sl = time_slice(st.call, device=st.device, seconds=float(req["seconds"]),
-                            per_call=bool(req.get("per_call")))
+                            per_call=bool(req.get("per_call")), warmup_seconds=float(req.get("warmup_seconds") or 0))
             load = window.stop()
             after = process_ticks()
     finally:

@@ -181,12 +181,22 @@ class Slice:
 
 
 def time_slice(call: Callable[[], Any], *, device: torch.device, seconds: float, per_call: bool,
-               block_target_seconds: float = BLOCK_TARGET_SECONDS) -> Slice:
+               block_target_seconds: float = BLOCK_TARGET_SECONDS, warmup_seconds: float = 0.0) -> Slice:
     """Time ``call`` back to back for ``seconds`` (already warm): one round of the showdown.
 
     Throughput: blocks of k calls (k from one call's time, as in :func:`measure_callable`), the
     slice's total time over its total calls. Latency (``per_call``): every call synchronised.
+    ``warmup_seconds``: untimed calls first (whole cycles), for a process that was just continued after a
+    SIGSTOP (quiet rounds): its threads and caches start cold (:mod:`autotune.showdown.rounds`).
     """
+    if warmup_seconds > 0:
+        cycle = _cycle_length(call)
+        _restart(call)
+        end = time.perf_counter() + warmup_seconds
+        while time.perf_counter() < end:
+            for _ in range(cycle):
+                call()
+        backend_for(device).synchronize()
     if per_call:
         _restart(call)
         lat = per_call_timings(call, device=device, seconds=seconds, multiple_of=_cycle_length(call))
