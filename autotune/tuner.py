@@ -37,6 +37,7 @@ from autotune.study import (
     SearchSpace,
     display_url,
     fingerprint_digest,
+    let_go_of_interrupted_frames,
     load_existing_study,
     open_study,
     refined_batch_sizes,
@@ -195,9 +196,10 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
                 if section.get("interrupted"):
                     return progress.finish(interrupted=True)
         doc = progress.finish()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if progress is None:  # during validation: nothing written, nothing to keep
             raise
+        let_go_of_interrupted_frames(exc)  # a storage transaction the interrupt left open (study/storage.py)
         return progress.finish(interrupted=True)
     emit(options.on_event, "done", f"reports written to {out}", out_dir=str(out))
     return doc

@@ -355,6 +355,44 @@ def test_an_interrupt_stops_the_search_and_fails_its_trial(tmp_path: Path, fake_
     assert "RUNNING" not in states and states.count("FAIL") == 1
 
 
+@pytest.mark.parametrize("strategy", ["tpe", "bracket"])
+@pytest.mark.parametrize("where", ["in a trial", "between trials"])
+def test_an_interrupt_inside_a_storage_transaction_still_fails_its_trial(tmp_path: Path, fake_row: FakeRow,
+                                                                        where: str, strategy: str) -> None:
+    """Ctrl-C can land while the interrupted code holds a SQLite write transaction (BEGIN IMMEDIATE taken, the
+    connection referenced only by the interrupted frames): the trial's failure, written next through another
+    connection, then waited 10 s for that lock and the run ended "database is locked", exit 2 (seen once in
+    test_cli's interrupt test). The frames' locals are let go first, so the connection closes and its lock goes."""
+    import sqlite3
+
+    s = settings(tmp_path, strategy=strategy)
+    db = s.storage.removeprefix("sqlite:///")
+    calls: list[tuple[str, int]] = []
+
+    def hold_the_lock_then_interrupt() -> None:
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        raise KeyboardInterrupt
+
+    def evaluate(trial: int, v: str, b: int, **_: Any) -> dict[str, Any]:
+        calls.append((v, b))
+        if len(calls) == 2 and where == "in a trial":
+            hold_the_lock_then_interrupt()
+        return fake_row(trial, v, b)
+
+    search = Search(SPACE, s, evaluate)
+    if where == "between trials":
+        search.on_row = lambda row: hold_the_lock_then_interrupt()
+    started = time.monotonic()
+    out = search.run()
+    assert time.monotonic() - started < 8  # no 10-s wait for a lock
+    assert out.stopped_by == "interrupted" and out.measured_this_run == 1
+    import optuna
+
+    states = [t.state.name for t in optuna.load_study(study_name="t", storage=s.storage).trials]
+    assert "RUNNING" not in states
+
+
 def test_an_interrupt_while_waiting_for_other_workers_still_reports(tmp_path: Path, fake_row: FakeRow) -> None:
     """Ctrl-C during the wait for a combination another worker is measuring: stop with the rows, not a traceback."""
     space = SearchSpace(variants=("eager",), batch_sizes={"eager": (1, 8)})

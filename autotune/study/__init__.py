@@ -51,7 +51,14 @@ from autotune.study.loop import MAX_REPEATS, Search
 from autotune.study.rows import ROW_ATTR, SUMMARY_ATTRS, measured_rows, stored_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, TERMINAL_VARIANT_STATUSES, StudySession
 from autotune.study.space import Evaluate, SearchOutcome, SearchSettings, SearchSpace, make_sampler, metric_names
-from autotune.study.storage import load_existing_study, make_storage, open_study, sqlite_file, storage_errors
+from autotune.study.storage import (
+    let_go_of_interrupted_frames,
+    load_existing_study,
+    make_storage,
+    open_study,
+    sqlite_file,
+    storage_errors,
+)
 from autotune.study.urls import URL_EXAMPLES, display_url
 
 __all__ = [
@@ -77,6 +84,7 @@ __all__ = [
     "fail_stale_trials",
     "fingerprint_differences",
     "fingerprint_digest",
+    "let_go_of_interrupted_frames",
     "load_existing_study",
     "make_sampler",
     "make_storage",

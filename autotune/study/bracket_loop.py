@@ -16,6 +16,7 @@ from autotune.study.bracket import Arm, BracketSearch
 from autotune.study.rows import measured_rows, stored_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
 from autotune.study.space import SearchOutcome
+from autotune.study.storage import let_go_of_interrupted_frames
 
 #: Share of the full measurement time a first measurement (a screen) gets.
 SCREEN_FRACTION = 0.25
@@ -148,14 +149,16 @@ def run_bracket(search: StudySession) -> SearchOutcome:
                            if got == combo else "screen", "search_seconds": round(search.clock() - start, 3)}
                     search.tell(trial, row)
                     told.add(trial.number)
-            except BaseException:
+            except BaseException as exc:
+                let_go_of_interrupted_frames(exc)  # a transaction an interrupt left open (storage.py)
                 search.fail(trial)
                 raise
             tell_row(strategy, row, objective=s.objective, percentile=pct)
             measured_now += 1
             if search.on_row is not None:
                 search.on_row(row)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        let_go_of_interrupted_frames(exc)
         stopped_by = "interrupted"
     return SearchOutcome(rows=measured_rows(search.study), stopped_by=stopped_by,
                          wall_seconds=search.clock() - t0, sampler="BracketSearch", measured_this_run=measured_now,

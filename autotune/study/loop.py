@@ -55,6 +55,7 @@ from autotune.study.bracket_loop import run_bracket
 from autotune.study.rows import measured_rows, planned_combo
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
 from autotune.study.space import SearchOutcome
+from autotune.study.storage import let_go_of_interrupted_frames
 
 #: Repeated suggestions tolerated before an unmeasured combination is enqueued by hand.
 MAX_REPEATS = 3
@@ -172,9 +173,10 @@ class Search(StudySession):
                 try:
                     with self.heartbeat(trial):
                         row = self._handle(trial)
-                except BaseException:
+                except BaseException as exc:
                     # Whatever ``evaluate`` (or the storage) raised goes on up, Ctrl-C included, but the trial
                     # must not stay RUNNING.
+                    let_go_of_interrupted_frames(exc)
                     self.fail(trial)
                     raise
                 if row is None:
@@ -187,9 +189,10 @@ class Search(StudySession):
                 spent.append(self.clock() - began)
                 if self.on_row is not None:
                     self.on_row(row)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # Ctrl-C anywhere in the loop (a measurement, ask, the wait for other workers): stop and report
             # what was measured; the CLI exits 130.
+            let_go_of_interrupted_frames(exc)
             stopped_by = "interrupted"
         rows = measured_rows(self.study)
         return SearchOutcome(
