@@ -67,7 +67,7 @@ def serving_section() -> dict[str, Any]:
                   {"knob": "threads", "text": "a second thread per instance was worth less than a second instance",
                    "ratio": None}],
         "seconds": 95.0, "share_of_run": 0.12, "calls": {"calibration_s": 20.0, "load_s": 70.0, "hold_s": 10.0,
-                                                            "curve_s": 12.0},
+                                                            "curve_s": 12.0, "warm_s": 8.0},
         "server": {"stack": "asyncio (autotune serve.py)", "command": "./run.sh serve --port 8000"},
         "files": ["serve.py", "serving.json", "triton/slowable/config.pbtxt", "torchserve/config.properties",
                   "ray/serve_deployment.py"],
@@ -179,8 +179,8 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
         in section
     assert "for other servers: triton/slowable/config.pbtxt, torchserve/config.properties, ray/serve_deployment.py" \
         in section
-    assert ("The serving stage took 95.0 s, 12% of the run (calibration 20.0 s, load 70.0 s; the pick's hold 10.0 s "
-            "and its curve 12.0 s of it).") in section
+    assert ("The serving stage took 95.0 s, 12% of the run (calibration 20.0 s, load 70.0 s; fresh servers' warm-up "
+            "8.00 s, the pick's hold 10.0 s and its curve 12.0 s of it).") in section
     assert "![serving](plots/serving.png)" in section
     plots = md[md.index("## Plots"):md.index("## Candidates")] if "## Plots" in md else ""
     assert "serving.png" not in plots  # shown with its section, not among the other plots

@@ -563,6 +563,7 @@ SERVING_CALLS_FIELDS: dict[str, tuple[Checker, bool]] = {
     "load_s": (_nullable(_NON_NEGATIVE), False),
     "hold_s": (_nullable(_NON_NEGATIVE), False),
     "curve_s": (_nullable(_NON_NEGATIVE), False),
+    "warm_s": (_nullable(_NON_NEGATIVE), False),
 }
 SERVING_SERVER_FIELDS: dict[str, tuple[Checker, bool]] = {"stack": (_STR, False), "command": (_STR, False)}
 SERVING_FIELDS: dict[str, tuple[Checker, bool]] = {

@@ -247,11 +247,13 @@ def serving_cost_text(doc: Mapping[str, Any]) -> str | None:
     parts = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("calibration_s", "calibration"),
                                                                      ("load_s", "load"))
              if is_number(calls.get(key))]
-    within = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("hold_s", "the pick's hold"),
+    within = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("warm_s", "fresh servers' warm-up"),
+                                                                      ("hold_s", "the pick's hold"),
                                                                       ("curve_s", "its curve"))
               if is_number(calls.get(key)) and calls[key] > 0]
     if within and parts:
-        parts[-1] += f"; {' and '.join(within)} of it"
+        listed = ", ".join(within[:-1]) + " and " + within[-1] if len(within) > 1 else within[0]
+        parts[-1] += f"; {listed} of it"
     return text + (f" ({', '.join(parts)})" if parts else "") + "."
 
 

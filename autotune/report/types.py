@@ -348,9 +348,10 @@ class ServingBaselines(TypedDict):
 
 class ServingCalls(TypedDict):
     calibration_s: float
-    load_s: float  # every load point, the hold's and the curve's included
+    load_s: float  # every load point, the warm-ups', the hold's and the curve's included
     hold_s: float  # the pick's max rate held on a fresh server (SUSTAIN_SECONDS, lowered until it holds)
     curve_s: float  # the curve's points below the max (50%, 80%, 90%)
+    warm_s: float  # untimed load on each fresh server before its first timed point (WARMUP_SECONDS each)
 
 
 class ServingServer(TypedDict):

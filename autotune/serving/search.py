@@ -56,6 +56,13 @@ SUSTAIN_STEP = 0.9
 SUSTAIN_TRIES = 3
 #: Seconds of the serving budget kept for the pick's sustain check and curve (at most a quarter of it).
 CURVE_RESERVE_S = 30.0
+#: Every fresh server gets this much untimed open-loop load, at WARMUP_FRACTION of the rate its first timed point
+#: will try, before that point. A fresh server is slow for its first second or two (BERT-like, OpenVINO, one core,
+#: 90% of its max rate, 1-s windows on three fresh servers: mean latency 11-34 ms in the first, 8-10 ms after;
+#: p99 50-73 against ~27 ms; a new input shape alone costs OpenVINO 3x a known one), and the 10% of a point's
+#: requests left out as warm-up is 0.3 s of a 3-s point: every bisection's first point failed (session 27).
+WARMUP_SECONDS = 2.0
+WARMUP_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,7 @@ class ServingSearch:
         self.load_s = 0.0
         self.hold_s = 0.0
         self.curve_s = 0.0
+        self.warm_s = 0.0
         self.curve: list[LoadPoint] = []
         self._curve_fractions: list[float] = []
         self._held: Measured | None = None  # the configuration whose max rate held (its curve is self.curve)
@@ -235,6 +243,21 @@ class ServingSearch:
         self.say(f"  {rate:8.1f} req/s: p{self.q:g} {point.pct_ms:8.1f} ms "
                  f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok")
         return point
+
+    def _warm(self, server: ServerProcess, rate: float) -> None:
+        """Untimed load on a fresh server (WARMUP_SECONDS at WARMUP_FRACTION of ``rate``, the bodies cycled, so
+        each input shape has been seen): its answers are not kept, only the time it took."""
+        from autotune.serving.loadgen import run_load
+
+        t0 = time.monotonic()
+        warm_rate = max(1.0, WARMUP_FRACTION * rate)
+        offsets = self._offsets(warm_rate, WARMUP_SECONDS, self.seed + 7)
+        if offsets.size:
+            with pinned(self.client_cpus):
+                run_load(server.url, self.target.model_name, self.bodies, offsets,
+                         timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=WARMUP_SECONDS)
+        self.warm_s += time.monotonic() - t0
+        self.load_s += time.monotonic() - t0
 
     def _closed_point(self, server: ServerProcess) -> LoadPoint:
         """``arrivals = "closed"``: ``concurrency`` clients, each sending when answered (a closed loop hides
@@ -284,6 +307,7 @@ class ServingSearch:
         if server is not None:
             return run(server)
         with ServerProcess(self.target.artifact, self._server_args(config), cpus=self.server_cpus) as srv:
+            self._warm(srv, start)
             return run(srv)
 
     def _server_args(self, config: ServingConfig) -> list[str]:
@@ -424,6 +448,7 @@ class ServingSearch:
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
+                self._warm(srv, self._start_rate(naive))
                 self._overhead(srv)
                 self._simulate([*configs, naive])
                 measured_naive = self._bisect(naive, "naive", self._start_rate(naive),
@@ -478,6 +503,7 @@ class ServingSearch:
         curve's 50% and 80% points of what held; whether it held."""
         late = deadline + 0.1 * self.spec.time_budget_s
         with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
+            self._warm(srv, pick.max_rate)
             t0 = time.monotonic()
             full = self._sustain(pick, srv, late)
             self.hold_s += time.monotonic() - t0
@@ -516,9 +542,11 @@ class ServingSearch:
             pick.max_rate, pick.max_rate_ci = max_rate_of(pick.points)
             if point.passed:
                 return point
+            below = (f"the highest passing rate below it ({pick.max_rate:.1f})" if pick.max_rate > 0 else
+                     "unknown (no rate below it passed yet)")
             self.notes.append(f"{rate:.1f} requests/s did not hold for {SUSTAIN_SECONDS:g} s "
-                              f"(p{self.q:g} {point.pct_ms:.1f} ms): its max rate is now the highest passing rate "
-                              f"below it ({pick.max_rate:.1f}), and the next hold tries {1 - SUSTAIN_STEP:.0%} lower")
+                              f"(p{self.q:g} {point.pct_ms:.1f} ms): its max rate is now {below}, and the next hold "
+                              f"tries {1 - SUSTAIN_STEP:.0%} lower")
             rate *= SUSTAIN_STEP
         return None
 
@@ -584,7 +612,8 @@ class ServingSearch:
             "overhead_ms": round(self.overhead_s * 1000, 3),
             "seconds": round(seconds, 2),
             "calls": {"calibration_s": round(self.calibration_s, 2), "load_s": round(self.load_s, 2),
-                      "hold_s": round(self.hold_s, 2), "curve_s": round(self.curve_s, 2)},
+                      "hold_s": round(self.hold_s, 2), "curve_s": round(self.curve_s, 2),
+                      "warm_s": round(self.warm_s, 2)},
             "notes": self.notes,
             "interrupted": self.interrupted,
         }
