@@ -79,6 +79,11 @@ def test_the_report_says_the_time_against_the_budget_and_its_promise() -> None:
     assert over["within_promise"] is False
     text = budget_summary(_doc(over))
     assert text is not None and "OVER its promise of 75 s" in text and "serving 45 s (its own budget)" in text
+    # with the stage's own budget known (the recipe's [serving]), its line says it and its promise (+10% to hold)
+    served = dict(_doc(over), recipe={"name": "r", "serving": {"time_budget_s": 40.0}})
+    assert "then serving 45 s of its own 40-s budget (OVER its promise of 44 s)" in (budget_summary(served) or "")
+    served["recipe"]["serving"]["time_budget_s"] = 41.0  # type: ignore[index]
+    assert "then serving 45 s of its own 41-s budget (within its promise of 45 s)" in (budget_summary(served) or "")
     assert budget_summary(_doc({"phases": "x"})) is None  # an older or damaged section: no line, no traceback
 
 

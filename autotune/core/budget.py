@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ARTIFACT_SHARE_CAP", "BUILD_GUESS_S", "FINAL_WRITE_S", "MIN_CHECK_ROUNDS", "OVERRUN", "ROUND_OVERHEAD_S",
-           "SEARCH_SHARE", "BudgetPlan", "artifact_reserve", "check_round_seconds", "check_rounds_that_fit",
-           "staging_seconds", "worth_starting"]
+           "SEARCH_SHARE", "SERVING_HOLD_GRACE", "BudgetPlan", "artifact_reserve", "check_round_seconds",
+           "check_rounds_that_fit", "staging_seconds", "worth_starting"]
 
 #: How far past ``time_budget_s`` a run may end: its later phases are sized by estimates.
 OVERRUN = 0.25
@@ -44,6 +44,9 @@ BUILD_GUESS_S = 6.0
 ROUND_OVERHEAD_S = 1.5
 #: The last report write after the last phase (report.md, report.html and its plots): about a second.
 FINAL_WRITE_S = 2.0
+#: How far past its own ``[serving] time_budget_s`` the serving stage may run: its pick's 10-s hold and its curve
+#: start only while they end within this share past the stage's budget (a pick found near the end is still held).
+SERVING_HOLD_GRACE = 0.1
 
 
 def check_round_seconds(startup_s: float, *, seconds: float, warm_s: float, paired: bool) -> float:

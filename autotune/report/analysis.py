@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from autotune.candidate import pessimistic_score
+from autotune.core.budget import SERVING_HOLD_GRACE
 from autotune.core.process_env import environment_of_variant
 from autotune.report.canonical import normalise_report
 from autotune.report.format import (
@@ -446,7 +447,15 @@ def budget_summary(doc: Mapping[str, Any]) -> str | None:
     if own:
         line += f": {own}"
     if is_number(phases.get("serving")):
-        line += f"; then serving {phases['serving']:.0f} s (its own budget)"
+        recipe = doc.get("recipe")
+        serving = recipe.get("serving") if isinstance(recipe, Mapping) else None
+        own_budget = serving.get("time_budget_s") if isinstance(serving, Mapping) else None
+        if is_number(own_budget) and own_budget > 0:
+            promise_s = (1 + SERVING_HOLD_GRACE) * own_budget  # the pick's hold may run past the stage's budget
+            line += (f"; then serving {phases['serving']:.0f} s of its own {own_budget:g}-s budget "
+                     f"({'within' if phases['serving'] <= promise_s else 'OVER'} its promise of {promise_s:.0f} s)")
+        else:
+            line += f"; then serving {phases['serving']:.0f} s (its own budget)"
     return line
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.core.budget import SERVING_HOLD_GRACE
 from autotune.serving.batcher import BatchPolicy
 from autotune.serving.processes import Calibration, ServerProcess, ServingError, calibrate, pinned
 from autotune.serving.rate_search import (
@@ -484,7 +485,7 @@ class ServingSearch:
             # the pick must hold its max rate; one that does not is lowered, and may then lose its place to
             # another configuration, whose max rate must hold in turn
             while (pick is not None and not self._closed and id(pick) not in held
-                   and deadline + 0.1 * self.spec.time_budget_s - time.monotonic() > SUSTAIN_SECONDS):
+                   and deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s - time.monotonic() > SUSTAIN_SECONDS):
                 held.add(id(pick))
                 if self._measure_curve(pick, deadline):
                     break
@@ -501,7 +502,7 @@ class ServingSearch:
     def _measure_curve(self, pick: Measured, deadline: float) -> bool:
         """On a fresh server: the pick's max rate held for SUSTAIN_SECONDS (lowered until it holds), then the
         curve's 50% and 80% points of what held; whether it held."""
-        late = deadline + 0.1 * self.spec.time_budget_s
+        late = deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s
         with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
             self._warm(srv, pick.max_rate)
             t0 = time.monotonic()
