@@ -47,8 +47,12 @@ $(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 demo: $(STAMP) allocators
 	$(VENV)/bin/autotune run recipes/quickstart.toml --out $(DEMO_OUT)
 
+# Two test processes (pytest-xdist; the machine has 2 cores and a serial run keeps about one busy: much of a test's
+# time is its worker processes starting and timing); each module runs whole in one of them (tests/conftest.py).
+# TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: $(STAMP) allocators
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop.
 # `make test` is unchanged: it still runs the worker tests.

@@ -28,11 +28,21 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``cuda`` skip cleanly on machines without a GPU."""
+    """Tests marked ``cuda`` skip cleanly on machines without a GPU. Under pytest-xdist (``make test`` runs two
+    processes, ``--dist loadgroup``) each test module is one group, so its module-scoped fixtures (a real run, a
+    server) are built once; the modules that read the shared ``showdown_run`` form one group, so that run is made
+    once for all of them rather than once per process."""
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "cuda" in item.keywords and not _cuda_available():
             item.add_marker(skip)
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    shared = {item.module.__name__ for item in items
+              if isinstance(item, pytest.Function) and "showdown_run" in item.fixturenames}
+    for item in items:
+        module = item.module.__name__ if isinstance(item, pytest.Function) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("showdown_run" if module in shared else module))
 
 
 @pytest.fixture

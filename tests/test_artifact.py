@@ -25,6 +25,7 @@ from autotune.report import normalise_report, render_html, render_markdown
 from autotune.report.loader import loader_script
 from autotune.report.reproduce import reproduce_code
 from autotune.runner import Runner
+from autotune.showdown.verdict import contended
 from autotune.worker.correctness import compare_outputs, tolerance_for
 from autotune.worker.model import build_model, make_inputs
 from autotune.worker.variants import VariantSpec
@@ -227,7 +228,13 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(showdown_run: Re
     again = rerender(out)  # `autotune report DIR` rebuilds the rows from the study: same headline
     assert again["recommendation"]["throughput"] == check["throughput"]
     assert again["recommendation"]["throughput_source"] == "artifact"
-    assert 0.2 < check["ratio"] < 5  # same model, same machine: agreement is a benchmark's question, not a test's
+    # same model, same machine: agreement is a benchmark's question, not a test's; and a showdown the tool itself
+    # calls contended (most rounds beside another busy process: a parallel test, say, where two torch threads
+    # on a shared core ran the tiny model at 16 ms a call instead of 0.3) says its own figure is not to be relied on
+    if not contended(doc["showdown"]):
+        assert 0.2 < check["ratio"] < 5
+    else:
+        assert "Busy machine" in doc["showdown"]["verdict"]["text"]
     assert "As shipped: the figures above are its artifact's" in (out / "report.md").read_text()
     # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
     assert len(check["tool_throughputs"]) == 2 and check["paired_ci"] is not None

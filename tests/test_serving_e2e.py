@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.serving.search import WARMUP_SECONDS
 from tests.support import run_cli, tiny_recipe
 
 SERVING = """
@@ -69,6 +70,8 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
     # report says its max rate was not held
     assert serving["at_fraction"] or any("not held" in n or "did not hold" in n for n in serving["notes"])
     assert serving["seconds"] <= 45 * 1.25 + 15  # its budget, plus the last point and the server stops
+    # every fresh server (the naive one and one per confirmed configuration at least) had its untimed warm-up
+    assert serving["calls"]["warm_s"] >= 2 * WARMUP_SECONDS and serving["calls"]["load_s"] > serving["calls"]["warm_s"]
     assert 0 < serving["share_of_run"] < 1
     assert "Serving" in (out / "report.md").read_text()
 
