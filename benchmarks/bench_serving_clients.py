@@ -24,7 +24,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 SUB_WINDOW = 1500  # requests: the serving search's curve point (CURVE_REQUESTS)
 
 
-def _schedule(rate: float, seconds: float, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    offs = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5) + 10))
-    return offs[offs < seconds]
-
-
 def _requests(a: dict[str, Any]) -> list[dict[str, np.ndarray]]:
     from autotune.serving.requests import cut_requests, load_batches
 
@@ -50,42 +43,25 @@ def _requests(a: dict[str, Any]) -> list[dict[str, np.ndarray]]:
 
 
 def client_triton(a: dict[str, Any]) -> list[float | None]:
-    """tritonclient.http, a greenlet per request started at its intended time (as triton_openloop.py)."""
-    import gevent
+    """tritonclient.http, a greenlet per request started at its intended time (triton_openloop.send_at)."""
     import tritonclient.http as httpclient
-    from triton_openloop import _infer_inputs
+    from triton_openloop import _infer_inputs, poisson_offsets, send_at
 
     client = httpclient.InferenceServerClient(a["host"], concurrency=128, connection_timeout=30, network_timeout=30)
     prepared = [_infer_inputs(r) for r in _requests(a)]
-    offs = _schedule(a["rate"], a["seconds"], a["seed"])
-    lat: list[float | None] = [None] * len(offs)
-
-    def one(i: int, intended: float) -> None:
-        try:
-            client.infer(a["model"], prepared[i % len(prepared)])
-            lat[i] = (time.perf_counter() - intended) * 1000
-        except Exception:  # a failure is a request that met no SLO: left None (infinitely late)
-            pass
-
-    start = time.perf_counter() + 0.2
-    greenlets = []
-    for i, off in enumerate(offs):
-        intended = start + float(off)
-        wait = intended - time.perf_counter()
-        if wait > 0:
-            gevent.sleep(wait)
-        greenlets.append(gevent.spawn(one, i, intended))
-    gevent.joinall(greenlets, timeout=40)
+    latency, _, _, _ = send_at(client, a["model"], prepared, poisson_offsets(a["rate"], a["seconds"], a["seed"]), 30)
     client.close()
-    return lat
+    return [float(v) * 1000 if np.isfinite(v) else None for v in latency]
 
 
 def client_autotune(a: dict[str, Any]) -> list[float | None]:
     """autotune's own open-loop client (serving.loadgen.run_load), as the search's points run it."""
+    from triton_openloop import poisson_offsets
+
     from autotune.serving import loadgen
 
     bodies = [loadgen.encode_binary_request(r) for r in _requests(a)]
-    offs = _schedule(a["rate"], a["seconds"], a["seed"])
+    offs = poisson_offsets(a["rate"], a["seconds"], a["seed"])
     r = loadgen.run_load("http://" + a["host"], a["model"], bodies, offs, timeout_s=30, seconds=a["seconds"],
                          rate=a["rate"])
     if r.ok != r.sent or r.dropped:  # latencies_ms holds the ok ones only: send order is kept only when all are
@@ -154,7 +130,7 @@ def main() -> None:
                         "p50_median": float(np.median(of(who, "p50_ms"))),
                         "sub_p99_median": float(np.median(subs)), "sub_p99_p10": float(np.percentile(subs, 10)),
                         "sub_p99_p90": float(np.percentile(subs, 90))}
-        print(f"{who}: 30-s p99 median {summary[who]['p99_median']:.2f} ms "
+        print(f"{who}: {args.seconds:g}-s p99 median {summary[who]['p99_median']:.2f} ms "
               f"({', '.join(f'{x:.1f}' for x in of(who, 'p99_ms'))}), p50 median {summary[who]['p50_median']:.2f}; "
               f"sub-window p99 median {summary[who]['sub_p99_median']:.2f} "
               f"(p10-p90 {summary[who]['sub_p99_p10']:.1f}-{summary[who]['sub_p99_p90']:.1f})")

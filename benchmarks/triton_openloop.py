@@ -51,19 +51,17 @@ def _infer_inputs(request: Mapping[str, np.ndarray]) -> list[Any]:
     return out
 
 
-def open_loop(url: str, model: str, requests: Sequence[Mapping[str, np.ndarray]], *, rate: float, seconds: float,
-              seed: int = 1, concurrency: int = 128, timeout_s: float = 30.0, warm_fraction: float = 0.1
-              ) -> dict[str, Any]:
-    """Poisson arrivals at ``rate`` for ``seconds``; latency percentiles of the answered requests (the first
-    ``warm_fraction`` of the schedule left out), errors counted."""
-    host = url.split("://", 1)[-1].rstrip("/")
-    client = httpclient.InferenceServerClient(host, concurrency=concurrency, connection_timeout=timeout_s,
-                                              network_timeout=timeout_s)
-    prepared = [_infer_inputs(r) for r in requests]
+def poisson_offsets(rate: float, seconds: float, seed: int) -> np.ndarray:
+    """Send times (seconds from the start) of a Poisson schedule at ``rate``, drawn here with numpy."""
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5) + 10)
-    offsets = np.cumsum(gaps)
-    offsets = offsets[offsets < seconds]
+    offsets = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5) + 10))
+    return offsets[offsets < seconds]
+
+
+def send_at(client: Any, model: str, prepared: Sequence[Any], offsets: np.ndarray, timeout_s: float
+            ) -> tuple[np.ndarray, list[float], list[str], float]:
+    """Each request in a greenlet started at its intended time; latency (s, nan when it failed) from that time,
+    the send lags (s), the first errors' texts and the wall time."""
     latency = np.full(len(offsets), np.nan)
     errors: list[str] = []
 
@@ -85,7 +83,20 @@ def open_loop(url: str, model: str, requests: Sequence[Mapping[str, np.ndarray]]
         lag.append(time.perf_counter() - intended)
         greenlets.append(gevent.spawn(one, i, intended))
     gevent.joinall(greenlets, timeout=timeout_s + 5)
-    wall = time.perf_counter() - start
+    return latency, lag, errors, time.perf_counter() - start
+
+
+def open_loop(url: str, model: str, requests: Sequence[Mapping[str, np.ndarray]], *, rate: float, seconds: float,
+              seed: int = 1, concurrency: int = 128, timeout_s: float = 30.0, warm_fraction: float = 0.1
+              ) -> dict[str, Any]:
+    """Poisson arrivals at ``rate`` for ``seconds``; latency percentiles of the answered requests (the first
+    ``warm_fraction`` of the schedule left out), errors counted."""
+    host = url.split("://", 1)[-1].rstrip("/")
+    client = httpclient.InferenceServerClient(host, concurrency=concurrency, connection_timeout=timeout_s,
+                                              network_timeout=timeout_s)
+    prepared = [_infer_inputs(r) for r in requests]
+    offsets = poisson_offsets(rate, seconds, seed)
+    latency, lag, errors, wall = send_at(client, model, prepared, offsets, timeout_s)
     client.close()
     kept = latency[int(len(latency) * warm_fraction):]
     ok = kept[np.isfinite(kept)] * 1000
