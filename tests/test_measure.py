@@ -61,12 +61,17 @@ def test_budget_stops_a_never_settling_callable() -> None:
         calls[0] += 1
         busy(0.0002 * (1 + calls[0] / 50))  # keeps getting slower
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     m = measure_callable(drifting, batch_size=1, device=CPU,
                          settings=MeasureSettings(mode="latency", ci_target=0.01, max_seconds=1.0))
-    assert time.perf_counter() - t0 < 5.0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    assert wall < 5.0
     assert m.stopped_by == "budget"
-    assert m.classification in ("no_steady_state", "slowdown")
+    # The drift is what the timings show only when the spinning callable had its core: preempted (two busy
+    # neighbours on 2 cores, or a parallel test), the scheduler's slices outweigh it, and "flat" or "warmup" came
+    # back in 3 of 6 such runs. A process that got under 90% of the wall time as CPU was preempted.
+    if cpu >= 0.9 * wall:
+        assert m.classification in ("no_steady_state", "slowdown")
 
 
 def test_fast_callables_are_timed_in_blocks() -> None:
