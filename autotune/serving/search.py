@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from autotune.serving.rate_search import (
 )
 from autotune.serving.requests import cut_requests, load_batches
 from autotune.serving.simulate import ServiceModel, Simulator, percentile_of
+
+if TYPE_CHECKING:
+    from autotune.serving.loadgen import LoadResult
 
 #: Fractions of the pick's max rate its curve is measured at. 90% is measured, not read between 80% and 100%:
 #: the percentile climbs steeply near the max, and a straight line between the two said p99 22 ms where a 30-s
@@ -231,15 +234,19 @@ class ServingSearch:
             return schedule.rescale(schedule.replay(path), rate, seconds)
         return schedule.poisson(rate, seconds, seed)
 
-    def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
+    def _load(self, server: ServerProcess, rate: float, seconds: float, seed: int) -> LoadResult:
+        """Open-loop load at ``rate`` for ``seconds`` from the client's CPUs; its time counts in ``load_s``."""
         from autotune.serving.loadgen import run_load
 
         t0 = time.monotonic()
-        offsets = self._offsets(rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
         with pinned(self.client_cpus):
-            result = run_load(server.url, self.target.model_name, self.bodies, offsets,
+            result = run_load(server.url, self.target.model_name, self.bodies, self._offsets(rate, seconds, seed),
                               timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=seconds)
         self.load_s += time.monotonic() - t0
+        return result
+
+    def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
+        result = self._load(server, rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
         point = point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms, percentile=self.q)
         self.say(f"  {rate:8.1f} req/s: p{self.q:g} {point.pct_ms:8.1f} ms "
                  f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok")
@@ -248,17 +255,9 @@ class ServingSearch:
     def _warm(self, server: ServerProcess, rate: float) -> None:
         """Untimed load on a fresh server (WARMUP_SECONDS at WARMUP_FRACTION of ``rate``, the bodies cycled, so
         each input shape has been seen): its answers are not kept, only the time it took."""
-        from autotune.serving.loadgen import run_load
-
         t0 = time.monotonic()
-        warm_rate = max(1.0, WARMUP_FRACTION * rate)
-        offsets = self._offsets(warm_rate, WARMUP_SECONDS, self.seed + 7)
-        if offsets.size:
-            with pinned(self.client_cpus):
-                run_load(server.url, self.target.model_name, self.bodies, offsets,
-                         timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=WARMUP_SECONDS)
+        self._load(server, max(1.0, WARMUP_FRACTION * rate), WARMUP_SECONDS, self.seed + 7)
         self.warm_s += time.monotonic() - t0
-        self.load_s += time.monotonic() - t0
 
     def _closed_point(self, server: ServerProcess) -> LoadPoint:
         """``arrivals = "closed"``: ``concurrency`` clients, each sending when answered (a closed loop hides
