@@ -190,10 +190,15 @@ def summary(path: str | Path, analysis: WarmupAnalysis, *, consumed: int | None 
     else:
         steady_n = analysis.n - analysis.steady_start
         lines.append(f"  steady from iteration {analysis.steady_start} ({steady_n} values)")
-        ci = analysis.ci
-        ci_text = f"[{_format_seconds(ci[0])}, {_format_seconds(ci[1])}]" if ci is not None else "-"
+        def interval(ci: tuple[float, float] | None) -> str:
+            return f"[{_format_seconds(ci[0])}, {_format_seconds(ci[1])}]" if ci is not None else "-"
+
         mean, median = _format_seconds(analysis.steady_mean), _format_seconds(analysis.steady_median)
-        lines.append(f"  steady mean {mean}, median {median}, 95% CI of the mean {ci_text}")
+        lines.append(f"  steady median {median}, 95% CI {interval(analysis.median_ci)} (4 batch medians: "
+                     "the level's wander is in it)")
+        lines.append(f"  steady mean {mean}, 95% CI of the mean {interval(analysis.ci)}")
+        if analysis.wander is not None:
+            lines.append(f"  the level wanders ±{100 * analysis.wander:.1f}% between blocks")
     cps = ", ".join(str(c) for c in analysis.changepoints[:12])
     more = f" (+{len(analysis.changepoints) - 12} more)" if len(analysis.changepoints) > 12 else ""
     one_off = f" ({len(analysis.one_off)} one-off, left out of the mean)" if analysis.one_off else ""

@@ -10,6 +10,7 @@ import pytest
 
 from autotune.core.measurement import SECONDS_FORMAT, Measurement, decode_seconds, encode_seconds
 from autotune.core.stats import (
+    batch_statistics_ci,
     block_bootstrap_ci,
     bootstrap_means,
     bootstrap_percentiles,
@@ -64,6 +65,63 @@ def test_bootstrap_ci_covers_the_mean_of_ar1_noise() -> None:
         hits_naive += abs(x.mean() - 1.0) <= half
     assert 0.85 <= hits_block / reps <= 0.995
     assert hits_naive / reps < 0.75
+
+
+def _wandering(rng: np.random.Generator, n: int, tau: float) -> np.ndarray:
+    """Level 1.0 + AR(1) noise (phi 0.3, sd 2%) + a slow mean-reverting wander (time constant ``tau`` calls, sd
+    1%): a stationary series whose median is 1.0 but whose level moves over hundreds of calls, as real traces do."""
+    a = math.exp(-1.0 / tau)
+    e = rng.standard_normal(n)
+    w = np.empty(n)
+    w[0] = e[0]
+    for i in range(1, n):
+        w[i] = a * w[i - 1] + math.sqrt(1 - a * a) * e[i]
+    return 1.0 + 0.02 * math.sqrt(1 - 0.09) * _ar1(rng, n, 0.3) + 0.01 * w
+
+
+def test_batch_median_ci_covers_a_wandering_level() -> None:
+    """Long batches carry a slow wander into the median's interval: near-nominal coverage of the true level,
+    where the block bootstrap (blocks from the lag-1 autocorrelation) misses it."""
+    rng = np.random.default_rng(7)
+    reps, n = 150, 1200
+    hits_batch = hits_boot = 0
+    for rep in range(reps):
+        x = _wandering(rng, n, tau=100.0)
+        lo, hi = batch_statistics_ci(x, statistic="median")
+        hits_batch += lo <= 1.0 <= hi
+        blo, bhi = replicate_interval(bootstrap_percentiles(x, 50.0, n_boot=300, seed=rep))
+        hits_boot += blo <= 1.0 <= bhi
+    assert 0.88 <= hits_batch / reps <= 0.995
+    assert hits_boot / reps < 0.75
+
+
+def test_batch_mean_ci_covers_ar1_noise_and_says_what_it_needs() -> None:
+    rng = np.random.default_rng(3)
+    reps, hits = 150, 0
+    for _ in range(reps):
+        x = 1.0 + 0.05 * _ar1(rng, 800, 0.7)
+        lo, hi = batch_statistics_ci(x, statistic="mean")
+        hits += lo <= 1.0 <= hi
+        assert lo < float(x.mean()) < hi
+    assert 0.88 <= hits / reps <= 0.995
+    with pytest.raises(ValueError, match="at least 8 values"):
+        batch_statistics_ci([1.0] * 7)
+    with pytest.raises(ValueError, match="batches must be at least 2"):
+        batch_statistics_ci([1.0] * 20, batches=1)
+    with pytest.raises(ValueError, match="mean or median"):
+        batch_statistics_ci([1.0] * 20, statistic="p99")
+    with pytest.raises(InputError, match="finite"):
+        batch_statistics_ci([1.0] * 19 + [math.nan])
+    assert batch_statistics_ci([2.0] * 20) == (2.0, 2.0)
+
+
+def test_analysis_prints_the_median_interval_and_keeps_it() -> None:
+    x = synthetic_trace("expdecay", n=1500, seed=4).values
+    a = analyze(x)
+    assert a.median_ci is not None and a.median_ci[0] <= a.steady_median <= a.median_ci[1]
+    back = type(a).from_dict(json.loads(json.dumps(a.to_dict())))
+    assert back.median_ci == pytest.approx(a.median_ci)
+    assert analyze(x, with_ci=False).median_ci is None
 
 
 def test_bootstrap_ci_basics() -> None:

@@ -105,7 +105,7 @@ _ORDER_TOP = (
 _ORDER_CANDIDATE = tuple(CANDIDATE_FIELDS)
 _ORDER_MEASUREMENT = tuple(MEASUREMENT_FIELDS)
 _ORDER_ANALYSIS = ("classification", "steady_start", "steady_mean", "steady_median", "ci", "changepoints",
-                   "outliers", "one_off", "n", "levels", "share_high")
+                   "outliers", "one_off", "n", "levels", "share_high", "wander", "median_ci")
 _ORDER_SECONDS = ("format", "count", "data")
 _ORDER_RECIPE = (
     "path",

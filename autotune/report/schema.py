@@ -181,6 +181,8 @@ _ANALYSIS = _record(
         "n": (_INT, True),
         "levels": (_list_of(_NUMBER), False),
         "share_high": (_nullable(_NUMBER), False),
+        "wander": (_nullable(_NUMBER), False),
+        "median_ci": (_nullable(_list_of(_NUMBER, length=2)), False),
     }
 )
 #: A candidate's measurement record (schema 2): ``autotune.core.measurement.MeasurementRecord``.

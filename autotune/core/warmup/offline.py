@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from autotune.core.stats import block_bootstrap_ci, choose_block_length, t_quantile_975
+from autotune.core.stats import (
+    BATCHES,
+    batch_statistics_ci,
+    block_bootstrap_ci,
+    choose_block_length,
+    t_quantile_975,
+)
 from autotune.core.warmup.changepoints import check_finite, pelt, refine
 from autotune.core.warmup.mixture import Mixture, find_mixture
 from autotune.core.warmup.noise import Equivalence, estimate_phi, trend
@@ -72,6 +78,9 @@ class WarmupAnalysis:
     #: a steady state whose level wanders (:func:`_wander_start`): the largest departure of a block's median
     #: from the steady median, as a fraction (0.06: "wanders +-6%"); None when the level holds within the margin
     wander: float | None = None
+    #: 95% CI of the steady median from four batch medians (:func:`autotune.core.stats.batch_statistics_ci`):
+    #: batches long enough that the level's wander is in it, not only the noise within a level (issue 31)
+    median_ci: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.classification not in CLASSIFICATIONS:
@@ -100,6 +109,7 @@ class WarmupAnalysis:
             "n": self.n,
             **({"levels": list(self.levels), "share_high": self.share_high} if self.levels else {}),
             **({"wander": self.wander} if self.wander is not None else {}),
+            **({"median_ci": [self.median_ci[0], self.median_ci[1]]} if self.median_ci is not None else {}),
         }
 
     @classmethod
@@ -123,6 +133,8 @@ class WarmupAnalysis:
                 levels=tuple(float(v) for v in data.get("levels") or ()),
                 share_high=None if data.get("share_high") is None else float(data["share_high"]),
                 wander=None if data.get("wander") is None else float(data["wander"]),
+                median_ci=None if data.get("median_ci") is None else (float(data["median_ci"][0]),
+                                                                      float(data["median_ci"][1])),
             )
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise InputError(f"not a stored warmup analysis (missing or bad field: {exc})") from exc
@@ -430,6 +442,13 @@ def _batch_means_ci(values: np.ndarray) -> tuple[float, float]:
     return center - half, center + half
 
 
+def _median_ci(steady: np.ndarray) -> tuple[float, float] | None:
+    """The steady median's 95% CI from batch medians; None for too few values to batch."""
+    if steady.size < 2 * BATCHES:
+        return None
+    return batch_statistics_ci(steady, statistic="median")
+
+
 def _residuals(z: np.ndarray, cps: Sequence[int]) -> np.ndarray:
     out = z.copy()
     bounds = [0, *cps, z.size]
@@ -600,6 +619,7 @@ def analyze(
         n=n,
         one_off=tuple(int(o) for o in one_off_idx),
         wander=wander,
+        median_ci=_median_ci(steady) if with_ci and confidence == 0.95 else None,
     )
 
 
@@ -632,4 +652,5 @@ def _analyze_mixture(x: np.ndarray, mixture: Mixture, *, rel_tolerance: float, m
         ci = block_bootstrap_ci(steady, confidence=confidence, n_boot=n_boot, block=block, seed=seed)
     return WarmupAnalysis(classification=a.classification, steady_start=start, steady_mean=float(steady.mean()),
                           steady_median=float(np.median(steady)), ci=ci, changepoints=changepoints, outliers=(),
-                          n=int(x.size), levels=levels, share_high=mixture.share_high)
+                          n=int(x.size), levels=levels, share_high=mixture.share_high,
+                          median_ci=_median_ci(steady) if with_ci and confidence == 0.95 else None)
