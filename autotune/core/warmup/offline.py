@@ -399,9 +399,10 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
             m_1..m_K = medians of K consecutive blocks of y[s:];  M = median(y[s:])
             skip s if some |m_k / M - 1| > WANDER_MAX                   (not one level at all)
             skip s if m_1 is outside [min, max] of m_2..m_K by more than tol  (still the transient)
+            skip s if the medians of the halves' block medians differ by more than tol
+                (long regimes, or a transient still in the first half: a later start may be one level)
             none if m_K is outside [min, max] of the first half's m by more than tol
                 (a level the tail's first half never visited: a late regime; a wander comes back)
-            skip s if the medians of the halves' block medians differ by more than tol (long regimes)
             none if |Spearman rho(m, order)| >= DRIFT_RHO and |m_K / m_1 - 1| > tol  (a one-way drift)
             steady from s; wander = max |m_k / M - 1|
     """
@@ -421,10 +422,10 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
         later, first_half = meds[1:], meds[: WANDER_BLOCKS // 2]
         if meds[0] > later.max() * (1 + tol) or meds[0] < later.min() * (1 - tol):
             continue
-        if meds[-1] > first_half.max() * (1 + tol) or meds[-1] < first_half.min() * (1 - tol):
-            return None  # the last level was not seen in the tail's first half: a regime, not a wander
         if abs(float(np.median(first_half)) / float(np.median(meds[WANDER_BLOCKS // 2:])) - 1.0) > tol:
             continue  # the halves sit at different levels: a few long regimes, not a wander around one level
+        if meds[-1] > first_half.max() * (1 + tol) or meds[-1] < first_half.min() * (1 - tol):
+            return None  # the last level was not seen in the tail's first half: a regime, not a wander
         order = np.argsort(np.argsort(meds))
         rho = float(np.corrcoef(order, np.arange(meds.size))[0, 1]) if np.ptp(meds) > 0 else 0.0
         if abs(rho) >= DRIFT_RHO and abs(meds[-1] / meds[0] - 1.0) > tol:
