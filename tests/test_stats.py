@@ -191,6 +191,9 @@ def test_measurement_without_steady_state_uses_the_trailing_half() -> None:
     assert m.mean_seconds == pytest.approx(float(t.values[500:].mean()))
     lo, hi = m.ci_seconds
     assert lo < m.mean_seconds < hi
+    # the drift is in the interval: wider than the bootstrap of the same half, which sees only the noise
+    blo, bhi = block_bootstrap_ci(t.values[500:])
+    assert (hi - lo) > 2 * (bhi - blo)
 
 
 def test_measurement_round_trip_through_json() -> None:

@@ -36,7 +36,14 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from autotune.core.stats import block_bootstrap_ci, bootstrap_means, bootstrap_percentiles, percentiles
+from autotune.core.stats import (
+    BATCHES,
+    batch_statistics_ci,
+    block_bootstrap_ci,
+    bootstrap_means,
+    bootstrap_percentiles,
+    percentiles,
+)
 from autotune.core.vocab import MODES
 from autotune.core.warmup import WarmupAnalysis
 from autotune.errors import InputError
@@ -209,10 +216,17 @@ class Measurement:
 
     @cached_property
     def ci_seconds(self) -> tuple[float, float]:
-        """95% CI of the steady mean, seconds per iteration."""
+        """95% CI of the steady mean, seconds per iteration.
+
+        Without a steady state it is the trailing half's, from four batch means (:func:`batch_statistics_ci`):
+        a series that kept moving has its drift or wander in the interval, where a bootstrap with blocks sized
+        from the lag-1 autocorrelation would print the noise of one moment as the precision of the number."""
         if self.analysis.ci is not None and self.analysis.steady_start is not None:
             return (float(self.analysis.ci[0]), float(self.analysis.ci[1]))
-        return block_bootstrap_ci(self.steady_samples)
+        tail = self.steady_samples
+        if self.analysis.steady_start is None and tail.size >= 2 * BATCHES:
+            return batch_statistics_ci(tail, statistic="mean")
+        return block_bootstrap_ci(tail)
 
     @property
     def latency_source(self) -> str:
