@@ -323,7 +323,9 @@ def _steadiness(c: Mapping[str, Any]) -> str:
     if classification == "no_steady_state":
         return (
             f"No steady state was reached: the timings kept drifting, so the throughput is an "
-            f"average of a moving series, not a stable rate ({precision})."
+            f"average of the last half of a moving series, not a stable rate ({precision}"
+            + ("; the interval is of four batch means, so the drift is in it" if is_int(samples) and samples >= 16
+               else "") + ")."
         )
     if classification == "slowdown":
         return f"The timings slowed down after warmup (classification slowdown); {precision}."
