@@ -59,6 +59,14 @@ spec = json.loads(sys.argv[1])
 ns = runpy.run_path(spec["loader"])
 predict = ns["load"]()
 kind = spec["kind"]
+def call_of(f):  # (args, kwargs) of one batch in the form predict takes it (the loader's _form / make_inputs)
+    if isinstance(f, dict):
+        return (), f
+    if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], tuple) and isinstance(f[1], dict):
+        return f
+    if isinstance(f, (tuple, list)):
+        return tuple(f), {}
+    return (f,), {}
 if spec.get("traffic"):
     import numpy as np
     found = {}
@@ -74,22 +82,14 @@ if spec.get("traffic"):
     else:
         import torch
         conv = torch.from_numpy
-    def form(xs):
-        f = ns["_form"](xs) if "_form" in ns else tuple(xs)
-        if isinstance(f, dict):
-            return (), f
-        if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], tuple) and isinstance(f[1], dict):
-            return f
-        if isinstance(f, (tuple, list)):
-            return tuple(f), {}
-        return (f,), {}
     order = sorted(found)[:spec["max_batches"]]
-    calls = [form([conv(found[i][n]) for n in names]) for i in order]
+    calls = [call_of(ns["_form"](xs) if "_form" in ns else tuple(xs))
+             for xs in ([conv(found[i][n]) for n in names] for i in order)]
     rows = [int(found[i][names[0]].shape[0]) for i in order]
 else:
-    x = ns["make_inputs"]()
-    calls = [(tuple(x), {})]
-    rows = [int(x[0].shape[0])]
+    args, kwargs = call_of(ns["make_inputs"]())  # predict's form: a tuple, a dict of keyword inputs, or both
+    calls = [(args, kwargs)]
+    rows = [int([*args, *kwargs.values()][0].shape[0])]
 assert "autotune" not in sys.modules, "the plain process imported autotune"
 clock = time.perf_counter
 lat = []
@@ -192,9 +192,11 @@ def plain_process(target: ArtifactTarget, *, seconds: float, warm_s: float = 1.0
                            json.dumps({**target.child, "seconds": seconds, "warm_s": warm_s})],
                           capture_output=True, text=True, cwd=target.run_dir, env=dict(target.environment),
                           timeout=CHILD_TIMEOUT_S, check=False)
-    if proc.returncode != 0:
+    if proc.returncode != 0:  # the exception's own line first: a report shortens the rest (warnings, traceback)
+        err = proc.stderr.strip()
+        last = err.splitlines()[-1] if err else "nothing on stderr"
         raise InputError(f"{target.run_dir / 'artifact' / 'load.py'}: the plain process failed "
-                         f"(exit {proc.returncode}): {proc.stderr.strip()[-600:]}")
+                         f"(exit {proc.returncode}): {last}; its stderr ended: {err[-600:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
 

@@ -155,3 +155,40 @@ def test_rerun_replays_the_saved_traffic_and_never_runs_the_data_factory_a_repor
     assert time_artifact(target, seconds=0.2) > 0
     assert not marker.exists()
 
+
+
+@pytest.mark.parametrize(("factory", "kwargs", "inputs"), [
+    # every input by keyword: make_inputs() returns a dict (a Hugging Face model's pixel_values, input_ids)
+    ("torch.nn:Identity", {}, [{"name": "input", "keyword": True}]),
+    # positional then keyword: make_inputs() returns (args, kwargs)
+    ("torch.nn:Bilinear", {"in1_features": 3, "in2_features": 3, "out_features": 2},
+     [{"name": "input1", "keyword": False}, {"name": "input2", "keyword": True}]),
+])
+def test_the_plain_process_times_an_inputs_recipe_in_the_form_its_loader_takes(
+        tmp_path: Path, factory: str, kwargs: dict[str, Any], inputs: list[dict[str, Any]]) -> None:
+    """An ``[[inputs]]`` recipe's artifact is timed on its loader's ``make_inputs()`` batch as predict takes it. With
+    keyword inputs the batch is a dict, and the plain process once called predict with its keys (``KeyError: 0``:
+    every run of a keyword-input model, a transformers ViT among them, reported its artifact check failed)."""
+    from autotune.artifact_timing import plain_process
+    from autotune.report.loader import loader_script
+
+    (tmp_path / "artifact").mkdir()
+    iface = {"source": "inputs", "form": "tuple", "batch_size": 2, "batch_rows": [2], "shapes": [],
+             "inputs": [{**x, "dtype": "float32", "shape": [2, 3], "range": None, "dynamic_dims": [0]} for x in inputs],
+             "outputs": [{"name": "out", "path": "", "dtype": "float32", "shape": [2, 2]}]}
+    doc = {"recipe": {"name": "kw", "device": "cpu", "inputs": [],
+                      "model": {"factory": factory, "kwargs": kwargs}},
+           "recommendation": {"variant": "eager", "batch_size": 2, "compiler": "eager", "precision": "fp32"},
+           "artifact": {"status": "ok", "kind": "code", "variant": "eager", "batch_size": 2, "threads": 1,
+                        "files": [], "format": "f", "interface": iface}}
+    text = loader_script(doc)
+    assert text is not None
+    loader = tmp_path / "artifact" / "load.py"
+    loader.write_text(text)
+    target = ArtifactTarget(run_dir=tmp_path, label="eager@2", reported=1.0,
+                            child={"loader": str(loader), "kind": "code", "batch_size": 2})
+    got = plain_process(target, seconds=0.2, warm_s=0.1)
+    assert got["rows_per_call"] == 2.0 and got["calls"] >= 1 and got["throughput"] > 0
+    loader.write_text(text.replace("def load():", "def load():\n    raise KeyError(0)\n\n\ndef _unused():"))
+    with pytest.raises(InputError, match=r"failed \(exit 1\): KeyError: 0; its stderr ended"):
+        plain_process(target, seconds=0.2, warm_s=0.1)
