@@ -173,10 +173,10 @@ def batch_statistics_ci(values: Sequence[float] | np.ndarray, *, statistic: str 
     blocks from sees (that bootstrap covered the late-half median of real steady traces 64% of the time, issue
     31). Batches longer than the memory have independent statistics, and their spread carries the wander into
     the interval. How many: a rule that halves the batch count while a test finds the batch statistics
-    correlated (LBATCH) has little power with a handful of batches and covered a wandering level 72-87% of the
-    time on synthetic series; four batches (t with 3 degrees of freedom) covered it 86-96%, at about 1.6x the
-    width an interval of independent values would have (tests/test_stats.py, BENCHMARKS.md "An interval of the
-    median")::
+    correlated (LBATCH) has little power with a handful of batches and covered a wandering level 72-93% of the
+    time on synthetic series (72-81% at the longest memory); four batches (t with 3 degrees of freedom) covered
+    it 86-96%, at about 1.6x the width an interval of independent values would have (tests/test_stats.py,
+    BENCHMARKS.md "The steady median's interval, printed")::
 
         m_1..m_k = the statistic of k consecutive equal batches
         estimate = the statistic of all values

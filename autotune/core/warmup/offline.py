@@ -24,7 +24,6 @@ from autotune.core.stats import (
     batch_statistics_ci,
     block_bootstrap_ci,
     choose_block_length,
-    t_quantile_975,
 )
 from autotune.core.warmup.changepoints import check_finite, pelt, refine
 from autotune.core.warmup.mixture import Mixture, find_mixture
@@ -434,15 +433,6 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
     return None
 
 
-def _batch_means_ci(values: np.ndarray) -> tuple[float, float]:
-    """The mean's 95% CI from WANDER_BLOCKS consecutive block means (Student t): blocks long enough to span the
-    level's wander, so the interval holds it, not only the noise within a level (batch means)."""
-    means = np.array([float(b.mean()) for b in np.array_split(values, WANDER_BLOCKS)])
-    half = t_quantile_975(means.size - 1) * float(np.std(means, ddof=1)) / math.sqrt(means.size)
-    center = float(values.mean())
-    return center - half, center + half
-
-
 def _median_ci(steady: np.ndarray) -> tuple[float, float] | None:
     """The steady median's 95% CI from batch medians; None for too few values to batch."""
     if steady.size < 2 * BATCHES:
@@ -605,7 +595,7 @@ def analyze(
         cls = "warmup"
     ci: tuple[float, float] | None = None
     if with_ci and wander is not None and steady.size >= 2 * WANDER_BLOCKS and confidence == 0.95:
-        ci = _batch_means_ci(steady)
+        ci = batch_statistics_ci(steady, statistic="mean", batches=WANDER_BLOCKS)
     elif with_ci:
         block = choose_block_length(y[start:])
         ci = block_bootstrap_ci(steady, confidence=confidence, n_boot=n_boot, block=block, seed=seed)
