@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,6 +48,8 @@ def _start(artifact: Path, ready: Path) -> subprocess.Popen[bytes]:
 def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifact_serves(
         write_recipe, tmp_path: Path) -> None:
     http = pytest.importorskip("tritonclient.http")
+    from tritonclient.utils import InferenceServerException
+
     # the offline pick at batch 4, so the serving grid has batches beyond the naive server's (a pick at batch 1
     # leaves one configuration on one server core: the naive one, and the search none of its own)
     recipe = write_recipe(tiny_recipe(variants='["eager"]', batch_sizes="[4]", time_budget_s=15) + SERVING)
@@ -88,12 +91,20 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
         name = serving["model_name"]
         meta = client.get_model_metadata(name)
         assert meta["inputs"][0]["name"] == "x" and meta["inputs"][0]["shape"][0] == -1
-        x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
-        inp = http.InferInput("x", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, binary_data=True)
-        got = client.infer(name, [inp])
+        def request(rows: int) -> list[Any]:
+            x = np.random.default_rng(0).standard_normal((rows, 3, 8, 8)).astype(np.float32)
+            inp = http.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=True)
+            return [inp]
+
+        # a request of up to the pick's max batch is served (the search may pick 1: the naive server wins on a
+        # busy machine); one row more is refused, naming the maximum
+        rows = min(2, rec["max_batch"])
+        got = client.infer(name, request(rows))
         out0 = got.as_numpy(meta["outputs"][0]["name"])
-        assert out0.shape[0] == 2 and np.all(np.isfinite(out0))
+        assert out0.shape[0] == rows and np.all(np.isfinite(out0))
+        with pytest.raises(InferenceServerException, match=f"maximum batch {rec['max_batch']}"):
+            client.infer(name, request(rec["max_batch"] + 1))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
