@@ -157,6 +157,7 @@ def test_rerun_replays_the_saved_traffic_and_never_runs_the_data_factory_a_repor
 
 
 
+@pytest.mark.worker
 @pytest.mark.parametrize(("factory", "kwargs", "inputs"), [
     # every input by keyword: make_inputs() returns a dict (a Hugging Face model's pixel_values, input_ids)
     ("torch.nn:Identity", {}, [{"name": "input", "keyword": True}]),
