@@ -41,7 +41,7 @@ from autotune.report import (
     validate_report,
     write_reports,
 )
-from autotune.report.format import fmt_ms, fmt_rate
+from autotune.report.format import fmt_ms, fmt_percent, fmt_rate, relative_half_width
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GIB = 2**30
@@ -648,6 +648,27 @@ def test_violating_recommendation_and_missing_trace_render(document: dict[str, A
     doc["recommendation"]["classification"] = "no_steady_state"
     assert "No steady state was reached" in render_markdown(doc)
     assert "data:image/png" in render_html(doc)
+
+
+def test_the_steady_state_sentence_gives_the_screens_precision_not_the_replaced_figures(
+        document: dict[str, Any]) -> None:
+    """After the artifact check (or the showdown) replaced the recommendation's throughput and CI, the sentence about
+    its steady state still speaks of the measurement that found it: the screen's CI from the screen's samples (it
+    read "95% CI half-width 18.0% from 395 samples (stopped by precision)": the plain processes' width beside the
+    screen's sample count)."""
+    doc = copy.deepcopy(document)
+    rec = doc["recommendation"]
+    screen_half = relative_half_width(rec)
+    rate = rec["throughput"]
+    rec.update(throughput=0.8 * rate, throughput_ci=[0.6 * rate, rate], throughput_source="artifact",
+               measured_throughput=rate, measured_throughput_ci=[rate * 0.99, rate * 1.01],
+               relative_ci_half_width=0.25)
+    text = render_markdown(doc)
+    assert f"95% CI half-width {fmt_percent(screen_half)} from {rec['samples']} samples" in text
+    assert "95% CI half-width 25.0%" not in text
+    doc["candidates"] = [c for c in doc["candidates"] if c.get("trial") != rec.get("trial")]
+    text = render_markdown(doc)
+    assert f"(classification warmup); {rec['samples']} samples (stopped by precision)." in text
 
 
 def test_trace_plot_without_iterations_per_sample(document: dict[str, Any]) -> None:

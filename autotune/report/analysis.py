@@ -306,20 +306,34 @@ def why_points(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> list[str]:
     cost = cost_sentence(doc, rec)
     if cost is not None:
         points.append(cost)
-    points.append(_steadiness(rec))
+    points.append(_steadiness(rec, _screen_of(doc, rec)))
     return points
 
 
-def _steadiness(c: Mapping[str, Any]) -> str:
+def _screen_of(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The recommendation's own row among the candidates: its screen, whose figures the showdown or the artifact
+    check may have replaced in the recommendation."""
+    for c in doc.get("candidates") or []:
+        if isinstance(c, Mapping) and all(c.get(k) == rec.get(k) for k in ("trial", "variant", "batch_size")):
+            return c
+    return None
+
+
+def _steadiness(c: Mapping[str, Any], screen: Mapping[str, Any] | None = None) -> str:
+    """The measurement's steady state and its precision: both of the screen that timed it (its samples, its CI),
+    not of the figures the showdown or the artifact check put in the recommendation afterwards."""
     classification = c.get("classification")
     warmup = c.get("warmup_iterations")
-    half = relative_half_width(c)
+    replaced = c.get("throughput_source") not in (None, "search")
+    half = relative_half_width(screen) if screen is not None else None if replaced else relative_half_width(c)
     samples = c.get("samples")
-    precision = (f"95% CI half-width {fmt_percent(half)}" if half is not None else "no CI recorded") + (
-        f" from {samples} samples" + (f" (stopped by {c['stopped_by']})" if c.get("stopped_by") else "")
-        if samples
-        else ""
-    )
+    stopped = f" (stopped by {c['stopped_by']})" if c.get("stopped_by") else ""
+    if half is not None:
+        precision = f"95% CI half-width {fmt_percent(half)}" + (f" from {samples} samples{stopped}" if samples else "")
+    elif samples:
+        precision = f"{samples} samples{stopped}" + ("" if replaced else ", no CI recorded")
+    else:
+        precision = "no CI recorded"
     if classification == "no_steady_state":
         return (
             f"No steady state was reached: the timings kept drifting, so the throughput is an "
