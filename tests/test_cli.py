@@ -64,6 +64,24 @@ def test_input_shape_rejected_names_the_input(write_recipe) -> None:
     assert_input_error(code, err, "field 'inputs'", "'x' (2, 5, 8, 8)", "The model said: RuntimeError")
 
 
+def test_a_model_that_cannot_batch_is_told_to_search_batch_one_and_is_checked_there(write_recipe) -> None:
+    """Validation runs the model at batch 2; a model that only takes one sample (a transformers GPT-2 classifier
+    without a pad token) gets the model's words and, since it runs at batch 1, how to tune it; a recipe that
+    searches batch 1 only is checked at batch 1, so that advice works."""
+    import torch
+
+    from autotune.core.recipe import load_recipe
+    from autotune.worker.model import build_model, check_forward
+
+    text = TINY.format(kwargs='kwargs = { crash = "single" }', variants='["eager"]')
+    code, _, err = run_cli("run", str(write_recipe(text, "single.toml")))
+    assert_input_error(code, err, "field 'inputs'", "Cannot handle batch sizes > 1",
+                       "At batch 1 the model runs", "batch_sizes = [1]")
+    recipe = load_recipe(write_recipe(text.replace("batch_sizes = [1, 4]", "batch_sizes = [1]"), "one.toml"))
+    info = check_forward(recipe, build_model(recipe, device=torch.device("cpu")), device=torch.device("cpu"))
+    assert info.input_ndims == (4,)
+
+
 def test_unknown_variant_and_precision(write_recipe) -> None:
     code, _, err = run_cli("run", str(tiny(write_recipe, variants='["eager", "scirpt"]')))
     assert_input_error(code, err, "scirpt", "script")

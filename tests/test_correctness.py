@@ -244,3 +244,45 @@ def test_a_reference_with_nothing_to_check_fails_the_gate_with_its_reason() -> N
     masked = torch.tensor([[0.0, float("-inf"), 1.0]])
     assert compare_outputs(masked, masked.clone(), tolerance=tol).passed
     assert compare_outputs(torch.arange(3), torch.arange(3), tolerance=tol).passed  # integer outputs: no NaN to have
+
+
+def test_an_output_object_holding_tensors_is_compared_by_its_tensors() -> None:
+    """A transformers GPT-2 classifier returns its KV cache (a ``DynamicCache``) beside the logits. Such an object
+    compares by identity, so eager was once rejected against eager ("DynamicCache(...) != reference
+    DynamicCache(...)"); its tensors are compared instead, and a changed one is named by its path."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, num_labels=2)
+    torch.manual_seed(0)
+    model = transformers.GPT2ForSequenceClassification(cfg).eval()
+    x = torch.randint(0, 100, (1, 12))
+    with torch.inference_mode():
+        ref, again = model(input_ids=x), model(input_ids=x)
+    caches = [v for v in again.values() if not isinstance(v, torch.Tensor)]
+    assert caches and hasattr(caches[0], "__dict__"), "the output holds a cache object"
+    same = compare_outputs(ref, again, tolerance=tolerance_for("fp32"))
+    assert same.passed, same.reason
+    layer = caches[0].layers[0]
+    with torch.inference_mode():
+        layer.keys.add_(1.0)
+    changed = compare_outputs(ref, again, tolerance=tolerance_for("fp32"))
+    assert not changed.passed and ".layers[0].keys" in (changed.reason or "")
+
+
+def test_plain_objects_in_an_output_still_compare_by_value() -> None:
+    """Objects with no tensor inside (a dtype, a string, a small record) are leaves compared by equality."""
+
+    class Record:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Record) and other.name == self.name
+
+        __hash__ = None  # type: ignore[assignment]
+
+    t = torch.ones(3)
+    assert compare_outputs({"r": Record("a"), "t": t}, {"r": Record("a"), "t": t.clone()},
+                           tolerance=tolerance_for("fp32")).passed
+    bad = compare_outputs({"r": Record("a"), "t": t}, {"r": Record("b"), "t": t.clone()},
+                          tolerance=tolerance_for("fp32"))
+    assert not bad.passed and "non-float leaves must be equal" in (bad.reason or "")

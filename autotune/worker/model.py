@@ -83,13 +83,16 @@ def describe_output(out: Any) -> str:
 def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.device) -> WorkloadInfo:
     """Run one eager forward at batch 2; a model that rejects the inputs is a recipe error.
 
-    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch. With a data
-    factory, its batches for batch_size=2 are loaded and checked (:mod:`autotune.worker.traffic`) and the model runs
-    on every distinct shape among them.
+    Batch 2 rather than 1 so that models which squeeze the batch dimension still see a batch; batch 1 when the
+    recipe searches batch 1 only (a model that cannot take several samples, such as a Hugging Face GPT-2
+    classifier without a pad token, is tuned that way, and the error at batch 2 says so). With a data factory,
+    its batches for the probe's batch size are loaded and checked (:mod:`autotune.worker.traffic`) and the model
+    runs on every distinct shape among them.
     """
     from autotune.worker.traffic import load_traffic, shape_text
 
-    traffic = load_traffic(recipe, batch_size=2, device=device)
+    probe = 1 if recipe.search.batch_sizes == (1,) else 2
+    traffic = load_traffic(recipe, batch_size=probe, device=device)
     inputs = traffic.example
     seen: set[str] = set()
     out: Any = None
@@ -112,8 +115,9 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
                     f"({shapes}; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
                 ) from None
             raise WorkloadError(
-                f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch 2 in front of "
+                f"{recipe.path}: field 'inputs': the model rejected the inputs ({shapes}; batch {probe} in front of "
                 f"each per-sample shape; called as {_call_form(traffic.layout)}). The model said: {one_line(exc)}"
+                + (_runs_at_batch_one(recipe, model, device) if probe > 1 else "")
             ) from None
     params = list(model.parameters())
     return WorkloadInfo(
@@ -125,6 +129,20 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
         data=({"factory": recipe.data.factory, "kwargs": dict(recipe.data.kwargs), **traffic.describe()}
               if recipe.data is not None else None),
     )
+
+
+def _runs_at_batch_one(recipe: Recipe, model: torch.nn.Module, device: torch.device) -> str:
+    """What the batch-2 error adds when the model runs at batch 1: it cannot take a batch of several samples."""
+    from autotune.worker.traffic import load_traffic
+
+    traffic = load_traffic(recipe, batch_size=1, device=device)
+    try:
+        with torch.inference_mode():
+            traffic.layout.call(model, traffic.example)
+    except Exception:
+        return ""
+    return (" At batch 1 the model runs: it cannot take several samples in one call, so tune it at batch 1 "
+            "([search] batch_sizes = [1]).")
 
 
 def _call_form(layout: Any) -> str:
