@@ -13,6 +13,7 @@ from typing import Any
 from autotune.candidate import pessimistic_score
 from autotune.core.budget import SERVING_HOLD_GRACE
 from autotune.core.process_env import environment_of_variant
+from autotune.core.stats import BATCHES
 from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     candidate_label,
@@ -338,8 +339,8 @@ def _steadiness(c: Mapping[str, Any], screen: Mapping[str, Any] | None = None) -
         return (
             f"No steady state was reached: the timings kept drifting, so the throughput is an "
             f"average of the last half of a moving series, not a stable rate ({precision}"
-            + ("; the interval is of four batch means, so the drift is in it" if is_int(samples) and samples >= 16
-               else "") + ")."
+            + (f"; the interval is of {BATCHES} batch means, so the drift is in it"
+               if is_int(samples) and samples >= 4 * BATCHES else "") + ")."  # core.measurement: 2 per batch, half
         )
     if classification == "slowdown":
         return f"The timings slowed down after warmup (classification slowdown); {precision}."

@@ -228,7 +228,7 @@ def _object_fields(x: Any, path: str) -> dict[str, Any] | None:
         return None
     if not hasattr(x, "__dict__") or path.count(".") >= _OBJECT_DEPTH:
         return None
-    fields = {k: v for k, v in vars(x).items() if not callable(v) or isinstance(v, torch.Tensor)}
+    fields = {k: v for k, v in vars(x).items() if not callable(v)}  # methods, classes: not outputs
 
     def holds_tensor(v: Any, depth: int) -> bool:
         if isinstance(v, torch.Tensor):

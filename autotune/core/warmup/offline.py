@@ -433,9 +433,10 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
     return None
 
 
-def _median_ci(steady: np.ndarray) -> tuple[float, float] | None:
-    """The steady median's 95% CI from batch medians; None for too few values to batch."""
-    if steady.size < 2 * BATCHES:
+def _median_ci(steady: np.ndarray, *, with_ci: bool, confidence: float) -> tuple[float, float] | None:
+    """The steady median's 95% CI from batch medians; None when no CI was asked for, at another confidence, or for
+    too few values to batch."""
+    if not with_ci or confidence != 0.95 or steady.size < 2 * BATCHES:
         return None
     return batch_statistics_ci(steady, statistic="median")
 
@@ -610,7 +611,7 @@ def analyze(
         n=n,
         one_off=tuple(int(o) for o in one_off_idx),
         wander=wander,
-        median_ci=_median_ci(steady) if with_ci and confidence == 0.95 else None,
+        median_ci=_median_ci(steady, with_ci=with_ci, confidence=confidence),
     )
 
 
@@ -644,4 +645,4 @@ def _analyze_mixture(x: np.ndarray, mixture: Mixture, *, rel_tolerance: float, m
     return WarmupAnalysis(classification=a.classification, steady_start=start, steady_mean=float(steady.mean()),
                           steady_median=float(np.median(steady)), ci=ci, changepoints=changepoints, outliers=(),
                           n=int(x.size), levels=levels, share_high=mixture.share_high,
-                          median_ci=_median_ci(steady) if with_ci and confidence == 0.95 else None)
+                          median_ci=_median_ci(steady, with_ci=with_ci, confidence=confidence))
