@@ -129,8 +129,12 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     tool_note: str | None = None
     try:
         target = target_of(out_dir, doc)
+        per_call: float | None = None
         if make_runner is not None and recipe_data is not None:
-            runner, tool_note = _staged(make_runner, recipe_data, rec, timeout)
+            # the tool's side as the headline's source timed it: from this artifact when the showdown staged the
+            # pick from its own (measure.as_shipped), else built from the recipe
+            shipped = target.child if _staged_from_artifact(doc, rec) else None
+            runner, tool_note, per_call = _staged(make_runner, recipe_data, rec, timeout, shipped=shipped)
         rng = random.Random(seed)
         runs: list[dict[str, Any]] = []
         longest = 0.0
@@ -144,7 +148,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
                 if side == "plain":
                     runs.append(plain_process(target, seconds=seconds, warm_s=WARM_SECONDS))
                 elif runner is not None:
-                    rate = _slice(runner, rec, seconds)
+                    rate = _slice(runner, rec, seconds, samples_per_call=per_call)
                     runner.pause()  # stopped while the plain process runs: the two never share the cores
                     if rate is None:
                         tool_note = "the tool's staged worker failed a slice; the rounds are the plain ones alone"
@@ -189,23 +193,38 @@ def skipped_section(rounds: int, reason: str) -> dict[str, Any]:
             "reason": reason}
 
 
+def _staged_from_artifact(doc: Mapping[str, Any], rec: Mapping[str, Any]) -> bool:
+    """Whether the showdown timed the pick from its saved artifact (its ``staged_from``)."""
+    from autotune.showdown import candidate_key
+
+    showdown = doc.get("showdown")
+    staged = showdown.get("staged_from") if isinstance(showdown, Mapping) else None
+    return isinstance(staged, Mapping) and staged.get(candidate_key(rec)) == "artifact"
+
+
 def _staged(make_runner: Callable[[], Runner], recipe_data: Mapping[str, Any], rec: Mapping[str, Any],
-            timeout: float) -> tuple[Runner | None, str | None]:
-    """A fresh worker with the pick built and warm (the showdown's ``stage``), paused; or None and why not."""
+            timeout: float, *, shipped: Mapping[str, Any] | None = None
+            ) -> tuple[Runner | None, str | None, float | None]:
+    """A fresh worker with the pick warm (the showdown's ``stage``: built, or loaded from the artifact with
+    ``shipped``), paused; or None and why not. The third item: samples per call of a shipped stage's traffic."""
     from autotune.client import WorkerClient
 
     runner = make_runner()
     res = WorkerClient(runner).stage(recipe_data, str(rec["variant"]), int(rec["batch_size"]),
                                      warmup_iterations=int(rec.get("warmup_iterations") or 0),
-                                     warmup_seconds=1.0, timeout=timeout)
+                                     warmup_seconds=1.0, timeout=timeout,
+                                     shipped=dict(shipped) if shipped is not None else None)
     if res.get("status") != "ok":
         runner.close()
-        return None, f"the tool's side could not be staged ({res.get('status')}: {str(res.get('reason'))[:200]})"
+        return (None, f"the tool's side could not be staged ({res.get('status')}: {str(res.get('reason'))[:200]})",
+                None)
     runner.pause()
-    return runner, None
+    samples = res.get("samples_per_call")
+    return runner, None, float(samples) if isinstance(samples, int | float) and samples > 0 else None
 
 
-def _slice(runner: Runner, rec: Mapping[str, Any], seconds: float) -> float | None:
+def _slice(runner: Runner, rec: Mapping[str, Any], seconds: float, *, samples_per_call: float | None = None
+           ) -> float | None:
     """One slice of the staged pick: samples/s (the traffic's samples per call over the seconds per call)."""
     from autotune.client import WorkerClient
 
@@ -213,7 +232,7 @@ def _slice(runner: Runner, rec: Mapping[str, Any], seconds: float) -> float | No
     spc = res.get("seconds_per_call") if res.get("status") == "ok" else None
     if not isinstance(spc, (int, float)) or spc <= 0:
         return None
-    per_call = (rec.get("traffic") or {}).get("samples_per_call") or rec["batch_size"]
+    per_call = samples_per_call or (rec.get("traffic") or {}).get("samples_per_call") or rec["batch_size"]
     return float(per_call) / float(spc)
 
 

@@ -42,80 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.artifact_child import CHILD
 from autotune.compare import Ratio, ratio_verdict
 from autotune.compare_rounds import t_quantile_975
 from autotune.core.process_env import environment_of_variant
 from autotune.deployment import TRAFFIC_NAME
 from autotune.errors import InputError
 
-__all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "plain_process", "rerun", "target_of",
-           "time_artifact"]
-
-#: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
-#: autotune, and no code but the loader's.
-CHILD = r"""
-import json, re, runpy, sys, time
-spec = json.loads(sys.argv[1])
-ns = runpy.run_path(spec["loader"])
-predict = ns["load"]()
-kind = spec["kind"]
-def call_of(f):  # (args, kwargs) of one batch in the form predict takes it (the loader's _form / make_inputs)
-    if isinstance(f, dict):
-        return (), f
-    if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], tuple) and isinstance(f[1], dict):
-        return f
-    if isinstance(f, (tuple, list)):
-        return tuple(f), {}
-    return (f,), {}
-if spec.get("traffic"):
-    import numpy as np
-    found = {}
-    with np.load(spec["traffic"], allow_pickle=False) as z:
-        for key in z.files:
-            m = re.fullmatch(r"b(\d+)\.(.+)", key)
-            if m:
-                found.setdefault(int(m.group(1)), {})[m.group(2)] = z[key]
-    first = found[min(found)]
-    names = list(ns.get("INPUTS") or first)  # an older loader without INPUTS: the traffic's order, as saved
-    if kind in ("onnx", "openvino"):
-        conv = lambda a: a
-    else:
-        import torch
-        conv = torch.from_numpy
-    order = sorted(found)[:spec["max_batches"]]
-    calls = [call_of(ns["_form"](xs) if "_form" in ns else tuple(xs))
-             for xs in ([conv(found[i][n]) for n in names] for i in order)]
-    rows = [int(found[i][names[0]].shape[0]) for i in order]
-else:
-    args, kwargs = call_of(ns["make_inputs"]())  # predict's form: a tuple, a dict of keyword inputs, or both
-    calls = [(args, kwargs)]
-    rows = [int([*args, *kwargs.values()][0].shape[0])]
-assert "autotune" not in sys.modules, "the plain process imported autotune"
-clock = time.perf_counter
-lat = []
-def one_pass(keep):
-    for a, k in calls:
-        s = clock()
-        predict(*a, **k)
-        if keep:
-            lat.append(clock() - s)
-for _ in range(3):
-    one_pass(False)
-end = clock() + spec.get("warm_s", 1.0)
-while clock() < end:
-    one_pass(False)
-t0 = clock(); n = 0
-while True:
-    one_pass(True); n += 1
-    t = clock() - t0
-    if t >= spec["seconds"]:
-        break
-lat.sort()
-q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
-print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat), "p50_ms": q(0.5),
-                  "p90_ms": q(0.9), "p99_ms": q(0.99), "mean_ms": sum(lat) / len(lat) * 1e3,
-                  "rows_per_call": sum(rows) / len(rows)}))
-"""
+__all__ = ["CHILD", "ArtifactTarget", "RerunResult", "artifact_target", "child_spec", "plain_process", "rerun",
+           "target_of", "time_artifact"]
 
 #: Seconds a plain process may take (load, warm-up, timing) before it is called failed.
 CHILD_TIMEOUT_S = 600.0
@@ -156,26 +91,34 @@ def target_of(run_dir: Path, doc: Any) -> ArtifactTarget:
     if not isinstance(art, Mapping) or art.get("status") != "ok":
         reason = art.get("reason") if isinstance(art, Mapping) else "no artifact section"
         raise InputError(f"{report}: field 'artifact': not saved ({reason}); --rerun times the saved artifacts")
-    loader = run_dir / "artifact" / "load.py"
+    child = child_spec(run_dir / "artifact", kind=str(art.get("kind")), batch_size=int(rec["batch_size"]),
+                       recipe=doc.get("recipe") or {}, why="--rerun")
+    env = environment_of_variant(str(rec["variant"]))
+    return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}",
+                          reported=float(rec.get("throughput") or 0.0), child=child, environment=env.apply(os.environ))
+
+
+def child_spec(artifact_dir: Path, *, kind: str, batch_size: int, recipe: Mapping[str, Any], why: str
+               ) -> dict[str, Any]:
+    """What the plain process (and a worker staged as shipped) loads from ``artifact_dir``: its ``load.py`` and, for
+    a ``[data]`` recipe, the traffic saved in it (:mod:`autotune.artifact_child`'s ``spec``). Raises
+    :class:`InputError` naming the missing file; ``why`` says who needs it."""
+    loader = artifact_dir / "load.py"
     if not loader.is_file():
-        raise InputError(f"{loader}: missing; --rerun runs the artifact's own load.py")
-    recipe = doc.get("recipe") or {}
-    child: dict[str, Any] = {"loader": str(loader.resolve()), "kind": str(art.get("kind")),
-                             "batch_size": int(rec["batch_size"])}
+        raise InputError(f"{loader}: missing; {why} runs the artifact's own load.py")
+    child: dict[str, Any] = {"loader": str(loader.resolve()), "kind": kind, "batch_size": batch_size}
     data = recipe.get("data")
     if isinstance(data, Mapping) and data.get("factory"):
         # the traffic the artifact was measured on, saved in it; never the data factory report.json names: a
         # report is data, and its base_dir could point at any folder's Python file (issue 32)
-        traffic = run_dir / "artifact" / TRAFFIC_NAME
+        traffic = artifact_dir / TRAFFIC_NAME
         if not traffic.is_file():
-            raise InputError(f"{traffic}: missing; --rerun replays the traffic saved with the artifact (a run of "
+            raise InputError(f"{traffic}: missing; {why} replays the traffic saved with the artifact (a run of "
                              "an older autotune did not save it: run it again)")
         max_batches = data.get("max_batches")
         child["traffic"] = str(traffic.resolve())
         child["max_batches"] = max_batches if isinstance(max_batches, int) and max_batches > 0 else 16
-    env = environment_of_variant(str(rec["variant"]))
-    return ArtifactTarget(run_dir=run_dir, label=f"{rec['variant']}@{rec['batch_size']}",
-                          reported=float(rec.get("throughput") or 0.0), child=child, environment=env.apply(os.environ))
+    return child
 
 
 def time_artifact(target: ArtifactTarget, *, seconds: float) -> float:

@@ -113,12 +113,16 @@ class WorkerClient:
         return self.runner.call(req, timeout=timeout)
 
     def stage(self, recipe: RecipeLike, variant: str, batch_size: int, *, warmup_iterations: int,
-              warmup_seconds: float, timeout: float) -> StageOutcome | Outcome | CallFailure:
-        """Build a showdown finalist in this worker and warm it up (at least ``warmup_iterations`` + 10 calls
-        and ``warmup_seconds``), for the slices that follow."""
+              warmup_seconds: float, timeout: float, shipped: dict[str, Any] | None = None
+              ) -> StageOutcome | Outcome | CallFailure:
+        """Build a showdown finalist in this worker, or load it from its saved artifact (``shipped``: the plain
+        process's spec, :func:`autotune.artifact_timing.child_spec`), and warm it up (at least
+        ``warmup_iterations`` + 10 calls and ``warmup_seconds``), for the slices that follow."""
         req: StageRequest = {"op": "stage", "recipe": _recipe_data(recipe), "variant": variant,
                              "batch_size": batch_size, "warmup_iterations": warmup_iterations,
                              "warmup_seconds": warmup_seconds}
+        if shipped is not None:
+            req["shipped"] = dict(shipped)
         return self.runner.call(req, timeout=timeout)
 
     def slice(self, seconds: float, *, per_call: bool, percentile: str, timeout: float, warmup_seconds: float = 0.0

@@ -50,8 +50,6 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     artifact or the new one, never none. A Ctrl-C removes the staging directory; after a SIGKILL the next run
     on this ``--out`` does (:func:`clean_staging`).
     """
-    from autotune.client import WorkerClient
-    from autotune.errors import AutotuneError
     from autotune.report.loader import loader_script, run_script
 
     rec = doc.get("recommendation")
@@ -63,19 +61,12 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
     shutil.rmtree(staging, ignore_errors=True)
     t0 = time.monotonic()
     try:
-        with make_runner() as runner:
-            res = WorkerClient(runner).artifact(recipe_data, variant, batch, directory=staging, profile=profile,
-                                                timeout=timeout)
-    except AutotuneError as exc:
-        res = {"status": "failed", "reason": str(exc)}
+        res = _saved_by_worker(recipe_data, variant, batch, staging, make_runner=make_runner, timeout=timeout,
+                               profile=profile)
     except BaseException:  # Ctrl-C: the worker is killed (Runner); what it wrote so far goes, artifact/ stays
         shutil.rmtree(staging, ignore_errors=True)
         raise
     wall = time.monotonic() - t0
-    if "status" in res:  # a CallFailure: the worker crashed, timed out or refused: nothing it wrote is trusted
-        reason = f"the artifact worker failed: {res.get('reason') or 'no reason given'}"
-        res = {"artifact": {"status": "failed", "reason": reason},
-               "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
     section = dict(res.get("artifact") or {"status": "failed", "reason": "no artifact section in the reply"})
     env = environment_of_variant(variant)
     section.update(variant=variant, batch_size=batch, dir=ARTIFACT_DIR, loader=LOADER_NAME,
@@ -113,6 +104,56 @@ def write_deployment(recipe_data: Mapping[str, Any], doc: ReportDocument, out_di
         doc["profile"] = profile_section
 
 
+def _saved_by_worker(recipe_data: Mapping[str, Any], variant: str, batch: int, directory: Path, *,
+                     make_runner: Callable[[], Runner], timeout: float, profile: bool) -> dict[str, Any]:
+    """A fresh worker's op ``artifact`` into ``directory``: ``{"artifact": section, "profile": section | None}``,
+    a failure of the worker itself (crash, timeout, refusal) in both sections: nothing it wrote is trusted."""
+    from autotune.client import WorkerClient
+    from autotune.errors import AutotuneError
+
+    try:
+        with make_runner() as runner:
+            res: dict[str, Any] = dict(WorkerClient(runner).artifact(recipe_data, variant, batch, directory=directory,
+                                                                     profile=profile, timeout=timeout))
+    except AutotuneError as exc:
+        res = {"status": "failed", "reason": str(exc)}
+    if "status" in res:  # a CallFailure
+        reason = f"the artifact worker failed: {res.get('reason') or 'no reason given'}"
+        res = {"artifact": {"status": "failed", "reason": reason},
+               "profile": {"status": "failed", "reason": reason, "tables": []} if profile else None}
+    return res
+
+
+def write_finalist_artifact(recipe_data: Mapping[str, Any], row: Mapping[str, Any], directory: Path, *,
+                            make_runner: Callable[[], Runner], timeout: float) -> dict[str, Any]:
+    """A showdown finalist's artifact in ``directory``, as the run would ship it if it won: the model file a fresh
+    worker saves (no profile) and the ``load.py`` the deployment step would write for it (the same
+    :func:`~autotune.report.loader.loader_script`, from a document whose recommendation is ``row``). Returns the
+    artifact section: ``status`` ok with ``kind``, or failed with its ``reason``. The showdown then stages the
+    finalist from it (op ``stage`` with ``shipped``)."""
+    from autotune.report.loader import loader_script
+
+    variant, batch = str(row["variant"]), int(row["batch_size"])
+    res = _saved_by_worker(recipe_data, variant, batch, directory, make_runner=make_runner, timeout=timeout,
+                           profile=False)
+    section = dict(res.get("artifact") or {"status": "failed", "reason": "no artifact section in the reply"})
+    if section.get("status") != "ok":
+        return section
+    section.update(variant=variant, batch_size=batch, dir=str(directory), loader=LOADER_NAME)
+    doc = {"recipe": {**recipe_data, "device_resolved": "cpu"}, "recommendation": dict(row), "artifact": section}
+    try:
+        (directory / LOADER_NAME).write_text(loader_script(doc) or "", encoding="utf-8")
+    except OSError as exc:
+        return {**section, "status": "failed", "reason": f"writing {directory / LOADER_NAME} failed: "
+                                                          f"{exc.strerror or exc}"}
+    return section
+
+
+def finalists_dir(out_dir: Path) -> Path:
+    """Where the showdown saves its finalists' artifacts (removed after it; a killed run's by :func:`clean_staging`)."""
+    return out_dir / f".{ARTIFACT_DIR}.finalists.{os.getpid()}"
+
+
 #: The traffic the artifact was measured on (written by the worker: autotune.worker.artifact.save_traffic).
 TRAFFIC_NAME = "traffic.npz"
 
@@ -139,7 +180,7 @@ def _server_files(staging: Path, recipe_data: Mapping[str, Any], interface: Mapp
 #: ``renameat2``'s flag that swaps two paths atomically (Linux 3.15, glibc 2.28; ext4, xfs, btrfs, tmpfs, ...).
 RENAME_EXCHANGE = 2
 #: The staging directory's name (``.artifact.<pid>``) and a swapped-out artifact's (``.artifact.old.<pid>``).
-STAGING_NAME = re.compile(rf"\.{ARTIFACT_DIR}\.(old\.)?[0-9]+")
+STAGING_NAME = re.compile(rf"\.{ARTIFACT_DIR}\.(old\.|finalists\.)?[0-9]+")
 
 
 def swap_in(staging: Path, final: Path) -> None:
@@ -262,5 +303,5 @@ def reusable_deployment(previous: Mapping[str, Any] | None, doc: Mapping[str, An
     return out
 
 
-__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "clean_staging", "previous_report", "reusable_deployment",
-           "swap_in", "write_deployment"]
+__all__ = ["ARTIFACT_DIR", "LOADER_NAME", "RUN_SCRIPT_NAME", "clean_staging", "finalists_dir", "previous_report",
+           "reusable_deployment", "swap_in", "write_deployment", "write_finalist_artifact"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING, Any, cast
 from autotune.candidate import best_row, candidate_record
 from autotune.client import WorkerClient
 from autotune.core.budget import OVERRUN, ROUND_OVERHEAD_S, BudgetPlan, artifact_reserve
+from autotune.core.device_names import is_accelerator
 from autotune.core.events import OnEvent, emit
 from autotune.core.measure_settings import MeasureSettings
 from autotune.core.recipe import SEED_RANGE_TEXT, Recipe, valid_seed
 from autotune.core.variant_names import VariantSpec
+from autotune.deployment import finalists_dir
 from autotune.errors import AutotuneError, InputError
 from autotune.outdir import hold_out_dir
 from autotune.report.assemble import SHOWDOWN_ATTR, RunDocument
@@ -169,7 +172,8 @@ def _run_tuning(recipe: Recipe, options: RunOptions, storage: str, held: context
         showdown = final_showdown(recipe, outcome.rows, left=plan.before_artifact(time.monotonic()),
                                   startup_s=staging,
                                   on_event=options.on_event, on_round=progress.showdown_round,
-                                  stored=search.study.user_attrs.get(SHOWDOWN_ATTR), notes=progress.run_notes)
+                                  stored=search.study.user_attrs.get(SHOWDOWN_ATTR), notes=progress.run_notes,
+                                  shipped_dir=finalists_dir(out) if _ships_files(recipe, workload.device) else None)
         progress.showdown = showdown
         if showdown is not None or SHOWDOWN_ATTR in search.study.user_attrs:  # an earlier run's would be read back
             search.study.set_user_attr(SHOWDOWN_ATTR, showdown)
@@ -330,9 +334,11 @@ def _staging_estimate(recipe: Recipe, outcome: SearchOutcome) -> float:
 def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, on_event: OnEvent | None = None,
                    startup_s: float = 5.0,
                    on_round: Callable[[dict[str, Any]], None] | None = None,
-                   stored: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> dict[str, Any] | None:
+                   stored: Mapping[str, Any] | None = None, notes: list[str] | None = None,
+                   shipped_dir: Path | None = None) -> dict[str, Any] | None:
     """Re-measure the finalists in interleaved rounds (autotune.showdown); None when there is nothing to decide,
-    or when the time budget cannot cover it (a line in ``notes`` says so).
+    or when the time budget cannot cover it (a line in ``notes`` says so). ``shipped_dir``: finalists with a file
+    form are saved there and staged from their artifacts (removed after the showdown).
 
     Finalists are dropped from the end of the ranking while the showdown's estimated cost exceeds
     the time left; two compete when the time left covers two (within SHOWDOWN_OVERRUN of the budget),
@@ -358,7 +364,8 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                                 latency_percentile=recipe.constraints.latency_percentile,
                                 timeout_s=recipe.measure.timeout_s, seed=recipe.search.seed,
                                 processes=recipe.measure.processes, deadline=time.monotonic() + max(left, 0.0),
-                                quiet=quiet_rounds(recipe.measure.quiet_rounds, finalists))
+                                quiet=quiet_rounds(recipe.measure.quiet_rounds, finalists),
+                                shipped_dir=str(shipped_dir) if shipped_dir is not None else None)
     keys = [candidate_key(r) for r in finalists]
     if _reusable(stored, keys):
         assert stored is not None
@@ -387,10 +394,20 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
         emit(on_event, "showdown", f"showdown: {text}")
 
     t0 = time.monotonic()
-    doc = run_showdown(finalists, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner,
-                       on_progress=say, on_round=on_round)
+    try:
+        doc = run_showdown(finalists, recipe_data=recipe.to_dict(), settings=settings, make_runner=Runner,
+                           on_progress=say, on_round=on_round)
+    finally:
+        if shipped_dir is not None:
+            shutil.rmtree(shipped_dir, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
     return doc
+
+
+def _ships_files(recipe: Recipe, device: str) -> bool:
+    """Whether the showdown stages finalists from their artifacts (``measure.as_shipped``): on a CPU, where the plain
+    loop that serves an artifact needs no device synchronisation."""
+    return recipe.measure.as_shipped and not is_accelerator(device)
 
 
 def quiet_rounds(setting: bool | str, finalists: Sequence[Mapping[str, Any]]) -> bool:

@@ -129,6 +129,9 @@ class StageRequest(TypedDict):
     batch_size: int
     warmup_iterations: NotRequired[int]
     warmup_seconds: NotRequired[float]
+    #: Stage the finalist as shipped: its saved artifact, loaded by its own load.py (autotune.artifact_child's
+    #: spec), in a worker that builds nothing; absent: built from the recipe, as the search measured it.
+    shipped: NotRequired[dict[str, Any]]
     id: NotRequired[int]
 
 
@@ -284,6 +287,8 @@ class MeasureOutcome(Outcome, total=False):
 class StageOutcome(Outcome, total=False):
     first_call_seconds: float
     warmup_calls: int
+    #: Staged as shipped: the mean samples per call of the artifact's traffic cycle (its saved batches).
+    samples_per_call: float
 
 
 class SliceOutcome(Outcome, total=False):

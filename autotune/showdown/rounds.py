@@ -22,15 +22,21 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.client import WorkerClient
+from autotune.core.variant_names import VariantSpec
+from autotune.deployment import write_finalist_artifact
+from autotune.errors import InputError
 from autotune.showdown.paired import Verdict, candidate_key, contender_from, paired_verdict, undecided
 from autotune.showdown.verdict import contended, verdict_text
 
 if TYPE_CHECKING:
     from autotune.runner import Runner
 
+#: Compilers whose artifact is a file a deployment loads: their finalists are staged from it (``shipped_dir``).
+SHIPPED_COMPILERS = frozenset({"script", "trace", "frozen", "export", "onnx", "openvino"})
 #: Seconds a slice request may take beyond its nominal length before the worker counts as hung.
 SLICE_GRACE_S = 60.0
 #: Rounds tried at most, as a multiple of the undisturbed rounds wanted (plus 2 per process added).
@@ -72,6 +78,9 @@ class ShowdownSettings:
     quiet: bool = True
     #: Untimed calls a continued worker makes before its slice, as a share of ``round_seconds`` (quiet rounds only).
     resume_warmup: float = RESUME_WARMUP
+    #: Where finalists with a file form are saved and staged from, as shipped (``measure.showdown_as_shipped``;
+    #: the tuner sets it on a CPU run): None stages every finalist built from the recipe, as the search measured it.
+    shipped_dir: str | None = None
 
     @property
     def slice_warmup_seconds(self) -> float:
@@ -81,10 +90,19 @@ class ShowdownSettings:
 
 def estimated_seconds(finalists: Sequence[Mapping[str, Any]], settings: ShowdownSettings,
                       *, startup_s: float = 5.0) -> float:
-    """Rough cost of a showdown: worker start-up + rebuild + warmup per finalist, plus the rounds."""
+    """Rough cost of a showdown: worker start-up + rebuild + warmup per finalist, plus the rounds; staged as
+    shipped, one more worker per such finalist saves its artifact (a build) first."""
     per = settings.processes * sum(startup_s + float(r.get("compile_seconds") or 0.0)
                                    + 2.0 * settings.round_seconds for r in finalists)
-    return per + settings.rounds * (settings.round_seconds + settings.slice_warmup_seconds) * len(finalists)
+    saves = sum(startup_s + float(r.get("compile_seconds") or 0.0) for r in finalists
+                if settings.shipped_dir is not None and shippable(r))
+    return per + saves + settings.rounds * (settings.round_seconds + settings.slice_warmup_seconds) * len(finalists)
+
+
+def shippable(row: Mapping[str, Any]) -> bool:
+    """Whether ``row``'s variant has a file form a deployment loads (TorchScript, ONNX, OpenVINO IR, AOTInductor):
+    eager and torch.compile ship as code that builds the model, which is what the showdown's build does."""
+    return VariantSpec.parse(str(row["variant"])).compiler in SHIPPED_COMPILERS
 
 
 def run_showdown(
@@ -119,18 +137,48 @@ def run_showdown(
     notes: list[str] = []
     per_call = settings.objective == "latency"
 
+    shipped: dict[str, dict[str, Any] | None] = {}  # per finalist: the artifact it is staged from (None: built)
+    shipped_samples: dict[str, float] = {}
+
+    def shipped_spec(key: str, row: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The artifact ``row`` is staged from, saved by a fresh worker the first time (None: stage it built)."""
+        from autotune.artifact_timing import child_spec  # it imports the report, which imports this package
+
+        if settings.shipped_dir is None or not shippable(row):
+            return None
+        if key not in shipped:
+            shipped[key] = None
+            directory = Path(settings.shipped_dir) / f"finalist{len(shipped)}"
+            if on_progress:
+                on_progress(f"saving {key}'s artifact (staged as shipped)")
+            section = write_finalist_artifact(recipe_data, row, directory, make_runner=make_runner,
+                                              timeout=settings.timeout_s)
+            try:
+                if section.get("status") != "ok":
+                    raise InputError(str(section.get("reason") or "no reason given"))
+                shipped[key] = child_spec(directory, kind=str(section.get("kind")), batch_size=int(row["batch_size"]),
+                                          recipe=recipe_data, why="the showdown")
+            except InputError as exc:
+                notes.append(f"{key} was staged built, not as shipped: its artifact could not be saved ({exc})")
+        return shipped[key]
+
     def stage(key: str, row: Mapping[str, Any]) -> Runner | str:
-        """One fresh worker with ``row``'s variant built and warm, or why it could not be."""
+        """One fresh worker with ``row``'s variant warm, or why it could not be: loaded from its saved artifact
+        when it has one (:func:`shipped_spec`), else built from the recipe."""
+        spec = shipped_spec(key, row)
         t0 = time.monotonic()
         runner = make_runner()
         res = WorkerClient(runner).stage(
             recipe_data, row["variant"], row["batch_size"],
             warmup_iterations=int(row.get("warmup_iterations") or 0),
-            warmup_seconds=2.0 * settings.round_seconds, timeout=settings.timeout_s)
+            warmup_seconds=2.0 * settings.round_seconds, timeout=settings.timeout_s, shipped=spec)
         stage_seconds.append(time.monotonic() - t0)
         if res.get("status") != "ok":
             runner.close()
             return f"{res.get('status')}: {res.get('reason')}"
+        samples = res.get("samples_per_call")  # a StageOutcome's, staged as shipped
+        if spec is not None and isinstance(samples, int | float) and samples > 0:
+            shipped_samples[key] = float(samples)
         return runner
 
     finished = False
@@ -152,6 +200,8 @@ def run_showdown(
                 for runner in runners.pop(key):
                     runner.close()
                 continue
+            if key in shipped_samples:  # what its artifact's traffic cycle serves per call (the saved batches)
+                row = {**row, "traffic": {**(row.get("traffic") or {}), "samples_per_call": shipped_samples[key]}}
             staged[key] = row
             per_round[key], latency[key], foreign[key] = [], [], []
         rng = random.Random(settings.seed)
@@ -275,6 +325,7 @@ def run_showdown(
                     runner.recycle(kill=True)
     doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, round_process, notes, settings,
                     processes_used=settings.processes + added, seen=seen)
+    doc["staged_from"] = {k: "artifact" if shipped.get(k) else "build" for k in staged}
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))

@@ -368,8 +368,11 @@ def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
     Warmup runs for ``warmup_seconds`` and at least the screening's warmup iterations + 10, so
     every slice that follows times the steady state the search found.
     """
-    lw = state.workload(req["recipe"])
     spec = VariantSpec.parse(req["variant"])
+    shipped = req.get("shipped")
+    if shipped is not None:
+        return _stage_shipped(state, req, spec, shipped)
+    lw = state.workload(req["recipe"])
     batch = int(req["batch_size"])
     device = lw.device
 
@@ -377,20 +380,63 @@ def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
         _with_threads(spec, state)
         with torch.inference_mode():
             call = _build_candidate(lw, spec, batch).call
-            first = time_first_call(call, device=device)
-            if isinstance(call, TrafficCall):
-                iterate_all(call)  # every shape compiled / specialised before the warmup proper
-            need = int(req.get("warmup_iterations") or 0) + 10
-            end = time.perf_counter() + float(req.get("warmup_seconds") or 0.0)
-            done = 0
-            while done < need or time.perf_counter() < end:
-                call()
-                done += 1
-            lw.backend.synchronize()
+            first, done = _warm(call, req, device=device)
         state.staged = Staged(spec=spec, device=device, call=call)
         return StageOutcome(status="ok", reason="", first_call_seconds=first, warmup_calls=done)
 
     result = _guarded(lw.backend, body)
+    torch.set_num_threads(state.default_threads)
+    return result
+
+
+def _warm(call: Callable[[], Any], req: StageRequest, *, device: torch.device) -> tuple[float, int]:
+    """A staged call's first call (timed) and warm-up: every shape once, then at least the screening's warm-up
+    iterations + 10 calls and ``warmup_seconds``."""
+    first = time_first_call(call, device=device)
+    if isinstance(call, TrafficCall):
+        iterate_all(call)  # every shape compiled / specialised before the warmup proper
+    need = int(req.get("warmup_iterations") or 0) + 10
+    end = time.perf_counter() + float(req.get("warmup_seconds") or 0.0)
+    done = 0
+    while done < need or time.perf_counter() < end:
+        call()
+        done += 1
+    devices.backend_for(device).synchronize()
+    return first, done
+
+
+def _stage_shipped(state: WorkerState, req: StageRequest, spec: VariantSpec, shipped: dict[str, Any]
+                   ) -> StageOutcome | Outcome:
+    """Stage a finalist as shipped: its saved artifact loaded by its own ``load.py``, fed the artifact's traffic in
+    predict's form (:func:`autotune.artifact_child.load_calls`, the plain process's lines), in this worker, which
+    builds nothing: no recipe model, no variant build, so its allocator has the history a deployment's has
+    (:mod:`autotune.artifact_child` says why that matters). CPU only: the plain loop does not synchronise a device."""
+    from autotune.artifact_child import load_calls
+
+    device = torch.device("cpu")
+    backend = devices.backend_for(device)
+
+    def body() -> StageOutcome:
+        _with_threads(spec, state)
+        try:
+            loaded = load_calls(shipped)
+        except Exception as exc:  # the artifact's own code failed: say so, as the artifact check would
+            raise VariantError(f"{spec.name}: its artifact's load.py failed: {one_line(exc)}") from None
+        predict = loaded.predict
+        if len(loaded.calls) == 1:
+            args, kwargs = loaded.calls[0]
+
+            def call() -> Any:
+                return predict(*args, **kwargs)
+        else:
+            call = TrafficCall(lambda a, k: predict(*a, **k), list(loaded.calls))
+        with torch.inference_mode():
+            first, done = _warm(call, req, device=device)
+        state.staged = Staged(spec=spec, device=device, call=call)
+        return StageOutcome(status="ok", reason="", first_call_seconds=first, warmup_calls=done,
+                            samples_per_call=loaded.samples_per_call)
+
+    result = _guarded(backend, body)
     torch.set_num_threads(state.default_threads)
     return result
 

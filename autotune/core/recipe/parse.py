@@ -459,4 +459,5 @@ def _parse_measure(path: Path, table: dict[str, Any]) -> MeasureSpec:
         processes=r.positive("processes", int, MeasureSpec.processes),
         round_seconds=r.positive("round_seconds", float, MeasureSpec.round_seconds),
         quiet_rounds=_quiet_rounds(r),
+        as_shipped=r.get("as_shipped", bool, MeasureSpec.as_shipped),
     )

@@ -264,6 +264,10 @@ class MeasureSpec:
     #: or OpenVINO, whose idle pools spin (they took 0.05 cores from the timed finalist and disturbed a fifth of
     #: the rounds); torch finalists' ratio CIs came out wider with it (BENCHMARKS, "Quiet rounds"). true / false.
     quiet_rounds: bool | str = "auto"
+    #: Showdown on a CPU: a finalist with a file form (TorchScript, ONNX, OpenVINO IR, AOTInductor) is saved as its
+    #: artifact and timed from it, in workers that built nothing, as a deployment loads it (a worker that built the
+    #: model served a DistilBERT 1.5-2x faster than its artifact ran: BENCHMARKS "A worker's build history").
+    as_shipped: bool = True
 
 
 @dataclass(frozen=True)
@@ -304,6 +308,8 @@ class Recipe:
         for key in ("max_probe_seconds", "max_seconds"):
             if data["batch"][key] is None:
                 data["batch"].pop(key)
+        if self.measure.as_shipped:
+            data["measure"].pop("as_shipped")
         if self.data is not None:
             data["data"] = dict(asdict(self.data), kwargs=dict(self.data.kwargs),
                                 pad_values=dict(self.data.pad_values),

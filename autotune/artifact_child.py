@@ -1,0 +1,121 @@
+"""The code that runs a saved artifact the way a deployment does: its own ``load.py``, its traffic in predict's form.
+
+Two processes run these lines, and they must be the same lines:
+
+- the *plain process* (:data:`CHILD`, started by :mod:`autotune.artifact_timing` with ``python -c``): the artifact
+  check's and ``compare --rerun``'s deployment stand-in; it never imports autotune, and checks that it did not;
+- the showdown's worker staged *as shipped* (:func:`load_calls`, op ``stage`` with ``shipped``): a finalist timed
+  from its saved artifact in a worker that built nothing. A worker that builds the model and the variant before it
+  times has freed large blocks, glibc has raised its mmap threshold, and a call's tensors come from the heap: a
+  Hugging Face DistilBERT's ``trace@8`` ran 3,215 samples/s in such a worker and 1,621 as its artifact in a
+  plain process (BENCHMARKS "A worker's build history"), and the showdown ranked it ahead of ONNX Runtime, which
+  the plain processes had 1.08x ahead.
+
+So this module imports nothing but the standard library, and the lines are strings: ``LOAD_CALLS`` (load the
+artifact, read its traffic or ``make_inputs()``, put each batch in predict's form) and ``TIME_PASSES`` (the plain
+process's warm-up and timed passes). The spec (``spec``) is :func:`autotune.artifact_timing.target_of`'s child
+dict: ``loader`` (load.py's path), ``kind`` (the artifact's kind), optionally ``traffic`` (traffic.npz) and
+``max_batches``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CHILD", "LOAD_CALLS", "TIME_PASSES", "ShippedCalls", "load_calls"]
+
+#: Given ``spec``: ``predict`` (load.py's ``load()``), ``calls`` (each batch as (args, kwargs) in predict's form)
+#: and ``rows`` (each batch's samples).
+LOAD_CALLS = r"""
+import re, runpy
+ns = runpy.run_path(spec["loader"])
+predict = ns["load"]()
+kind = spec["kind"]
+def call_of(f):  # (args, kwargs) of one batch in the form predict takes it (the loader's _form / make_inputs)
+    if isinstance(f, dict):
+        return (), f
+    if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], tuple) and isinstance(f[1], dict):
+        return f
+    if isinstance(f, (tuple, list)):
+        return tuple(f), {}
+    return (f,), {}
+if spec.get("traffic"):
+    import numpy as np
+    found = {}
+    with np.load(spec["traffic"], allow_pickle=False) as z:
+        for key in z.files:
+            m = re.fullmatch(r"b(\d+)\.(.+)", key)
+            if m:
+                found.setdefault(int(m.group(1)), {})[m.group(2)] = z[key]
+    first = found[min(found)]
+    names = list(ns.get("INPUTS") or first)  # an older loader without INPUTS: the traffic's order, as saved
+    if kind in ("onnx", "openvino"):
+        conv = lambda a: a
+    else:
+        import torch
+        conv = torch.from_numpy
+    order = sorted(found)[:spec.get("max_batches") or 16]
+    calls = [call_of(ns["_form"](xs) if "_form" in ns else tuple(xs))
+             for xs in ([conv(found[i][n]) for n in names] for i in order)]
+    rows = [int(found[i][names[0]].shape[0]) for i in order]
+else:
+    args, kwargs = call_of(ns["make_inputs"]())  # predict's form: a tuple, a dict of keyword inputs, or both
+    calls = [(args, kwargs)]
+    rows = [int([*args, *kwargs.values()][0].shape[0])]
+"""
+
+#: The plain process's timing: 3 warm passes, ``warm_s`` more, then whole passes for ``seconds``; prints JSON.
+TIME_PASSES = r"""
+import time
+clock = time.perf_counter
+lat = []
+def one_pass(keep):
+    for a, k in calls:
+        s = clock()
+        predict(*a, **k)
+        if keep:
+            lat.append(clock() - s)
+for _ in range(3):
+    one_pass(False)
+end = clock() + spec.get("warm_s", 1.0)
+while clock() < end:
+    one_pass(False)
+t0 = clock(); n = 0
+while True:
+    one_pass(True); n += 1
+    t = clock() - t0
+    if t >= spec["seconds"]:
+        break
+lat.sort()
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
+print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat), "p50_ms": q(0.5),
+                  "p90_ms": q(0.9), "p99_ms": q(0.99), "mean_ms": sum(lat) / len(lat) * 1e3,
+                  "rows_per_call": sum(rows) / len(rows)}))
+"""
+
+#: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
+#: autotune, and no code but the loader's.
+CHILD = ("import json, sys\nspec = json.loads(sys.argv[1])\n" + LOAD_CALLS
+         + 'assert "autotune" not in sys.modules, "the plain process imported autotune"\n' + TIME_PASSES)
+
+
+@dataclass(frozen=True)
+class ShippedCalls:
+    """An artifact loaded by its own ``load.py``: ``predict`` and each traffic batch as (args, kwargs)."""
+
+    predict: Any
+    calls: tuple[tuple[tuple[Any, ...], dict[str, Any]], ...]
+    rows: tuple[int, ...]
+
+    @property
+    def samples_per_call(self) -> float:
+        return sum(self.rows) / len(self.rows)
+
+
+def load_calls(spec: Mapping[str, Any]) -> ShippedCalls:
+    """Run :data:`LOAD_CALLS` on ``spec`` in a namespace of its own: the plain process's lines, in this process."""
+    ns: dict[str, Any] = {"spec": dict(spec)}
+    exec(compile(LOAD_CALLS, str(spec.get("loader") or "<artifact>"), "exec"), ns)
+    return ShippedCalls(predict=ns["predict"], calls=tuple(ns["calls"]), rows=tuple(int(r) for r in ns["rows"]))
