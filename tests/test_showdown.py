@@ -155,6 +155,7 @@ def test_a_real_run_decides_by_showdown(showdown_run: RealRun) -> None:
     # script has a file form: saved and timed as shipped (its load.py, a worker that built nothing); eager is code
     assert sd["staged_from"] == {"eager@2": "build", "script@2": "artifact"}
     assert not list(showdown_run.out.glob(".artifact.finalists.*"))  # removed after the showdown
+    assert "script@2 was timed as shipped" in (showdown_run.out / "report.md").read_text()
     # 1 burn-in round (the process's first slice), then 3 undisturbed rounds wanted; rounds a neighbour disturbed,
     # or an undecided verdict, run more (at most 3 x 3 + 1 in all)
     assert sd["burn_in_rounds"] == 1 and 4 <= sd["rounds_run"] <= 10

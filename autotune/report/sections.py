@@ -433,6 +433,7 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
             "processes, then rounds.")
     if showdown.get("quiet"):
         text += " While one finalist was timed, every other staged worker was stopped (SIGSTOP)."
+    text += _staged_from_text(showdown.get("staged_from"))
     if processes < 3:
         text += (f" The spread between processes was not measured ({processes} per finalist, measure.processes; "
                  "3 or more see it).")
@@ -455,6 +456,23 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
     if body:
         parts.append(body)
     return " ".join(parts)
+
+
+def _staged_from_text(staged: Any) -> str:
+    """How the finalists were staged (``staged_from``): as shipped (each one's saved artifact loaded by its own
+    load.py in workers that built nothing) or built from the recipe; empty for a showdown that did not record it."""
+    if not isinstance(staged, Mapping) or not staged:
+        return ""
+    shipped = sorted(str(k) for k, v in staged.items() if v == "artifact")
+    if not shipped:
+        return ""
+    if len(shipped) == len(staged):
+        who = "Every finalist was"
+    else:
+        who = ", ".join(shipped) + (" was" if len(shipped) == 1 else " were")
+    rest = "" if len(shipped) == len(staged) else " (the others built from the recipe, as the search measured them)"
+    return (f" {who} timed as shipped: saved as its artifact and loaded by its own load.py in workers that built "
+            f"nothing, as a deployment does{rest}.")
 
 
 def stop_summary(doc: Mapping[str, Any]) -> str | None:
