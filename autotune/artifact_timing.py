@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.artifact_child import CHILD
 from autotune.compare import Ratio, ratio_verdict
 from autotune.compare_rounds import t_quantile_975
+from autotune.core.artifact_child import CHILD
 from autotune.core.process_env import environment_of_variant
 from autotune.deployment import TRAFFIC_NAME
 from autotune.errors import InputError
@@ -101,7 +101,7 @@ def target_of(run_dir: Path, doc: Any) -> ArtifactTarget:
 def child_spec(artifact_dir: Path, *, kind: str, batch_size: int, recipe: Mapping[str, Any], why: str
                ) -> dict[str, Any]:
     """What the plain process (and a worker staged as shipped) loads from ``artifact_dir``: its ``load.py`` and, for
-    a ``[data]`` recipe, the traffic saved in it (:mod:`autotune.artifact_child`'s ``spec``). Raises
+    a ``[data]`` recipe, the traffic saved in it (:mod:`autotune.core.artifact_child`'s ``spec``). Raises
     :class:`InputError` naming the missing file; ``why`` says who needs it."""
     loader = artifact_dir / "load.py"
     if not loader.is_file():

@@ -3,7 +3,7 @@ built nothing (issue 30: a worker that built a DistilBERT served it 1.5-2x faste
 
 Real workers and real artifacts throughout: a finalist's artifact is saved by a fresh worker
 (:func:`autotune.deployment.write_finalist_artifact`), a second worker stages it from the files alone (op ``stage``
-with ``shipped``) and times slices; the same lines the plain process runs load it (:mod:`autotune.artifact_child`).
+with ``shipped``) and times slices; the same lines the plain process runs load it (:mod:`autotune.core.artifact_child`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.artifact_child import CHILD, LOAD_CALLS, load_calls
 from autotune.artifact_timing import child_spec
 from autotune.client import WorkerClient
+from autotune.core.artifact_child import CHILD, LOAD_CALLS, load_calls
 from autotune.core.recipe import load_recipe
 from autotune.deployment import STAGING_NAME, clean_staging, finalists_dir, write_finalist_artifact
 from autotune.errors import InputError

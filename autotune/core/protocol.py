@@ -129,7 +129,7 @@ class StageRequest(TypedDict):
     batch_size: int
     warmup_iterations: NotRequired[int]
     warmup_seconds: NotRequired[float]
-    #: Stage the finalist as shipped: its saved artifact, loaded by its own load.py (autotune.artifact_child's
+    #: Stage the finalist as shipped: its saved artifact, loaded by its own load.py (autotune.core.artifact_child's
     #: spec), in a worker that builds nothing; absent: built from the recipe, as the search measured it.
     shipped: NotRequired[dict[str, Any]]
     id: NotRequired[int]

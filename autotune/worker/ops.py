@@ -408,10 +408,11 @@ def _warm(call: Callable[[], Any], req: StageRequest, *, device: torch.device) -
 def _stage_shipped(state: WorkerState, req: StageRequest, spec: VariantSpec, shipped: dict[str, Any]
                    ) -> StageOutcome | Outcome:
     """Stage a finalist as shipped: its saved artifact loaded by its own ``load.py``, fed the artifact's traffic in
-    predict's form (:func:`autotune.artifact_child.load_calls`, the plain process's lines), in this worker, which
-    builds nothing: no recipe model, no variant build, so its allocator has the history a deployment's has
-    (:mod:`autotune.artifact_child` says why that matters). CPU only: the plain loop does not synchronise a device."""
-    from autotune.artifact_child import load_calls
+    predict's form (:func:`autotune.core.artifact_child.load_calls`: the plain process's lines), in this worker,
+    which builds nothing: no recipe model, no variant build, so its allocator has the history a deployment's has
+    (:mod:`autotune.core.artifact_child` says why that matters). CPU only: the plain loop does not synchronise a
+    device."""
+    from autotune.core.artifact_child import load_calls
 
     device = torch.device("cpu")
     backend = devices.backend_for(device)
