@@ -388,3 +388,67 @@ def test_a_slice_warm_up_is_untimed() -> None:
     assert untimed_cold <= 2  # the probe cycle only
     assert untimed_warm >= untimed_cold + 10  # 0.05 s of 1-ms calls first
     assert made[untimed_warm - 1] - made[0] >= 0.045
+
+
+class _ShippedRunner(_FakeRunner):
+    """Records each stage request; a stage with ``shipped`` reports the artifact traffic's samples per call."""
+
+    def __init__(self, seconds: float, slices: list[int], stages: list[dict]) -> None:
+        super().__init__(seconds, slices)
+        self.stages = stages
+
+    def call(self, message: dict, *, timeout: float) -> dict:
+        if message["op"] == "stage":
+            self.stages.append(message)
+            return {"status": "ok", "samples_per_call": 3.0} if "shipped" in message else {"status": "ok"}
+        return super().call(message, timeout=timeout)
+
+
+def test_finalists_with_a_file_form_are_staged_from_their_artifact_and_a_failed_save_falls_back(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Orchestration with doubles (the real chain: test_showdown_shipped and the real run above): each file-form
+    finalist's artifact is saved once, not once per process; its processes are staged from it and its contender
+    counts the artifact traffic's samples per call; a finalist whose save fails is staged built, with a note; eager
+    never asks for an artifact."""
+    from autotune.showdown import ShowdownSettings, run_showdown
+    from autotune.showdown import rounds as rounds_module
+
+    saved: list[str] = []
+
+    def fake_save(recipe_data, row, directory, *, make_runner, timeout):
+        saved.append(row["variant"])
+        if row["variant"] == "onnx":
+            return {"status": "failed", "reason": "the exporter refused"}
+        directory.mkdir(parents=True)
+        (directory / "load.py").write_text("def load():\n    return lambda x: x\n")
+        return {"status": "ok", "kind": "torchscript"}
+
+    monkeypatch.setattr(rounds_module, "write_finalist_artifact", fake_save)
+    rows = [_row(0, "frozen", 110, 0.01), _row(1, "onnx", 100, 0.01), _row(2, "eager", 90, 0.01)]
+    stages: list[dict] = []
+    timeline: list[int] = [10, 11, 12, 13]  # past the double's busy slices
+    doc = run_showdown(rows, recipe_data={"inputs": []}, make_runner=lambda: _ShippedRunner(0.01, timeline, stages),
+                       settings=ShowdownSettings(rounds=2, round_seconds=0.1, margin=0.02, objective="throughput",
+                                                 latency_percentile="p99", timeout_s=10, processes=2,
+                                                 shipped_dir=str(tmp_path)))
+    assert saved == ["frozen", "onnx"]  # once per finalist with a file form, never for eager
+    by_variant: dict[str, list[bool]] = {}
+    for message in stages:
+        by_variant.setdefault(message["variant"], []).append("shipped" in message)
+    assert by_variant == {"frozen": [True, True], "onnx": [False, False], "eager": [False, False]}
+    shipped = next(m["shipped"] for m in stages if "shipped" in m)
+    assert shipped["loader"].endswith("load.py") and shipped["kind"] == "torchscript"
+    assert doc["staged_from"] == {"frozen@1": "artifact", "onnx@1": "build", "eager@1": "build"}
+    assert any("onnx@1 was staged built" in n and "the exporter refused" in n for n in doc["notes"])
+    # the same seconds per call, but the shipped finalist serves 3 samples per call against 1: it leads
+    assert doc["verdict"]["pick"] == "frozen@1" and doc["verdict"]["leader"] == "frozen@1"
+
+
+def test_the_artifact_checks_tool_side_is_staged_as_the_showdown_staged_the_pick() -> None:
+    from autotune.artifact_check import _staged_from_artifact
+
+    rec = {"variant": "trace", "batch_size": 8}
+    assert _staged_from_artifact({"showdown": {"staged_from": {"trace@8": "artifact"}}}, rec)
+    assert not _staged_from_artifact({"showdown": {"staged_from": {"trace@8": "build"}}}, rec)
+    assert not _staged_from_artifact({"showdown": None}, rec)  # no showdown: the search's figure, built
+    assert not _staged_from_artifact({"showdown": {"verdict": {}}}, rec)  # a showdown from before the field
