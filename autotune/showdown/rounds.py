@@ -78,8 +78,8 @@ class ShowdownSettings:
     quiet: bool = True
     #: Untimed calls a continued worker makes before its slice, as a share of ``round_seconds`` (quiet rounds only).
     resume_warmup: float = RESUME_WARMUP
-    #: Where finalists with a file form are saved and staged from, as shipped (``measure.showdown_as_shipped``;
-    #: the tuner sets it on a CPU run): None stages every finalist built from the recipe, as the search measured it.
+    #: Where finalists with a file form are saved and staged from, as shipped (``measure.as_shipped``; the
+    #: tuner sets it on a CPU run): None stages every finalist built from the recipe, as the search measured it.
     shipped_dir: str | None = None
 
     @property
@@ -313,7 +313,8 @@ def run_showdown(
             round_process.append(process)
             if on_round is not None:
                 on_round({**_document(finalists, staged, dropped, per_round, foreign, disturbed, round_process,
-                                      notes, settings, processes_used=settings.processes + added, seen=seen),
+                                      notes, settings, processes_used=settings.processes + added, seen=seen,
+                                      shipped=shipped),
                           "complete": False})
         finished = True
     finally:
@@ -324,8 +325,7 @@ def run_showdown(
                 else:  # Ctrl-C: kill, never wait for a slice to end
                     runner.recycle(kill=True)
     doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, round_process, notes, settings,
-                    processes_used=settings.processes + added, seen=seen)
-    doc["staged_from"] = {k: "artifact" if shipped.get(k) else "build" for k in staged}
+                    processes_used=settings.processes + added, seen=seen, shipped=shipped)
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))
@@ -338,9 +338,10 @@ def run_showdown(
 def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any], dropped: Mapping[str, str],
               per_round: Mapping[str, list[float]], foreign: Mapping[str, list[float | None]],
               disturbed: Sequence[bool], round_process: Sequence[int], notes: Sequence[str],
-              settings: ShowdownSettings, *, processes_used: int, seen: Sequence[Mapping[str, Any]] = ()
-              ) -> dict[str, Any]:
-    """The showdown's document without its verdict (the rounds so far; copies, so later rounds change nothing)."""
+              settings: ShowdownSettings, *, processes_used: int, seen: Sequence[Mapping[str, Any]] = (),
+              shipped: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The showdown's document without its verdict (the rounds so far; copies, so later rounds change nothing).
+    ``shipped``: per finalist, the artifact it was staged from (None or absent: built)."""
     burn_in = _burn_in(disturbed, settings)
     used = _compared_rounds(disturbed, settings)
     doc: dict[str, Any] = {
@@ -355,6 +356,7 @@ def _document(finalists: Sequence[Mapping[str, Any]], staged: Mapping[str, Any],
         "burn_in_rounds": burn_in,
         "rounds_compared": used,
         "dropped": dict(dropped), "notes": list(notes), "verdict": None,
+        "staged_from": {k: "artifact" if (shipped or {}).get(k) else "build" for k in staged},
     }
     doc["contended"] = contended(doc)
     doc["disturbed_by"] = disturbers(seen)
