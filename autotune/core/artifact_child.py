@@ -56,7 +56,7 @@ if spec.get("traffic"):
     else:
         import torch
         conv = torch.from_numpy
-    order = sorted(found)[:spec.get("max_batches") or 16]
+    order = sorted(found)[:spec["max_batches"]]
     calls = [call_of(ns["_form"](xs) if "_form" in ns else tuple(xs))
              for xs in ([conv(found[i][n]) for n in names] for i in order)]
     rows = [int(found[i][names[0]].shape[0]) for i in order]

@@ -467,10 +467,10 @@ def _staged_from_text(staged: Any) -> str:
     if not shipped:
         return ""
     if len(shipped) == len(staged):
-        who = "Every finalist was"
+        who, rest = "Every finalist was", ""
     else:
         who = ", ".join(shipped) + (" was" if len(shipped) == 1 else " were")
-    rest = "" if len(shipped) == len(staged) else " (the others built from the recipe, as the search measured them)"
+        rest = " (the others built from the recipe, as the search measured them)"
     return (f" {who} timed as shipped: saved as its artifact and loaded by its own load.py in workers that built "
             f"nothing, as a deployment does{rest}.")
 

@@ -19,7 +19,9 @@ Algorithm::
                 other processes disturbed (> 0.1 core: its number says little),
                 at least `min_finalists`, at most `max_finalists`
     stage:   `processes` (measure.processes, default MIN_PROCESSES = 3) fresh measure workers per
-             finalist: build the variant, first call, warm up; each round uses the process with the
+             finalist: build the variant, first call, warm up (on a CPU, a finalist with a file form is
+             saved once as its artifact and each process loads it instead, building nothing: "as
+             shipped", ``shipped_dir``); each round uses the process with the
              fewest rounds so far (the same process index for every finalist in a round, so a round's
              pairs share it)
     rounds:  repeat until R undisturbed rounds and no tie is a coin flip (no finalist's ratio CI

@@ -160,13 +160,16 @@ def run_showdown(
                 on_progress(f"saving {key}'s artifact (staged as shipped)")
             section = write_finalist_artifact(recipe_data, row, directory, make_runner=make_runner,
                                               timeout=settings.timeout_s)
-            try:
-                if section.get("status") != "ok":
-                    raise InputError(str(section.get("reason") or "no reason given"))
-                shipped[key] = child_spec(directory, kind=str(section.get("kind")), batch_size=int(row["batch_size"]),
-                                          recipe=recipe_data, why="the showdown")
-            except InputError as exc:
-                notes.append(f"{key} was staged built, not as shipped: its artifact could not be saved ({exc})")
+            why: str | None = str(section.get("reason") or "no reason given")
+            if section.get("status") == "ok":
+                try:
+                    shipped[key] = child_spec(directory, kind=str(section.get("kind")),
+                                              batch_size=int(row["batch_size"]), recipe=recipe_data, why="the showdown")
+                    why = None
+                except InputError as exc:
+                    why = str(exc)
+            if why is not None:
+                notes.append(f"{key} was staged built, not as shipped: its artifact could not be saved ({why})")
         return shipped[key]
 
     def stage(key: str, row: Mapping[str, Any]) -> Runner | str:

@@ -380,7 +380,7 @@ def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
         _with_threads(spec, state)
         with torch.inference_mode():
             call = _build_candidate(lw, spec, batch).call
-            first, done = _warm(call, req, device=device)
+            first, done = _warm(call, req, device=device, backend=lw.backend)
         state.staged = Staged(spec=spec, device=device, call=call)
         return StageOutcome(status="ok", reason="", first_call_seconds=first, warmup_calls=done)
 
@@ -389,7 +389,8 @@ def op_stage(state: WorkerState, req: StageRequest) -> StageOutcome | Outcome:
     return result
 
 
-def _warm(call: Callable[[], Any], req: StageRequest, *, device: torch.device) -> tuple[float, int]:
+def _warm(call: Callable[[], Any], req: StageRequest, *, device: torch.device, backend: devices.DeviceBackend
+          ) -> tuple[float, int]:
     """A staged call's first call (timed) and warm-up: every shape once, then at least the screening's warm-up
     iterations + 10 calls and ``warmup_seconds``."""
     first = time_first_call(call, device=device)
@@ -401,7 +402,7 @@ def _warm(call: Callable[[], Any], req: StageRequest, *, device: torch.device) -
     while done < need or time.perf_counter() < end:
         call()
         done += 1
-    devices.backend_for(device).synchronize()
+    backend.synchronize()
     return first, done
 
 
@@ -432,7 +433,7 @@ def _stage_shipped(state: WorkerState, req: StageRequest, spec: VariantSpec, shi
         else:
             call = TrafficCall(lambda a, k: predict(*a, **k), list(loaded.calls))
         with torch.inference_mode():
-            first, done = _warm(call, req, device=device)
+            first, done = _warm(call, req, device=device, backend=backend)
         state.staged = Staged(spec=spec, device=device, call=call)
         return StageOutcome(status="ok", reason="", first_call_seconds=first, warmup_calls=done,
                             samples_per_call=loaded.samples_per_call)
