@@ -45,7 +45,9 @@ def test_a_spinning_neighbour_is_named_by_the_kernels_readings() -> None:
         named = top_consumers(before, after, load.wall_seconds, exclude={os.getpid()})
         assert spinner.pid in [c["pid"] for c in named], named
         mine = next(c for c in named if c["pid"] == spinner.pid)
-        assert mine["name"].startswith("python") and mine["cores"] > 0.5
+        # its share of the 2 cores, beside the other test worker and anything else running: half a core or
+        # less on a busy CI machine (0.5 exactly once), so the reading only has to be clearly the spinner's
+        assert mine["name"].startswith("python") and mine["cores"] > 0.3
     finally:
         spinner.kill()
         spinner.wait()

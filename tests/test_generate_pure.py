@@ -184,3 +184,40 @@ def test_the_search_checks_tokens_per_concurrency_and_tries_a_broken_configurati
     # int8 is judged on its budget: one differing token at position 3 of 16 still passes a 50% budget
     assert by[("static/sdpa/int8", 4)].check.first_difference == (2, 3)  # type: ignore[union-attr]
     assert prog.pick is not None and prog.pick.config.cache == "static" and prog.pick.concurrency == 4
+
+
+class _ProbeClient:
+    """A probe op that fits up to 100 sequences (peak linear in them) and takes ``seconds`` of wall time."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.probed = seconds, []  # type: ignore[var-annotated]
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        import time
+
+        time.sleep(self.seconds)
+        self.probed.append(c)
+        if c > 100:
+            return {"status": "oom", "reason": "out of memory (fake)"}
+        return {"status": "ok", "reason": "", "fits": True, "peak_memory_bytes": 2**26 + c * 2**23,
+                "baseline_bytes": 2**26, "step_seconds": 0.001}
+
+
+def test_the_concurrency_boundary_stops_on_its_share_of_the_time_budget_and_says_so() -> None:
+    import time
+
+    from autotune.generate.boundary import boundary_document, find_concurrency_boundary
+
+    recipe = _recipe(concurrency="auto", max_concurrency=128)
+    ref = reference(recipe.generate)  # type: ignore[arg-type]
+    limit = 2**26 + 100 * 2**23 + 2**22  # between 100 and 101 sequences
+    free = find_concurrency_boundary(_ProbeClient(0.0), recipe, ref, limit=limit, upper=128)  # type: ignore[arg-type]
+    assert free.stopped_by == "memory" and free.max_batch_size == 100
+    client = _ProbeClient(0.05)
+    capped = find_concurrency_boundary(client, recipe, ref, limit=limit, upper=128,  # type: ignore[arg-type]
+                                       deadline=time.monotonic() + 0.12)
+    assert capped.stopped_by == "time_cap" and len(client.probed) < len(free.probes)
+    assert capped.max_batch_size in client.probed and capped.max_batch_size < 100
+    doc = boundary_document(capped, limit=limit, source="budget", prompt_tokens=64, new_tokens=8, config=ref)
+    assert doc["stopped_by"] == "time_cap" and "stopped on its time" in doc["sentence"]
+    assert "generate.time_budget_s" in doc["sentence"] and "more may fit" in doc["sentence"]

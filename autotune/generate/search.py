@@ -112,12 +112,13 @@ class GenerateSearch:
         spec = self.spec
         if spec.concurrency != "auto":
             return list(spec.concurrency)
-        from autotune.generate.boundary import boundary_document, find_concurrency_boundary
+        from autotune.generate.boundary import BOUNDARY_SHARE, boundary_document, find_concurrency_boundary
 
         self.say(f"concurrency boundary of {ref.label()} (limit "
                  f"{'none' if self.limit is None else f'{self.limit / 2**30:.2f} GiB'}, {self.limit_source})")
         found = find_concurrency_boundary(
             self.client, self.recipe, ref, limit=self.limit, upper=spec.max_concurrency,
+            deadline=self.started + BOUNDARY_SHARE * spec.time_budget_s,
             on_probe=lambda r, _p: self.say(f"  probe {r.batch_size} sequences: "
                                             f"{'fits' if r.fits else 'does not fit'} ({r.seconds:.1f} s)"))
         prompt_tokens = max(bucket_length(n, spec.bucket) for n in _prompt_lengths(spec, self.progress.model))

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One prepared GPU session (the lent device machine: its image's python3 holds torch; nothing can be fetched
+# there, so optuna and its needs travel as wheels in .whl, see the device README). Every step runs under the time
+# left before DEADLINE seconds, writes its log under $OUT as it goes, and a step that fails does not stop the
+# next one. Steps:
+#   run       `autotune run recipes/quickstart.toml --device cuda`: the whole pipeline on a GPU (search, showdown,
+#             artifact, the artifact check in a plain process); the run folder comes back as run.tar.gz without
+#             the artifact's weights
+#   load      the saved artifact's own load.py in a plain process
+#   generate  `autotune run recipes/gpt2_generate.toml --device cuda`: generate() up to the concurrency boundary
+#             under the recipe's memory budget as an allocator cap; the run folder comes back as gen.tar.gz
+#   pytest    `pytest -m cuda` (tests/test_cuda.py and the cuda tests of test_variants/test_environment)
+# Each step is stopped with SIGINT at the deadline (pytest then still prints its summary with the failures so far;
+# autotune keeps what it measured), SIGKILL 20 s later.
+# Usage there: bash benchmarks/device_session.sh [DEADLINE_S] [steps...]; here, to try the steps on a CPU:
+#   OUT=/tmp/dev SKIP_WHEELS=1 PY=.venv/bin/python DEVICE=cpu bash benchmarks/device_session.sh 300 run load
+# Session 30 (an H200, 15 minutes in all): 450 s for run + load + generate (the generate step's boundary alone
+# took 220 s then), then 320 s for pytest.
+set -u
+DEADLINE=${1:-480}
+shift || true
+STEPS=${*:-run load generate pytest}
+START=$(date +%s)
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+case $PY in /*|python3) ;; *) PY=$PWD/$PY ;; esac
+DEVICE=${DEVICE:-cuda}
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+
+[ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheels did not install"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+{ nvidia-smi -L; nproc; $PY -c "import torch, optuna; print('torch', torch.__version__, torch.version.cuda,
+  torch.cuda.get_device_name(0), 'optuna', optuna.__version__)"; } 2>&1 | tee "$OUT/env.log"
+
+for step in $STEPS; do
+  t=$(left); [ "$t" -gt 20 ] || { echo "no time left for $step"; break; }
+  echo "=== $step ($t s left)"
+  case $step in
+    run)
+      rm -rf /tmp/qs; timeout -s INT -k 20 "$((t - 10))" $PY -m autotune run recipes/quickstart.toml --device "$DEVICE" --out /tmp/qs \
+        --time-budget "${RUN_BUDGET:-120}" --no-progress 2>&1 | tee "$OUT/run.log"
+      tar czf "$OUT/run.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.onnx' --exclude='*.bin' \
+        --exclude='*.pt2' --exclude='*.so' qs 2>/dev/null ;;
+    load)
+      load=$(ls /tmp/qs/artifact/load.py 2>/dev/null) || { echo "no artifact"; continue; }
+      (cd /tmp/qs/artifact && timeout -s INT -k 20 "$((t - 5))" $PY load.py && timeout -s INT -k 20 "$((t - 5))" $PY -c "
+import time, torch, load
+predict = load.load(); batch = load.make_inputs()
+call = (lambda: predict(**batch)) if isinstance(batch, dict) else (lambda: predict(*batch))
+sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+for _ in range(20): call()
+sync(); n = 0; t0 = time.perf_counter()
+while time.perf_counter() - t0 < 5: call(); n += 1
+sync(); s = time.perf_counter() - t0
+print(f'plain load.py: {n} calls in {s:.2f} s, {s / n * 1e3:.3f} ms per call, batch {load.BATCH_SIZE if hasattr(load, \"BATCH_SIZE\") else \"?\"}')
+") 2>&1 | tee "$OUT/load.log" ;;
+    generate)
+      rm -rf /tmp/gen; timeout -s INT -k 20 "$((t - 10))" $PY -m autotune run recipes/gpt2_generate.toml --device "$DEVICE" \
+        --out /tmp/gen --time-budget "${GEN_BUDGET:-120}" --no-progress 2>&1 | tee "$OUT/generate.log"
+      tar czf "$OUT/gen.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.bin' --exclude='*.safetensors' gen \
+        2>/dev/null ;;
+    pytest)
+      timeout -s INT -k 20 "$((t - 5))" $PY -m pytest -p no:cacheprovider -o addopts="" -m cuda -v -rA --timeout 200 \
+        --durations=15 tests/test_variants.py tests/test_environment.py tests/test_cuda.py 2>&1 \
+        | tee "$OUT/pytest.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "=== done in $(( $(date +%s) - START )) s"
