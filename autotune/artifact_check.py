@@ -97,6 +97,16 @@ def default_rounds() -> int:
     return rounds
 
 
+def unchecked_device(doc: Mapping[str, Any]) -> str | None:
+    """Why an artifact on this run's device is not timed in plain processes, or None (a CPU artifact)."""
+    recipe_doc = doc.get("recipe") or {}
+    device = str(recipe_doc.get("device_resolved") or recipe_doc.get("device") or "cpu")
+    if is_accelerator(device):
+        return (f"an artifact on {device}: the plain loop does not synchronise the device, so its per-call times "
+                "would not be the accelerator's")
+    return None
+
+
 def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SECONDS,
                    recipe_data: Mapping[str, Any] | None = None, make_runner: Callable[[], Runner] | None = None,
                    timeout: float = 600.0, seed: int = 0, deadline: float | None = None) -> dict[str, Any] | None:
@@ -117,12 +127,9 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     base: dict[str, Any] = {"rounds": rounds, "seconds": seconds, "tolerance": AGREEMENT_TOLERANCE,
                             "method": "the artifact's load.py in fresh plain processes (run.sh's environment, no "
                                       "autotune imported), the traffic saved with it, median of the rounds"}
-    recipe_doc = doc.get("recipe") or {}
-    device = str(recipe_doc.get("device_resolved") or recipe_doc.get("device") or "cpu")
-    if is_accelerator(device):
-        return {**base, "status": "skipped", "reason": f"an artifact on {device}: the plain loop does not "
-                                                       "synchronise the device, so its per-call times would not be "
-                                                       "the accelerator's"}
+    not_here = unchecked_device(doc)
+    if not_here is not None:
+        return {**base, "status": "skipped", "reason": not_here}
     t0 = time.monotonic()
     runner: Runner | None = None
     tool: list[float] = []

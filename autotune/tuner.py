@@ -264,7 +264,7 @@ def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan:
     """The artifact check, its rounds sized to what is left of the run's promise
     (:func:`autotune.core.budget.check_rounds_that_fit`): all of them, fewer, plain ones without the tool's
     staged side, or none, and a note says which when not all."""
-    from autotune.artifact_check import SECONDS, WARM_SECONDS, check_artifact, skipped_section
+    from autotune.artifact_check import SECONDS, WARM_SECONDS, check_artifact, skipped_section, unchecked_device
     from autotune.core.budget import BUILD_GUESS_S, check_round_seconds, check_rounds_that_fit
 
     rec = doc["recommendation"]
@@ -280,8 +280,10 @@ def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan:
         notes.append(f"The artifact was not timed as shipped: {reason}; the headline is the run's own figure.")
         emit(on_event, "artifact", f"the artifact check skipped: {reason}")
         return skipped_section(wanted, reason)
+    not_here = unchecked_device(doc)
     how = "paired with the tool's worker" if paired else "plain processes alone"
-    emit(on_event, "artifact", f"the artifact as shipped: {rounds} plain processes ({how})")
+    emit(on_event, "artifact", f"the artifact check skipped: {not_here}" if not_here is not None
+         else f"the artifact as shipped: {rounds} plain processes ({how})")
     checked = check_artifact(doc, out, rounds=rounds, recipe_data=recipe.to_dict(),
                              make_runner=Runner if paired else None, timeout=recipe.measure.timeout_s,
                              seed=recipe.search.seed, deadline=plan.last_phase_end)

@@ -322,7 +322,7 @@ def test_reproduce_code_for_a_runtime_recommendation_runs(tmp_path: Path, varian
 
 def test_artifact_check_reports_a_loader_that_fails_and_loses_nothing(tmp_path: Path) -> None:
     """A plain process whose load() raises: the section says failed with the loader's error; no exception."""
-    from autotune.artifact_check import check_artifact
+    from autotune.artifact_check import check_artifact, unchecked_device
 
     (tmp_path / "artifact").mkdir()
     (tmp_path / "artifact" / "load.py").write_text(
@@ -336,6 +336,8 @@ def test_artifact_check_reports_a_loader_that_fails_and_loses_nothing(tmp_path: 
     assert check_artifact({**doc, "artifact": {"status": "failed"}}, tmp_path, rounds=2) is None
     cuda = check_artifact({**doc, "recipe": {"device": "cuda:0"}}, tmp_path, rounds=2)
     assert cuda is not None and cuda["status"] == "skipped"
+    # the run's progress line says so before it would announce plain processes (tuner._check)
+    assert unchecked_device(doc) is None and unchecked_device({**doc, "recipe": {"device": "cuda:0"}}) == cuda["reason"]
     normalise_report({**_minimal_report(_document(_recipe(tmp_path), "frozen", 4)), "artifact_check": section})
 
 
