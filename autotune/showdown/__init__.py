@@ -55,7 +55,10 @@ Algorithm::
                      tie-break then picked it (live search check, BENCHMARKS.md)
         undecided  = {c != leader : ci[c] straddles 1 - margin} when the rounds ran out: the report
                      says "undecided", names them and how the pick was made (:mod:`.verdict`)
-        pick       = min over tie of (simplicity, p99 latency, peak memory)
+        pick       = min over tie + {c in undecided : ci[c] reaches 1} of (simplicity, a tied one first, p99
+                     latency, peak memory): an undecided finalist the rounds could not tell from the leader
+                     is in the running as for a tie; one whose whole CI lies below 1 is slower (perhaps by
+                     less than the margin) and is not
         simplicity: eager < script/trace < frozen < compile/export < onnx/openvino, then fp32 before reduced
                     precision, then contiguous before channels_last, then the default process environment
                     (glibc, nothing preloaded) before another allocator or OpenMP setting
