@@ -54,10 +54,12 @@ TEST_WORKERS ?= 2
 test: $(STAMP) allocators
 	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
-# The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop.
-# `make test` is unchanged: it still runs the worker tests.
+# The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop
+# (1,322 tests: 2 min 56 s serially on the 2-core machine, 1 min 39 s in two processes). `make test` is unchanged:
+# it still runs the worker tests.
 test-fast: $(STAMP)
-	AUTOTUNE_FUZZ_FAST_EXAMPLES=25 $(PY) -m pytest -m "not slow and not worker" $(PYTEST_ARGS)
+	AUTOTUNE_FUZZ_FAST_EXAMPLES=25 $(PY) -m pytest -m "not slow and not worker" \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 test-slow: $(STAMP) allocators
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
