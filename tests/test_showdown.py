@@ -154,6 +154,7 @@ def test_a_real_run_decides_by_showdown(showdown_run: RealRun) -> None:
     assert set(sd["seconds_per_call"]) == {"eager@2", "script@2"}
     # script has a file form: saved and timed as shipped (its load.py, a worker that built nothing); eager is code
     assert sd["staged_from"] == {"eager@2": "build", "script@2": "artifact"}
+    assert sd["stopped_by"] in ("settled", "deadline", "round_cap")  # read back through the report's schema
     assert not list(showdown_run.out.glob(".artifact.finalists.*"))  # removed after the showdown
     assert "script@2 was timed as shipped" in (showdown_run.out / "report.md").read_text()
     # 1 burn-in round (the process's first slice), then 3 undisturbed rounds wanted; rounds a neighbour disturbed,
@@ -214,6 +215,14 @@ def test_a_deadline_passed_while_staging_still_gets_the_minimum_rounds() -> None
     assert doc["rounds_run"] == MIN_ROUNDS_STAGED == 6
     assert set(doc["round_process"]) == {0, 1, 2}  # every process compared
     assert doc["verdict"]["pick"] == "frozen@1"
+    # the progress lines counted toward 8 undisturbed compared rounds; the document and the report say what ended them
+    from autotune.report.sections import showdown_summary
+
+    assert doc["stopped_by"] == "deadline"
+    text = showdown_summary({"showdown": doc, "candidates": rows}, busy=False) or ""
+    assert "The run's time budget ended the rounds after 3 undisturbed compared rounds of the 8 asked for" in text
+    assert "time budget ended" not in (showdown_summary({"showdown": {**doc, "stopped_by": "settled"},
+                                                         "candidates": rows}, busy=False) or "")
 
 
 def test_disturbed_rounds_are_run_again_and_left_out() -> None:
@@ -229,7 +238,7 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     # quiet rounds: while one finalist was timed, the other's worker was stopped, every slice
     assert doc["quiet"] and all(d.ran_beside and set(d.ran_beside) == {0} for d in everyone)
     assert doc["disturbed_rounds"] == [0, 1] and doc["rounds_run"] == 5
-    assert doc["rounds_compared"] == [2, 3, 4]
+    assert doc["rounds_compared"] == [2, 3, 4] and doc["stopped_by"] == "settled"
     # and what disturbed them, named by process, for the report's sentence
     assert doc["disturbed_by"] == [{"name": "spinner", "pid": 4242, "rounds": 2, "cores": 0.97}]
     from autotune.report.sections import showdown_summary

@@ -644,6 +644,9 @@ _SHOWDOWN = _record({
     "round_process": (_nullable(_list_of(_NON_NEGATIVE_INT)), False),
     "seconds_per_call": (_nullable(_dict_of(_list_of(_nullable(_NUMBER)))), False),
     "burn_in_rounds": (_nullable(_NON_NEGATIVE_INT), False),
+    # what ended the rounds (autotune.showdown.rounds): settled, the run's deadline, the round cap, finalists dropped
+    "stopped_by": (_nullable(_one_of(("settled", "deadline", "round_cap", "dropped"))), False),
+    "rounds": (_nullable(_NON_NEGATIVE_INT), False),
     # per finalist: timed from its saved artifact, or built from the recipe (autotune.showdown.rounds)
     "staged_from": (_nullable(_dict_of(_one_of(("artifact", "build")))), False),
     # the processes the workers saw using CPU in disturbed slices (autotune.showdown.rounds.disturbers)

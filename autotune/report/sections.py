@@ -451,11 +451,27 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
                 f"{d.get('name')} (pid {d.get('pid')}) in {d.get('rounds')} round{'s' if d.get('rounds') != 1 else ''}"
                 + (f", up to {float(d['cores']):.2f} core" if is_number(d.get("cores")) else "") for d in seen) + ")"
         text += "; " + ("they were left out." if left_out else "too few quiet rounds, so all were compared.")
+    text += _cut_short_text(showdown)
     parts.append(text)
     body = verdict_text(showdown, busy=False)
     if body:
         parts.append(body)
     return " ".join(parts)
+
+
+def _cut_short_text(showdown: Mapping[str, Any]) -> str:
+    """A sentence when the run's deadline ended the rounds before the undisturbed compared rounds asked for
+    (``measure.rounds``; the progress lines counted toward them), else ''."""
+    wanted, burn_in = showdown.get("rounds"), int(showdown.get("burn_in_rounds") or 0)
+    if showdown.get("stopped_by") != "deadline" or not is_int(wanted):
+        return ""
+    bad = set(showdown.get("disturbed_rounds") or [])
+    calm = sum(1 for i in range(burn_in, int(showdown.get("rounds_run") or 0)) if i not in bad)
+    if calm >= int(wanted):
+        return ""
+    return (f" The run's time budget ended the rounds after {calm} undisturbed compared round"
+            f"{'s' if calm != 1 else ''} of the {wanted} asked for (measure.rounds), so the intervals are as wide "
+            "as those rounds leave them.")
 
 
 def _staged_from_text(staged: Any) -> str:

@@ -192,6 +192,7 @@ def run_showdown(
         return runner
 
     finished = False
+    stopped_by = ""  # what ended the rounds: settled | deadline | round_cap | dropped
     try:
         for row in finalists:
             key = candidate_key(row)
@@ -283,16 +284,22 @@ def run_showdown(
             return True
 
         while True:
-            if settled() or (settings.deadline is not None and time.monotonic() >= settings.deadline
-                             and r >= max(2, min(settings.rounds, MIN_ROUNDS_STAGED))):
+            if settled():
+                stopped_by = "settled"
+                break
+            if (settings.deadline is not None and time.monotonic() >= settings.deadline
+                    and r >= max(2, min(settings.rounds, MIN_ROUNDS_STAGED))):
+                stopped_by = "deadline"
                 break
             if sum(not d for d in disturbed[settings.processes:]) >= settings.rounds and add_process():
                 added += 1
             if r >= MAX_ROUNDS_FACTOR * settings.rounds + settings.processes + 2 * added:
+                stopped_by = "round_cap"
                 break
             r += 1
             order = [k for k in staged if k not in dropped]
             if len(order) < need:
+                stopped_by = "dropped"
                 break
             rng.shuffle(order)
             count = len(runners[order[0]])
@@ -336,6 +343,8 @@ def run_showdown(
                     runner.recycle(kill=True)
     doc = _document(finalists, staged, dropped, per_round, foreign, disturbed, round_process, notes, settings,
                     processes_used=settings.processes + added, seen=seen, shipped=shipped)
+    # the progress lines said how many undisturbed compared rounds were wanted; the document says what ended them
+    doc["stopped_by"] = stopped_by or None
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))
