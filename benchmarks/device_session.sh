@@ -9,6 +9,9 @@
 #   load      the saved artifact's own load.py in a plain process
 #   generate  `autotune run recipes/gpt2_generate.toml --device cuda`: generate() up to the concurrency boundary
 #             under the recipe's memory budget as an allocator cap; the run folder comes back as gen.tar.gz
+#   memory    generate() of the GPT-2-shaped recipe's model at a few concurrencies under its 1.1 GiB cap, a fresh
+#             process each: the peaks allocated and reserved (the boundary model reads the first, the cap bounds the
+#             second); not in the default steps
 #   pytest    `pytest -m cuda` (tests/test_cuda.py and the cuda tests of test_variants/test_environment)
 # Each step is stopped with SIGINT at the deadline (pytest then still prints its summary with the failures so far;
 # autotune keeps what it measured), SIGKILL 20 s later.
@@ -62,6 +65,34 @@ print(f'plain load.py: {n} calls in {s:.2f} s, {s / n * 1e3:.3f} ms per call, ba
         --out /tmp/gen --time-budget "${GEN_BUDGET:-120}" --no-progress 2>&1 | tee "$OUT/generate.log"
       tar czf "$OUT/gen.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.bin' --exclude='*.safetensors' gen \
         2>/dev/null ;;
+    memory)
+      # the boundary's lead (BENCHMARKS, session 30): allocated against reserved peaks under the recipe's cap, each
+      # concurrency a fresh process; the cap bounds reserved memory, the memory model reads allocated
+      for c in ${MEMORY_CONCURRENCIES:-64 108 112 113 120}; do
+        [ "$(left)" -gt 25 ] || break
+        timeout -s INT -k 20 "$(( $(left) - 5 ))" $PY -c "
+import sys, torch
+sys.path.insert(0, 'recipes')
+from models import gpt2_lm
+dev = '$DEVICE'; c = $c; cap = int(1.1 * 2**30)
+cuda = dev.startswith('cuda')
+if cuda:
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory, 0)
+model = gpt2_lm(hidden_size=256, layers=4, heads=4).to(dev)
+ids = torch.randint(0, 50257, (c, 256), device=dev)
+try:
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, min_new_tokens=32,
+                       do_sample=False, pad_token_id=0)
+    fits = True
+except torch.OutOfMemoryError as exc:
+    fits = False
+alloc = torch.cuda.max_memory_allocated() if cuda else 0
+reserved = torch.cuda.max_memory_reserved() if cuda else 0
+print(f'{c} sequences: fits {fits}, peak allocated {alloc / 2**20:.0f} MiB, peak reserved {reserved / 2**20:.0f} '
+      f'MiB, cap {cap / 2**20:.0f} MiB')
+" 2>&1 | grep -v Warning | tail -1 | tee -a "$OUT/memory.log"
+      done ;;
     pytest)
       timeout -s INT -k 20 "$((t - 5))" $PY -m pytest -p no:cacheprovider -o addopts="" -m cuda -v -rA --timeout 200 \
         --durations=15 tests/test_variants.py tests/test_environment.py tests/test_cuda.py 2>&1 \
