@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,6 +32,19 @@ from autotune.core.recipe import load_recipe
 from autotune.core.stats import t_quantile_975
 from autotune.deployment import write_finalist_artifact
 from autotune.runner import Runner
+
+
+def saved_target(data: dict[str, Any], row: dict[str, Any], directory: Path, *, timeout: float) -> ArtifactTarget:
+    """``row``'s artifact saved into ``directory`` as a run ships it, as a target for plain processes (in
+    ``run.sh``'s process environment); exits on a failed save (also used by bench_shipped_showdown.py)."""
+    label = f"{row['variant']}@{row['batch_size']}"
+    section = write_finalist_artifact(data, row, directory, make_runner=Runner, timeout=timeout)
+    if section.get("status") != "ok":
+        raise SystemExit(f"{label}: its artifact failed: {section.get('reason')}")
+    return ArtifactTarget(run_dir=directory, label=label, reported=0.0,
+                          child=child_spec(directory, kind=str(section["kind"]), batch_size=int(row["batch_size"]),
+                                           recipe=data, why="the benchmark"),
+                          environment=environment_of_variant(str(row["variant"])).apply(os.environ))
 
 
 def main() -> None:
@@ -54,16 +68,8 @@ def main() -> None:
         targets: list[ArtifactTarget] = []
         for row in rows:
             label = f"{row['variant']}@{row['batch_size']}"
-            directory = Path(tmp) / label.replace("@", "-").replace("+", "_")
-            section = write_finalist_artifact(data, row, directory, make_runner=Runner,
-                                              timeout=recipe.measure.timeout_s)
-            if section.get("status") != "ok":
-                raise SystemExit(f"{label}: its artifact failed: {section.get('reason')}")
-            targets.append(ArtifactTarget(run_dir=directory, label=label, reported=0.0,
-                                          child=child_spec(directory, kind=str(section["kind"]),
-                                                           batch_size=int(row["batch_size"]), recipe=data,
-                                                           why="the benchmark"),
-                                          environment=environment_of_variant(str(row["variant"])).apply(os.environ)))
+            targets.append(saved_target(data, row, Path(tmp) / label.replace("@", "-").replace("+", "_"),
+                                        timeout=recipe.measure.timeout_s))
             got[label] = []
         rng = random.Random(args.seed)
         for r in range(args.rounds):

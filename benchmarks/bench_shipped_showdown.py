@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import statistics
 import sys
@@ -34,12 +33,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune.artifact_timing import ArtifactTarget, child_spec, rerun
-from autotune.core.process_env import environment_of_variant
+from autotune.artifact_timing import rerun
 from autotune.core.recipe import load_recipe
-from autotune.deployment import write_finalist_artifact
 from autotune.runner import Runner
 from autotune.showdown import ShowdownSettings, candidate_key, run_showdown
+from benchmarks.bench_plain_truth import saved_target
 
 
 def showdown_ratio(doc: dict[str, Any], a: str, b: str) -> float:
@@ -83,17 +81,8 @@ def main() -> None:
                 results[way].append((ratio, pick))
                 print(f"repeat {rep + 1} {way:8s}: {b}/{a} = {ratio:.3f}, pick {pick}, staged_from "
                       f"{doc.get('staged_from')}, {doc['rounds_run']} rounds", flush=True)
-        targets: list[ArtifactTarget] = []
-        for row in rows:
-            directory = Path(tmp) / f"truth-{row['variant']}"
-            section = write_finalist_artifact(data, row, directory, make_runner=Runner, timeout=m.timeout_s)
-            if section.get("status") != "ok":
-                raise SystemExit(f"{candidate_key(row)}: its artifact failed: {section.get('reason')}")
-            env = environment_of_variant(str(row["variant"]))
-            targets.append(ArtifactTarget(run_dir=directory, label=candidate_key(row), reported=0.0,
-                                          child=child_spec(directory, kind=str(section["kind"]), batch_size=batch,
-                                                           recipe=data, why="the benchmark"),
-                                          environment=env.apply(os.environ)))
+        targets = [saved_target(data, row, Path(tmp) / f"truth-{row['variant']}", timeout=m.timeout_s)
+                   for row in rows]
         truth = rerun(targets[0], targets[1], rounds=args.truth_rounds, seconds=args.seconds, threshold=0.05,
                       seed=args.seed)
     ci = truth.ci or (truth.ratio, truth.ratio)

@@ -82,14 +82,14 @@ def find_concurrency_boundary(client: WorkerClient, recipe: Recipe, config: Gene
 def boundary_document(found: BatchBoundary, *, limit: int | None, source: str, prompt_tokens: int,
                       new_tokens: int, config: GenerateConfig) -> dict[str, Any]:
     fits = found.max_batch_size
+    sentence = (f"at {prompt_tokens} + {new_tokens} tokens, {fits} sequences fit"
+                + (f" in {limit / 2**30:.2f} GiB" if limit else "")
+                + ("" if found.stopped_by != "upper_bound" else
+                   f" (generate.max_concurrency = {fits}: memory did not stop it)"))
     doc: dict[str, Any] = {"config": config.label(), "max_concurrency": fits, "memory_limit_bytes": limit,
-           "limit_source": source, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
-           "stopped_by": found.stopped_by,
-           "probes": [r.to_dict() for r in found.probes],
-           "sentence": (f"at {prompt_tokens} + {new_tokens} tokens, {fits} sequences fit"
-                        + (f" in {limit / 2**30:.2f} GiB" if limit else "")
-                        + ("" if found.stopped_by != "upper_bound" else
-                           f" (generate.max_concurrency = {fits}: memory did not stop it)"))}
+                           "limit_source": source, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+                           "stopped_by": found.stopped_by, "probes": [r.to_dict() for r in found.probes],
+                           "sentence": sentence}
     if found.stopped_by == "time_cap":
         estimate = ""
         if found.predicted_limit is not None:
