@@ -18,7 +18,9 @@ late-half median of plainly steady traces?
   median mixes in calls the detector called transient, and is not the steady level the interval is of.
 
 No constant here is fitted to the traces. ``heldout/`` was captured (``capture_traces.py --set heldout``) after the
-interval was chosen on the first two folders and on synthetic series, and scored once.
+interval was chosen on the first two folders and on synthetic series, and scored once. ``heldout3/`` (session 31)
+was captured after the wander's checks were changed on the other four folders (which are a development set since),
+and scored once.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from autotune.core.warmup import WarmupAnalysis
+from autotune.core.warmup.offline import WANDER_BLOCKS, WANDER_MAX
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "models"
 #: The labelled synthetic warmup traces, kept in the repository (tests/data/warmup-traces/README.md).
@@ -212,3 +217,13 @@ class PausableDouble:
         self.paused = False
         self.ran_beside.append(sum(not d.paused for d in self.everyone if d is not self))
 
+
+def is_reported_wander(a: WarmupAnalysis, values: np.ndarray) -> bool:
+    """A regime trace whose tail only alternates among levels within the wander bound of one another is what
+    issue 31 calls a wander (levels at 0.94, 1.0 and 1.05 of the steady level, visited again and again): steady,
+    with the wander measured and in its CI. Any other verdict of steady on a regime trace is wrong."""
+    if a.steady_start is None or a.wander is None or a.wander > WANDER_MAX:
+        return False
+    tail = np.asarray(values)[a.steady_start:]
+    meds = np.array([np.median(b) for b in np.array_split(tail, 2 * WANDER_BLOCKS)])
+    return bool(np.all(np.abs(meds / np.median(tail) - 1) <= 1.5 * WANDER_MAX))

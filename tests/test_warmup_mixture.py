@@ -13,6 +13,7 @@ import pytest
 from autotune.core.warmup import WarmupAnalysis, analyze, replay
 from autotune.core.warmup.mixture import find_mixture
 from autotune.traces import synthetic_trace
+from tests.support import is_reported_wander
 
 SEED = 4242  # not a seed of the labelled traces or of the held-out suite
 
@@ -73,7 +74,8 @@ def test_regimes_and_steps_are_not_mixtures() -> None:
     for seed in range(SEED, SEED + 8):
         regime = synthetic_trace("regime", seed=seed)
         assert find_mixture(regime.values) is None
-        assert analyze(regime.values).classification == "no_steady_state"
+        a = analyze(regime.values)
+        assert a.classification == "no_steady_state" or is_reported_wander(a, regime.values), (seed, a)
         step = synthetic_trace("step", seed=seed)
         assert find_mixture(step.values) is None
         spiky = synthetic_trace("spiky", seed=seed)

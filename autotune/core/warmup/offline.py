@@ -397,11 +397,17 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
         for s in candidate starts (0, the changepoints, 1/16 steps of n), earliest first, n - s >= min_len:
             m_1..m_K = medians of K consecutive blocks of y[s:];  M = median(y[s:])
             skip s if some |m_k / M - 1| > WANDER_MAX                   (not one level at all)
-            skip s if m_1 is outside [min, max] of m_2..m_K by more than tol  (still the transient)
-            skip s if the medians of the halves' block medians differ by more than tol
-                (long regimes, or a transient still in the first half: a later start may be one level)
-            none if m_K is outside [min, max] of the first half's m by more than tol
-                (a level the tail's first half never visited: a late regime; a wander comes back)
+            skip s if m_1, or the median of the first 1/(4K) of y[s:], is outside [min, max] of m_2..m_K by
+                more than tol  (still the transient; the short head catches a decay that one block's median
+                hides once the halves no longer have to agree within tol)
+            skip s if the medians of the halves' block medians differ by more than
+                max(tol, half the larger range of the block medians within a half)
+                (long regimes, or a transient still in the first half: a later start may be one level;
+                halves whose difference is no larger than the wander inside each are one wandering level)
+            none if m_K is outside [min, max] of the first half's m by more than
+                max(tol, the range of the first half's m)
+                (a level the tail's first half never visited: a late regime; a wander comes back, and a last
+                block no further out than the first half's own wander is that wander, not a new level)
             none if |Spearman rho(m, order)| >= DRIFT_RHO and |m_K / m_1 - 1| > tol  (a one-way drift)
             steady from s; wander = max |m_k / M - 1|
     """
@@ -419,11 +425,15 @@ def _wander_start(y: np.ndarray, cands: Sequence[int], min_len: int, tol: float)
         if float(np.max(np.abs(dev))) > WANDER_MAX:
             continue
         later, first_half = meds[1:], meds[: WANDER_BLOCKS // 2]
-        if meds[0] > later.max() * (1 + tol) or meds[0] < later.min() * (1 - tol):
+        head = float(np.median(tail[: max(1, tail.size // (4 * WANDER_BLOCKS))]))
+        if any(m > later.max() * (1 + tol) or m < later.min() * (1 - tol) for m in (meds[0], head)):
             continue
-        if abs(float(np.median(first_half)) / float(np.median(meds[WANDER_BLOCKS // 2:])) - 1.0) > tol:
+        second_half = meds[WANDER_BLOCKS // 2:]
+        within = max(float(np.ptp(first_half)), float(np.ptp(second_half))) / big / 2
+        if abs(float(np.median(first_half)) / float(np.median(second_half)) - 1.0) > max(tol, within):
             continue  # the halves sit at different levels: a few long regimes, not a wander around one level
-        if meds[-1] > first_half.max() * (1 + tol) or meds[-1] < first_half.min() * (1 - tol):
+        reach = max(tol, float(np.ptp(first_half)) / big)
+        if meds[-1] > first_half.max() * (1 + reach) or meds[-1] < first_half.min() * (1 - reach):
             return None  # the last level was not seen in the tail's first half: a regime, not a wander
         order = np.argsort(np.argsort(meds))
         rho = float(np.corrcoef(order, np.arange(meds.size))[0, 1]) if np.ptp(meds) > 0 else 0.0
