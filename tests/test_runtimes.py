@@ -241,6 +241,36 @@ def test_the_torchscript_exporter_fallback_keeps_the_dynamic_axes() -> None:
     assert gate.passed, gate.reason
 
 
+@needs_onnx
+def test_an_export_that_unrolls_the_batch_fails_at_build_not_in_deployment() -> None:
+    """Control flow over the batch (a detector's per-image loop) is unrolled by the export at the example's
+    size: declared dynamic in dim 0 but built at batch 3, the graph cannot take a batch of 1. The gate at the
+    build batch would pass it and its artifact would claim batches 1 to 3 (torchvision's fasterrcnn, exported at
+    batch 2, failed in a Split on the serving stage's first call of one image); the build fails with the reason.
+    The same loop built at batch 1 claims nothing it cannot do, and a batched model at 3 is not affected."""
+
+    class PerRow(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if bool(x.sum() > -1e9):  # data-dependent: torch.export gives up, the TorchScript exporter traces
+                return torch.stack([self.fc(x[i]) for i in range(x.shape[0])])
+            return self.fc(x)
+
+    torch.manual_seed(0)
+    with pytest.raises(VariantError, match=r"declared dynamic in the batch \(1 to 3\).*specialised the graph to "
+                                           r"batch 3"):
+        build_variant(VariantSpec.parse("onnx"), PerRow().eval(), (torch.randn(3, 4),), device="cpu",
+                      dynamic_dims=((0,),))
+    assert build_variant(VariantSpec.parse("onnx"), PerRow().eval(), (torch.randn(1, 4),), device="cpu",
+                         dynamic_dims=((0,),)).fn is not None
+    fine = build_variant(VariantSpec.parse("onnx"), nn.Linear(4, 2).eval(), (torch.randn(3, 4),), device="cpu",
+                         dynamic_dims=((0,),))
+    assert fine.fn(torch.randn(1, 4)).shape == (1, 2)
+
+
 def test_a_partial_batch_is_split_into_near_equal_chunks() -> None:
     from autotune.worker.variants.runtimes import _chunks
 

@@ -223,3 +223,20 @@ def test_the_next_bisection_starts_where_the_batched_ones_confirmed_so_far_lande
     search.measured += [Measured(ServingConfig(1, 1, 8, d), "search", 1000.0, 10.0, (10.0, 12.0), [], "converged")
                         for d in (1, 2, 5)]
     assert search._start_rate(b2) == pytest.approx(505.0 * 0.2)  # bounded below
+
+
+def test_the_batch_loop_of_a_batch_no_larger_than_a_request_is_the_naive_server(tmp_path: Path) -> None:
+    """A batcher whose max batch a single request fills dispatches every request at once, so the batch loop's
+    wait means nothing there: an artifact of batch 1 served as it is, at the naive server's threads, is the naive
+    server, and is not bisected a second time (a slow detector's serving stage spent half its budget on the same
+    configuration twice, and gave each bisection a fifth of the budget for one point apiece)."""
+    from autotune.serving.search import ServingSearch, Target
+
+    spec = SimpleNamespace(slo_ms=600.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None)
+    one = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="m",
+                 input_names=("images",), call_seconds=0.0495)
+    loop = ServingSearch(spec, one, cores=1)._batch_loop()
+    assert loop == ServingConfig(1, 1, 1, 0.0)  # the naive server on one core
+    eight = Target(artifact=tmp_path, variant="openvino", environment="glibc", batch_size=8, threads=2,
+                   model_name="m", input_names=("x",), call_seconds=0.0049)
+    assert ServingSearch(spec, eight, cores=1)._batch_loop() == ServingConfig(1, 1, 8, 4.9)

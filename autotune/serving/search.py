@@ -10,7 +10,11 @@ Pipeline (each step's time counted against ``serving.time_budget_s``)::
     simulate  every grid point (autotune.serving.simulate): predicted max rate within the SLO
     confirm   the best `confirm` predictions (distinct layouts first) with real load: max rate bisected
     batch-loop baseline: the throughput pick served as it is (its threads, max batch = its batch size,
-                a delay of one call at that size), bisected
+                a delay of one call at that size; none when its batch is no larger than a request), bisected
+                unless it is a configuration already measured (an artifact of batch 1: the naive server)
+    each bisection's share of the budget: what is left after calibration, less the curve's reserve, over the
+                bisections planned (the naive one, up to `confirm` others the grid holds, the batch loop):
+                a grid of one configuration gives its one bisection the whole budget
     the pick  = the highest confirmed max rate (with serving.rate: the fewest cores that serve it)
     its hold  = its max rate for SUSTAIN_SECONDS on a fresh server (lowered until it holds)
     its curve = p50/p99 at 50%, 80%, 90% and 100% (the hold) of its max rate
@@ -427,6 +431,14 @@ class ServingSearch:
                               "the recommendation is the highest max rate")
         return max(candidates, key=lambda m: m.max_rate)
 
+    def _batch_loop(self) -> ServingConfig:
+        """The batch loop's pick served as it is: its threads, its batch, and as long a wait for a batch as one call
+        of it takes. A batch no larger than a request is a request alone, so it waits for nobody: no delay (as in
+        the grid), and at the naive server's threads that is the naive server, not a second baseline to measure."""
+        batch = self.target.batch_size
+        delay = round(1000 * (self.target.call_seconds or 0.0), 3) if batch > self.request_rows else 0.0
+        return ServingConfig(1, min(self.target.threads or self.cores, self.cores), batch, delay)
+
     def run(self) -> dict[str, Any]:
         t0 = time.monotonic()
         deadline = t0 + float(self.spec.time_budget_s)
@@ -444,7 +456,9 @@ class ServingSearch:
                        for d in (self.spec.max_delay_ms if b > self.request_rows else (0.0,))]
             configs = list(dict.fromkeys(configs))
             naive = ServingConfig(1, self.cores, self.request_rows, 0.0)
-            n_runs = self.spec.confirm + 2
+            loop = self._batch_loop()
+            others = [c for c in configs if c != naive]
+            n_runs = 1 + min(self.spec.confirm, len(others)) + int(loop != naive)  # the bisections planned
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
@@ -463,7 +477,7 @@ class ServingSearch:
                 ranked = sorted(fits, key=lambda c: (c.cores, -self.predicted[c])) + \
                     [c for c in ranked if c not in fits]
             chosen = _diverse(ranked, self.spec.confirm)
-            if not [c for c in configs if c != naive]:  # e.g. an artifact of batch 1 on one server core
+            if not others:  # e.g. an artifact of batch 1 on one server core
                 self.notes.append(f"the grid held only the naive server's configuration ({naive.label()}): the "
                                   f"artifact's batch is {self.target.batch_size}, so no batching window was "
                                   "searched")
@@ -473,8 +487,6 @@ class ServingSearch:
                     self.notes.append(f"{c.label()}: not confirmed, the serving budget ran out")
                     continue
                 self._bisect(c, "search", self._start_rate(c), time.monotonic() + min(share, left - 5))
-            loop = ServingConfig(1, min(self.target.threads or self.cores, self.cores), self.target.batch_size,
-                                 round(1000 * (self.target.call_seconds or 0.0), 3))
             if loop not in [m.config for m in self.measured] and deadline - time.monotonic() > 10:
                 self._simulate([loop])
                 self._bisect(loop, "batch-loop", self._start_rate(loop),

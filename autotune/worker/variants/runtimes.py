@@ -306,6 +306,7 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
         artifact = kept[-1] if keep_artifact else None
         model_bytes = _openvino_bytes(kept[-1]) if keep_artifact or spec.precision == "int8" else None
         kept = kept[:-1]
+    _check_partial_batch(spec, inner, example, graph, notes)
     n_out = len(flat_ref)
 
     def call(*args: Any) -> Any:
@@ -315,6 +316,32 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
         return pytree.tree_unflatten(flat, treespec)
 
     return call, kept, artifact, model_bytes
+
+
+def _check_partial_batch(spec: RuntimeSpec, inner: Callable[..., Any], example: tuple[Any, ...], graph: _GraphNames,
+                         notes: list[str]) -> None:
+    """A graph declared dynamic in the batch must take a smaller batch than it was built at.
+
+    Why: the artifact says it takes batches 1 to b, and a traffic's last batch and the server's batcher send
+    fewer rows. An export can specialise the batch anyway: control flow over the batch is unrolled at the
+    example's size (torchvision's detectors loop over the images; the ONNX export of fasterrcnn at batch 2 has a
+    ``Split`` into two images, and a batch of one fails in it). Gated at the build batch alone, such a variant
+    passed, was recommended, and its artifact failed on the first partial batch (the serving stage's calibration
+    at max batch 1). A failing variant is reported, never recommended; here it fails at build, with the reason.
+    """
+    if graph.dynamic is None or not graph.dynamic or not all(0 in d for d in graph.dynamic):
+        return
+    rows = {int(x.shape[0]) for x in example if x.dim() > 0}
+    if len(rows) != 1 or min(rows) <= 1:
+        return
+    b = min(rows)
+    one = tuple(x[:1] for x in example)
+    try:
+        silenced_build("a batch of 1", notes, lambda: inner(*one))
+    except VariantError as exc:
+        raise VariantError(f"{spec.name}: declared dynamic in the batch (1 to {b}), but {exc}: the export "
+                           f"specialised the graph to batch {b} (control flow over the batch, as a detector's "
+                           "per-image loop, is unrolled), so it cannot take a partial batch") from exc
 
 
 def _openvino_bytes(converted: Any) -> int | None:
