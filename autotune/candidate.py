@@ -126,6 +126,8 @@ class CandidateRow(TypedDict):
     model_bytes: NotRequired[int | None]
     #: a lower-precision variant's accuracy budget (and every candidate's score with an ``[accuracy]`` recipe)
     accuracy: NotRequired[AccuracySummary]
+    #: ``failed`` because an export specialised its batch: every batch above 1 fails, batch 1 is still tried
+    batch_specific: NotRequired[bool]
 
 
 def _downsample(values: Sequence[float], points: int = TRACE_POINTS) -> list[float]:
@@ -178,6 +180,8 @@ def candidate_row(
     }
     if "model_bytes" in result:
         row["model_bytes"] = result["model_bytes"]
+    if result.get("batch_specific"):
+        row["batch_specific"] = True
     if result.get("accuracy"):
         row["accuracy"] = cast(AccuracySummary, dict(result["accuracy"]))
     if row["compile_seconds"] is None and result.get("first_call_seconds") is not None:
@@ -352,6 +356,6 @@ def skipped_record(template: Mapping[str, Any], *, trial: int, batch_size: int, 
     row.update(trial=trial, batch_size=batch_size, status=status, reason=reason, feasible=False, violations=[],
                samples=0)
     row.pop("repeat_of_trial", None)
-    for key in ("traffic", "accuracy", "model_bytes"):
+    for key in ("traffic", "accuracy", "model_bytes", "batch_specific"):
         row.pop(key, None)  # measured, like the fields above, but absent (not None) when not measured
     return row

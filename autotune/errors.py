@@ -36,6 +36,11 @@ class VariantError(AutotuneError):
     """A variant could not be built or applied (reported as ``failed``, not fatal)."""
 
 
+class BatchSpecificError(VariantError):
+    """A variant's export specialised the batch it was built at, so it fails at any batch above 1 and works at 1:
+    its row is ``failed`` with ``batch_specific``, and the search still tries the variant at batch 1."""
+
+
 class WorkerError(AutotuneError):
     """The worker process died, hung or broke the protocol."""
 

@@ -111,6 +111,25 @@ def test_failed_variant_is_not_retried_at_other_batch_sizes(tmp_path: Path, fake
     assert all("variant failed at batch 32: boom" in r["reason"] for r in pruned)
 
 
+def test_an_export_specialised_to_its_batch_is_still_tried_at_batch_1(tmp_path: Path, fake_row: FakeRow) -> None:
+    """A variant whose export specialised the batch it was built at (``batch_specific``: a detector's per-image
+    loop unrolled at 32) fails at every batch above 1; batch 1 is still measured, where it works, and 8 is not."""
+    space = SearchSpace(variants=("eager", "broken"), batch_sizes={"eager": (1, 8), "broken": (1, 8, 32)})
+    calls: list[tuple[str, int]] = []
+
+    def evaluate(t: int, v: str, b: int) -> dict[str, Any]:
+        calls.append((v, b))
+        if v != "broken":
+            return fake_row(t, v, b)
+        if b == 32:
+            return {**fake_row(t, v, b), "batch_specific": True}
+        return fake_row(t, "eager", b) | {"variant": "broken"}
+
+    out = Search(space, settings(tmp_path), evaluate).run()
+    assert sorted(c for c in calls if c[0] == "broken") == [("broken", 1), ("broken", 32)]
+    assert [r["batch_size"] for r in out.rows if r["status"] == "pruned"] == [8]
+
+
 def test_resume_measures_nothing_twice(tmp_path: Path, fake_row: FakeRow) -> None:
     first = Search(SPACE, settings(tmp_path, max_trials=3), lambda t, v, b: fake_row(t, v, b)).run()
     seen: list[tuple[str, int]] = []

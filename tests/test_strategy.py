@@ -232,3 +232,14 @@ def test_a_single_surprising_screen_is_raced_before_it_is_trusted():
     search.tell("b", 2, status="ok", value=140.0, relative_sd=0.04, cost_seconds=2, fidelity=0.25)  # a lucky screen?
     nxt = search.next()
     assert nxt is not None and (nxt.variant, nxt.batch_size, nxt.action) == ("b", 2, "race")
+
+
+def test_an_export_specialised_to_its_batch_leaves_batch_1_not_a_dead_variant() -> None:
+    """A ``batch_specific`` failure (the export unrolled the batch it was built at) fails every batch above 1: the
+    variant is capped at batch 1, not dropped, and a plain failure still drops it."""
+    arm = Arm("onnx", (1, 2, 4), {"compiler": "onnx"})
+    search = BracketSearch([arm])
+    search.tell("onnx", 2, status="failed", batch_specific=True)
+    assert "onnx" not in search.dead and search.allowed(arm) == [1]
+    search.tell("onnx", 1, status="failed")
+    assert "onnx" in search.dead

@@ -263,6 +263,8 @@ class Outcome(TypedDict):
     #: Set on ``oom``: the worker's state may be damaged, so the runner replaces it.
     dirty: NotRequired[bool]
     oom_kind: NotRequired[OomKind]
+    #: Set on ``failed`` when only batches above 1 fail (:class:`autotune.errors.BatchSpecificError`).
+    batch_specific: NotRequired[bool]
 
 
 class MeasureOutcome(Outcome, total=False):

@@ -281,6 +281,7 @@ CANDIDATE_FIELDS: dict[str, tuple[Checker, bool]] = {
     "notes": (_nullable(_list_of(_STR)), False),
     "traffic": (_nullable(_record(TRAFFIC_FIELDS)), False),
     "model_bytes": (_nullable(_NUMBER), False),  # the model's size as the variant stores it
+    "batch_specific": (_nullable(_BOOL), False),  # failed above batch 1 only; batch 1 still tried
     "accuracy": (_nullable(_record(ACCURACY_FIELDS)), False),  # lower precision: the accuracy budget
     "measurement": (_nullable(_record(MEASUREMENT_FIELDS)), False),  # schema 2
 }

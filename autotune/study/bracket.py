@@ -228,15 +228,20 @@ class BracketSearch:
     # -- telling ---------------------------------------------------------------------------------
     def tell(self, variant: str, batch_size: int, *, status: str, value: float | None = None,
              ci: Sequence[float] | None = None, feasible: bool = True, cost_seconds: float | None = None,
-             fidelity: float = 1.0, relative_sd: float | None = None) -> None:
+             fidelity: float = 1.0, relative_sd: float | None = None, batch_specific: bool = False) -> None:
         """One result. ``value``: throughput (samples/s) or the latency percentile (ms), as the objective;
-        ``ci``: its 95% interval (or ``relative_sd`` directly); ``status`` as a candidate row's."""
+        ``ci``: its 95% interval (or ``relative_sd`` directly); ``status`` as a candidate row's;
+        ``batch_specific``: a failure of every batch above 1 (an export specialised to its batch), not of the
+        variant."""
         key = (variant, int(batch_size))
         self.pending.discard(key)
         p = self.points.setdefault(key, _Point())
         p.status = status
         if cost_seconds is not None:
             p.costs.append(float(cost_seconds) - fidelity * self.full_measure_seconds)
+        if status == "failed" and batch_specific:
+            self._cap(variant, 2)  # batch 1 alone is left
+            return
         if status in ("failed", "rejected"):
             self.dead.setdefault(variant, status)
             return

@@ -51,7 +51,7 @@ def tell_row(strategy: BracketSearch, row: dict[str, Any], *, objective: str, pe
     strategy.tell(row["variant"], int(row["batch_size"]), status=status, value=value, ci=ci,
                   feasible=bool(row.get("feasible")) if row["status"] == "ok" else False,
                   cost_seconds=float(cost) if cost is not None else None,
-                  fidelity=float(row.get("fidelity") or 1.0))
+                  fidelity=float(row.get("fidelity") or 1.0), batch_specific=bool(row.get("batch_specific")))
 
 
 def run_bracket(search: StudySession) -> SearchOutcome:

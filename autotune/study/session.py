@@ -159,7 +159,8 @@ class StudySession:
         if not self.space.allows(variant, batch):
             return {**base, "status": "pruned", "repeat_of_trial": None,
                     "reason": f"batch {batch} is above {variant}'s boundary minus headroom"}
-        dead = [r for (v, _), r in measured.items() if v == variant and r["status"] in TERMINAL_VARIANT_STATUSES]
+        dead = [r for (v, _), r in measured.items() if v == variant and r["status"] in TERMINAL_VARIANT_STATUSES
+                and (not r.get("batch_specific") or batch > 1)]  # an export specialised to its batch: 1 is left
         if dead:
             first = dead[0]
             return skipped_record(first, trial=number, batch_size=batch, status="pruned",

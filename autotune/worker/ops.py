@@ -70,7 +70,7 @@ from autotune.core.protocol import (  # noqa: E402
 )
 from autotune.core.recipe import Recipe  # noqa: E402
 from autotune.core.stats import percentiles  # noqa: E402
-from autotune.errors import AutotuneError, InputError, VariantError  # noqa: E402
+from autotune.errors import AutotuneError, BatchSpecificError, InputError, VariantError  # noqa: E402
 from autotune.worker import devices  # noqa: E402
 from autotune.worker.accuracy import AccuracyResult, judge, judged_by_budget, run_outputs  # noqa: E402
 from autotune.worker.correctness import check_variant  # noqa: E402
@@ -127,7 +127,10 @@ def _guarded(backend: devices.DeviceBackend, body: Callable[[], _O]) -> _O | Out
     try:
         return body()
     except VariantError as exc:
-        return Outcome(status="failed", reason=str(exc))
+        failed = Outcome(status="failed", reason=str(exc))
+        if isinstance(exc, BatchSpecificError):  # batch 1 may work: not pruned there
+            failed["batch_specific"] = True
+        return failed
     except Exception as exc:
         kind = devices.oom_kind(exc)
         if kind is None:

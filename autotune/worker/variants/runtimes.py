@@ -97,7 +97,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autotune.errors import VariantError
+from autotune.errors import BatchSpecificError, VariantError
 from autotune.worker.devices import cpu_native_precision
 from autotune.worker.variants.build_stage import silenced_build
 from autotune.worker.variants.quantize import (
@@ -339,7 +339,7 @@ def _check_partial_batch(spec: RuntimeSpec, inner: Callable[..., Any], example: 
     try:
         silenced_build("a batch of 1", notes, lambda: inner(*one))
     except VariantError as exc:
-        raise VariantError(f"{spec.name}: declared dynamic in the batch (1 to {b}), but {exc}: the export "
+        raise BatchSpecificError(f"{spec.name}: declared dynamic in the batch (1 to {b}), but {exc}: the export "
                            f"specialised the graph to batch {b} (control flow over the batch, as a detector's "
                            "per-image loop, is unrolled), so it cannot take a partial batch") from exc
 
