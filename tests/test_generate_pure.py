@@ -221,3 +221,22 @@ def test_the_concurrency_boundary_stops_on_its_share_of_the_time_budget_and_says
     doc = boundary_document(capped, limit=limit, source="budget", prompt_tokens=64, new_tokens=8, config=ref)
     assert doc["stopped_by"] == "time_cap" and "stopped on its time" in doc["sentence"]
     assert "generate.time_budget_s" in doc["sentence"] and "more may fit" in doc["sentence"]
+
+
+def test_rounds_cut_short_by_the_budget_are_said_in_the_report() -> None:
+    """One side-by-side round of three (the budget ran out) compares nothing: the report says the pick rests on its
+    screen, in the console and in report.md; rounds that all ran add nothing."""
+    from autotune.report.generate import console_lines, markdown, rounds_cut_text
+
+    rounds = {"concurrency": 8, "rounds": {"a": [768.2], "b": [1199.9]}, "comparisons": [], "rounds_asked": 3,
+              "rounds_run": 1}
+    text = rounds_cut_text(rounds)
+    assert text is not None and "after 1 of the 3" in text and "rests on its screen" in text
+    section = {"recommendation": None, "reason": "x", "rounds": rounds}
+    assert text in console_lines(section)
+    assert "## Side by side" in markdown({"generate": section, "complete": True}) and text in markdown(
+        {"generate": section, "complete": True})
+    assert rounds_cut_text({**rounds, "rounds_run": 3}) is None and rounds_cut_text(None) is None
+    some = {**rounds, "rounds_run": 2, "comparisons": [{"config": "a", "against": "b", "ratio": 0.7,
+                                                        "ratio_ci": [0.6, 0.8], "verdict": "slower", "rounds": 2}]}
+    assert "as wide as those rounds leave them" in (rounds_cut_text(some) or "")

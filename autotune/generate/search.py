@@ -257,7 +257,8 @@ class GenerateSearch:
                     rates[config].append(r.point.tokens_per_s)
                     points[config].append(r.point)
         out: dict[str, Any] = {"concurrency": c, "rounds": {k.label(): v for k, v in rates.items()},
-                               "comparisons": []}
+                               "comparisons": [], "rounds_asked": self.spec.rounds,
+                               "rounds_run": min((len(v) for v in rates.values()), default=0)}
         base = rates[ref]
         for config in contenders:
             if config == ref or len(rates[config]) < 2 or len(base) < 2:
