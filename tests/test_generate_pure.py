@@ -240,3 +240,20 @@ def test_rounds_cut_short_by_the_budget_are_said_in_the_report() -> None:
     some = {**rounds, "rounds_run": 2, "comparisons": [{"config": "a", "against": "b", "ratio": 0.7,
                                                         "ratio_ci": [0.6, 0.8], "verdict": "slower", "rounds": 2}]}
     assert "as wide as those rounds leave them" in (rounds_cut_text(some) or "")
+
+
+def test_an_encoder_decoder_model_is_refused_with_the_field() -> None:
+    """A [generate] recipe times and checks a causal LM's generate(): its new tokens are what follows the prompt. A
+    T5 (built from its config) decodes afresh, so that cut leaves nothing and every token check passed on empty
+    lists; it is refused, naming the recipe's field. A causal LM passes."""
+    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+
+    from autotune.errors import WorkloadError
+    from autotune.worker.generation.build import check_generative
+
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=16, d_kv=8, d_ff=32, num_layers=1,
+                                             num_heads=2, decoder_start_token_id=0, pad_token_id=0)).eval()
+    with pytest.raises(WorkloadError, match=r"r\.toml: field 'model\.factory'.*encoder-decoder"):
+        check_generative(t5, where="r.toml")
+    check_generative(GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2)).eval(),
+                     where="r.toml")

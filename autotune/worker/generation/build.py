@@ -27,6 +27,13 @@ def check_generative(model: torch.nn.Module, *, where: str) -> None:
         raise WorkloadError(f"{where}: field 'model.factory': returned {type(model).__name__}, which has no "
                             "transformers generate() (a [generate] recipe needs a causal LM, e.g. "
                             "AutoModelForCausalLM.from_config(...))")
+    if getattr(model.config, "is_encoder_decoder", False):
+        # a causal LM's output continues its prompt, and the new tokens are what follows it; an encoder-decoder's
+        # decoder starts afresh, so that cut left nothing, and every token check passed on empty lists (T5)
+        raise WorkloadError(f"{where}: field 'model.factory': returned {type(model).__name__}, an encoder-decoder "
+                            "model (config.is_encoder_decoder): a [generate] recipe times and checks a causal LM's "
+                            "generate(), whose output continues the prompt (e.g. AutoModelForCausalLM"
+                            ".from_config(...))")
 
 
 def vocab_size(model: torch.nn.Module) -> int:
