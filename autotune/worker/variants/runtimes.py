@@ -329,7 +329,7 @@ def _check_partial_batch(spec: RuntimeSpec, inner: Callable[..., Any], example: 
     passed, was recommended, and its artifact failed on the first partial batch (the serving stage's calibration
     at max batch 1). A failing variant is reported, never recommended; here it fails at build, with the reason.
     """
-    if graph.dynamic is None or not graph.dynamic or not all(0 in d for d in graph.dynamic):
+    if not graph.dynamic or not all(0 in d for d in graph.dynamic):
         return
     rows = {int(x.shape[0]) for x in example if x.dim() > 0}
     if len(rows) != 1 or min(rows) <= 1:
