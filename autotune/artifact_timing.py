@@ -45,6 +45,7 @@ from typing import Any
 from autotune.compare import Ratio, ratio_verdict
 from autotune.compare_rounds import t_quantile_975
 from autotune.core.artifact_child import CHILD
+from autotune.core.device_names import device_type, is_accelerator
 from autotune.core.process_env import environment_of_variant
 from autotune.deployment import TRAFFIC_NAME
 from autotune.errors import InputError
@@ -107,6 +108,11 @@ def child_spec(artifact_dir: Path, *, kind: str, batch_size: int, recipe: Mappin
     if not loader.is_file():
         raise InputError(f"{loader}: missing; {why} runs the artifact's own load.py")
     child: dict[str, Any] = {"loader": str(loader.resolve()), "kind": kind, "batch_size": batch_size}
+    device = str(recipe.get("device_resolved") or recipe.get("device") or "cpu")
+    if is_accelerator(device) and kind not in ("onnx", "openvino"):
+        # a torch artifact on an accelerator: its calls return before the device is done (the runtimes' return
+        # host arrays, which waits); the child synchronises as the tool's timer does (artifact_child.TIME_PASSES)
+        child["sync"] = device_type(device)
     data = recipe.get("data")
     if isinstance(data, Mapping) and data.get("factory"):
         # the traffic the artifact was measured on, saved in it; never the data factory report.json names: a

@@ -12,7 +12,8 @@
 #   memory    generate() of the GPT-2-shaped recipe's model at a few concurrencies under its 1.1 GiB cap, a fresh
 #             process each: the peaks allocated and reserved (the boundary model reads the first, the cap bounds the
 #             second); not in the default steps
-#   pytest    `pytest -m cuda` (tests/test_cuda.py and the cuda tests of test_variants/test_environment)
+#   pytest    `pytest -m cuda` (tests/test_cuda.py and the cuda tests of test_variants/test_environment; PYTEST_FILES
+#             and PYTEST_K narrow it, PYTEST_TIMEOUT is each test's limit, 200 s by default)
 # Each step is stopped with SIGINT at the deadline (pytest then still prints its summary with the failures so far;
 # autotune keeps what it measured), SIGKILL 20 s later.
 # Usage there: bash benchmarks/device_session.sh [DEADLINE_S] [steps...]; here, to try the steps on a CPU:
@@ -94,9 +95,11 @@ print(f'{c} sequences: fits {fits}, peak allocated {alloc / 2**20:.0f} MiB, peak
 " 2>&1 | grep -v Warning | tail -1 | tee -a "$OUT/memory.log"
       done ;;
     pytest)
-      timeout -s INT -k 20 "$((t - 5))" $PY -m pytest -p no:cacheprovider -o addopts="" -m cuda -v -rA --timeout 200 \
-        --durations=15 tests/test_variants.py tests/test_environment.py tests/test_cuda.py 2>&1 \
-        | tee "$OUT/pytest.log" ;;
+      # PYTEST_FILES and PYTEST_K narrow it (session 32: the boundary cases first, their tracebacks kept)
+      timeout -s INT -k 20 "$((t - 5))" $PY -m pytest -p no:cacheprovider -o addopts="" -m cuda -v -rA \
+        --timeout "${PYTEST_TIMEOUT:-200}" --durations=15 ${PYTEST_K:+-k "$PYTEST_K"} \
+        ${PYTEST_FILES:-tests/test_variants.py tests/test_environment.py tests/test_cuda.py} 2>&1 \
+        | tee -a "$OUT/pytest.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -114,7 +114,8 @@ def main() -> None:
                 raise
             result["fits"] = False
             result["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
-        result["peak_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        result["peak_bytes"] = int(torch.cuda.max_memory_reserved(device))  # what the cap bounds
+        result["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
     else:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")  # VmHWM := VmRSS: the build's transient copies are not the deployment's

@@ -334,11 +334,38 @@ def test_artifact_check_reports_a_loader_that_fails_and_loses_nothing(tmp_path: 
     assert "this artifact is broken" in section["reason"] and "load.py" in section["reason"]
     assert check_artifact(doc, tmp_path, rounds=0) is None
     assert check_artifact({**doc, "artifact": {"status": "failed"}}, tmp_path, rounds=2) is None
-    cuda = check_artifact({**doc, "recipe": {"device": "cuda:0"}}, tmp_path, rounds=2)
-    assert cuda is not None and cuda["status"] == "skipped"
-    # the run's progress line says so before it would announce plain processes (tuner._check)
-    assert unchecked_device(doc) is None and unchecked_device({**doc, "recipe": {"device": "cuda:0"}}) == cuda["reason"]
+    # an accelerator's artifact is checked too (its plain process synchronises); a device with no known synchronise
+    # is skipped, and the run's progress line says so before it would announce plain processes (tuner._check)
+    cuda = check_artifact({**doc, "recipe": {"device": "cuda:0"}}, tmp_path, rounds=1, seconds=0.2)
+    assert cuda is not None and cuda["status"] == "failed" and "this artifact is broken" in cuda["reason"]
+    assert unchecked_device(doc) is None and unchecked_device({**doc, "recipe": {"device": "cuda:0"}}) is None
+    other = check_artifact({**doc, "recipe": {"device": "mps"}}, tmp_path, rounds=2)
+    assert other is not None and other["status"] == "skipped"
+    assert unchecked_device({**doc, "recipe": {"device": "mps"}}) == other["reason"]
     normalise_report({**_minimal_report(_document(_recipe(tmp_path), "frozen", 4)), "artifact_check": section})
+
+
+def test_an_accelerators_plain_process_synchronises_as_the_tools_timer_does(tmp_path: Path) -> None:
+    """A torch artifact on an accelerator gets ``sync`` in its child spec (a runtime's does not: it returns host
+    arrays); the child then times a window of calls launched back to back, closed by a synchronise, and a second
+    window of synchronised calls for its percentiles. Run here with ``torch.cpu.synchronize`` standing in."""
+    from autotune.artifact_timing import ArtifactTarget, child_spec, plain_process
+
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "load.py").write_text(
+        "import torch\n\ndef load():\n    lin = torch.nn.Linear(8, 8)\n    return lambda x: lin(x)\n\n"
+        "def make_inputs():\n    return (torch.randn(4, 8),)\n")
+    spec = child_spec(art, kind="torchscript", batch_size=4, recipe={"device_resolved": "cuda:0"}, why="a test")
+    assert spec["sync"] == "cuda"
+    assert "sync" not in child_spec(art, kind="onnx", batch_size=4, recipe={"device": "cuda"}, why="a test")
+    assert "sync" not in child_spec(art, kind="torchscript", batch_size=4, recipe={"device": "cpu"}, why="a test")
+    for sync in ("cpu", None):
+        child = {**spec, "sync": sync}
+        out = plain_process(ArtifactTarget(run_dir=tmp_path, label="x@4", reported=1.0, child=child), seconds=0.3,
+                            warm_s=0.1)
+        assert out["synchronised"] is (sync is not None)
+        assert out["throughput"] > 0 and out["calls"] > 10 and 0 < out["p50_ms"] <= out["p99_ms"]
 
 
 def test_artifact_check_rounds_come_from_the_flag_or_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

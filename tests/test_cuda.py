@@ -43,6 +43,39 @@ def test_event_timing_agrees_with_wall_time_on_a_long_kernel() -> None:
     assert events == pytest.approx(wall, rel=0.05)
 
 
+def test_a_cuda_artifacts_plain_process_times_the_device_not_the_launches(tmp_path: Path) -> None:
+    """The artifact check's plain process on a CUDA artifact (its child spec says ``sync``): the throughput and the
+    per-call median agree with the device's own events on the same long kernel; unsynchronised, a window of
+    launches that return at once would read many times faster."""
+    from autotune.artifact_timing import ArtifactTarget, child_spec, plain_process
+    from autotune.worker.devices import backend_for
+
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / "load.py").write_text(
+        "import torch\n\ndef load():\n    w = torch.randn(4096, 4096, device='cuda')\n"
+        "    def predict(x):\n        for _ in range(8):\n            x = x @ w\n        return x\n    return predict\n\n"
+        "def make_inputs():\n    return (torch.randn(4096, 4096, device='cuda'),)\n")
+    spec = child_spec(art, kind="torchscript", batch_size=4096, recipe={"device_resolved": "cuda:0"}, why="a test")
+    assert spec["sync"] == "cuda"
+    out = plain_process(ArtifactTarget(run_dir=tmp_path, label="x@4096", reported=1.0, child=spec), seconds=1.0,
+                        warm_s=0.3)
+    w = torch.randn(4096, 4096, device="cuda")
+    x = torch.randn(4096, 4096, device="cuda")
+
+    def call() -> None:
+        y = x
+        for _ in range(8):
+            y = y @ w
+
+    timer = backend_for("cuda").block_timer()
+    timer(call, 3)
+    per_call = timer(call, 20) / 20
+    assert out["synchronised"] is True
+    assert 4096 / out["throughput"] == pytest.approx(per_call, rel=0.15)
+    assert out["p50_ms"] / 1e3 == pytest.approx(per_call, rel=0.15)
+
+
 def test_cuda_graph_capture_and_replay() -> None:
     from autotune.worker.devices import backend_for
 

@@ -134,7 +134,7 @@ class RecordingModule:
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.log.append((name, *args))
-            return {"memory_allocated": 3, "max_memory_allocated": 7, "current_device": 0,
+            return {"memory_reserved": 3, "max_memory_reserved": 7, "current_device": 0,
                     "mem_get_info": (6 * self.GIB, 8 * self.GIB)}.get(name)
 
         return call
@@ -161,11 +161,12 @@ def test_accelerator_protocol_calls_the_device_module_for_device_n(kind: str) ->
     names = [entry[0] for entry in module.log]
     assert module.log[0] == ("set_device", 1)  # cuda:N acts on N, not on device 0
     assert ("synchronize", dev) in module.log
-    assert ("memory_allocated", dev) in module.log and ("max_memory_allocated", dev) in module.log
+    # reserved, not allocated: what an allocator cap and the device's capacity bound
+    assert ("memory_reserved", dev) in module.log and ("max_memory_reserved", dev) in module.log
     assert ("reset_peak_memory_stats", dev) in module.log
     assert ("set_per_process_memory_fraction", 0.25, 1) in module.log
     assert names[-2:] == ["synchronize", "empty_cache"]
-    assert backend.memory_method().name == f"{kind}_max_allocated"
+    assert backend.memory_method().name == f"{kind}_max_reserved"
     assert backend.probe_calls == 2 and backend.device_memory
 
 

@@ -67,32 +67,48 @@ else:
 """
 
 #: The plain process's timing: 3 warm passes, ``warm_s`` more, then whole passes for ``seconds``; prints JSON.
+#: On an accelerator (``sync``: the device module's name, e.g. ``"cuda"``) launches return before the device is done,
+#: so the timing is the tool's: the throughput from whole passes launched back to back, the window closed by a
+#: synchronise (the worker's event-timed blocks), then a second window of calls each synchronised for the per-call
+#: percentiles (the worker's ``per_call``).
+#: On a CPU one window gives both.
 TIME_PASSES = r"""
 import time
 clock = time.perf_counter
+sync = getattr(__import__("torch"), spec["sync"]).synchronize if spec.get("sync") else None
 lat = []
 def one_pass(keep):
     for a, k in calls:
         s = clock()
         predict(*a, **k)
         if keep:
+            if sync is not None:
+                sync()
             lat.append(clock() - s)
+def timed(keep):
+    t0 = clock(); n = 0
+    while True:
+        one_pass(keep); n += 1
+        if clock() - t0 >= spec["seconds"]:
+            break
+    if sync is not None:
+        sync()
+    return n, clock() - t0
 for _ in range(3):
     one_pass(False)
 end = clock() + spec.get("warm_s", 1.0)
 while clock() < end:
     one_pass(False)
-t0 = clock(); n = 0
-while True:
-    one_pass(True); n += 1
-    t = clock() - t0
-    if t >= spec["seconds"]:
-        break
+if sync is not None:
+    sync()
+n, t = timed(sync is None)
+if sync is not None:
+    timed(True)
 lat.sort()
 q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
 print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat), "p50_ms": q(0.5),
                   "p90_ms": q(0.9), "p99_ms": q(0.99), "mean_ms": sum(lat) / len(lat) * 1e3,
-                  "rows_per_call": sum(rows) / len(rows)}))
+                  "rows_per_call": sum(rows) / len(rows), "synchronised": sync is not None}))
 """
 
 #: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
