@@ -54,7 +54,8 @@ def test_a_cuda_artifacts_plain_process_times_the_device_not_the_launches(tmp_pa
     art.mkdir()
     (art / "load.py").write_text(
         "import torch\n\ndef load():\n    w = torch.randn(4096, 4096, device='cuda')\n"
-        "    def predict(x):\n        for _ in range(8):\n            x = x @ w\n        return x\n    return predict\n\n"
+        "    def predict(x):\n        for _ in range(8):\n            x = x @ w\n        return x\n"
+        "    return predict\n\n"
         "def make_inputs():\n    return (torch.randn(4096, 4096, device='cuda'),)\n")
     spec = child_spec(art, kind="torchscript", batch_size=4096, recipe={"device_resolved": "cuda:0"}, why="a test")
     assert spec["sync"] == "cuda"
