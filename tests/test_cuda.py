@@ -186,8 +186,10 @@ def test_real_cuda_boundary_agrees_with_a_plain_process(model: str, variant: str
     assert doc["memory_limit_bytes"] == budget and doc["limit_source"] == "budget"
     assert "fresh worker process" in doc["confirmed_by"]
     b, g = doc["max_batch_size"], doc["granularity"]
+    probes = [(p["phase"], p["batch_size"], p["fits"], p["peak_memory_bytes"], (p["error"] or "")[:160])
+              for p in doc["probes"]]  # in full: a failure here must say which probe and why (session 32)
     assert any(p["phase"] == "confirm" and not p["fits"] and "out of memory" in (p["error"] or "")
-               for p in doc["probes"]), doc["probes"]
+               for p in doc["probes"]), "\n".join(map(str, probes))
     at_b, above = plain_fits(recipe, variant, b, budget), plain_fits(recipe, variant, b + g, budget)
     assert at_b["torch_only"] and at_b["fits"], at_b
     assert not above["fits"], above

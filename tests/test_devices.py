@@ -60,6 +60,16 @@ def test_real_torchscript_reraise_of_an_allocator_failure_is_oom() -> None:
         _scripted_alloc(2**50)
     assert devices.TORCHSCRIPT_RERAISE in str(info.value)
     assert oom_kind(info.value) == "cpu_allocator"
+    # the probe's recorded reason is the allocator's line, not the interpreter's first one
+    reason = devices.oom_reason(info.value)
+    assert devices.TORCHSCRIPT_RERAISE not in reason and "DefaultCPUAllocator: can't allocate memory" in reason
+
+
+def test_an_oom_reason_names_the_allocator_whatever_line_it_is_on() -> None:
+    assert "CUDA out of memory. Tried to allocate 20.00 GiB" in devices.oom_reason(RuntimeError(TORCHSCRIPT_CUDA))
+    assert devices.oom_reason(RuntimeError(CUBLAS)).startswith("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED")
+    assert devices.oom_reason(MemoryError()) == "MemoryError"
+    assert devices.oom_reason(ValueError("a\nb")) == "ValueError: a"
 
 
 @pytest.mark.parametrize(("message", "kind"), [

@@ -99,6 +99,21 @@ def oom_kind(exc: BaseException) -> str | None:
     return None
 
 
+def oom_reason(exc: BaseException) -> str:
+    """One line for an out-of-memory failure that says it was one: ``Type: line``, where the line is the
+    allocator's own (the one holding its wording) rather than the message's first.
+
+    Why: the TorchScript interpreter re-raises an allocator failure with a first line of its own ("The following
+    operation failed in the TorchScript interpreter.") and the allocator's words several lines down. A frozen MLP's
+    confirming probe on an H200 (session 32) was recorded with that first line alone, so its boundary document
+    never said the failure was out of memory."""
+    text = str(exc).strip().splitlines()
+    for line in text:
+        if any(wording in line for wording in OOM_WORDINGS.values()):
+            return f"{type(exc).__name__}: {line.strip()}"
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def is_oom(exc: BaseException) -> bool:
     """Does this exception mean "out of memory"? (see :func:`oom_kind`)"""
     return oom_kind(exc) is not None

@@ -135,7 +135,7 @@ def _guarded(backend: devices.DeviceBackend, body: Callable[[], _O]) -> _O | Out
         kind = devices.oom_kind(exc)
         if kind is None:
             raise
-        reason = one_line(exc)
+        reason = devices.oom_reason(exc)
     backend.release_memory()  # the traceback is gone: the failed call's tensors can be freed now
     return Outcome(status="oom", reason=reason, dirty=True, oom_kind=kind)
 
