@@ -236,6 +236,16 @@ def test_a_rate_target_is_served_by_the_fewest_cores(served: dict[str, Any]) -> 
         "rate. Goodput at that rate: 405 requests/s answered within the SLO.")
 
 
+def test_a_max_rate_bounded_by_too_few_requests_is_called_a_floor(served: dict[str, Any]) -> None:
+    served["serving"]["recommendation"].update(floor=True, bound_requests=45)
+    validate_report(served)
+    sentence = serving_sentence(served) or ""
+    assert "at least 412 requests/s (the failure above it came from points of 45 requests, too few to resolve the " \
+           "percentile: see the notes)" in sentence
+    served["serving"]["recommendation"]["floor"] = False
+    assert "412 requests/s (CI 398-425)" in (serving_sentence(served) or "")
+
+
 def test_an_interrupted_stage_and_another_variant_are_said(served: dict[str, Any]) -> None:
     served["serving"]["interrupted"] = True
     served["serving"]["recommendation"].update(variant="frozen", environment="jemalloc")

@@ -14,7 +14,14 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.serving.batcher import Batcher, BatchPolicy
-from autotune.serving.rate_search import LoadPoint, find_max_rate, max_rate_of, point_from
+from autotune.serving.rate_search import (
+    LoadPoint,
+    find_max_rate,
+    max_rate_of,
+    point_from,
+    requests_to_bound,
+    short_bound,
+)
 from autotune.serving.requests import cut_requests, load_batches
 from autotune.serving.search import ServingConfig, _diverse, batch_grid, layouts
 from autotune.serving.simulate import ServiceModel, Simulator
@@ -164,6 +171,34 @@ def test_errors_count_as_infinitely_late_and_a_pass_above_a_fail_is_not_trusted(
     best, (lo, hi) = max_rate_of(pts)
     assert best == 50  # 130 passed, but above a failing 120
     assert lo <= best <= hi
+
+
+def _few(rate: float, n: int, slow: int, *, slo: float = 600.0) -> LoadPoint:
+    """A point of ``n`` requests at 300 ms, ``slow`` of them at 700 ms (over the SLO): a slow model's short point."""
+    lat = np.full(n, 300.0) + np.random.default_rng(n).uniform(0, 50, n)
+    if slow:
+        lat[-slow:] = 700.0  # at the end: the first tenth of a point is left out
+    res = SimpleNamespace(latencies_ms=lat, sent=n, ok=n, failed=0, timed_out=0, dropped=0, achieved_rate=rate)
+    return point_from(res, rate=rate, seconds=n / rate, slo_ms=slo, percentile=99.0)
+
+
+def test_a_failure_on_too_few_requests_makes_the_max_rate_a_floor() -> None:
+    """One slow request among 45 fails a point whose interval still reaches under the SLO: too few requests to
+    resolve a p99 (299), so the max rate it bounds is a floor. A clear failure, or one on enough requests, is a
+    sound bound, and a point that held every request within the SLO bounds nothing."""
+    assert (requests_to_bound(99.0), requests_to_bound(95.0), requests_to_bound(90.0)) == (299, 59, 29)
+    one_slow = _few(5.6, 50, 1)
+    assert not one_slow.passed and not one_slow.clear and one_slow.kept == 45
+    points = [_few(4.0, 40, 0), one_slow]
+    best, _ = max_rate_of(points)
+    assert best == 4.0 and short_bound(points, best, 99.0) is one_slow
+    # every request of the failure slow: a clear failure, whatever its size
+    clear = _few(5.6, 50, 50)
+    assert clear.clear and short_bound([_few(4.0, 40, 0), clear], 4.0, 99.0) is None
+    # the same share of slow requests on 600: the interval is the point's, not one request's
+    many = _few(5.6, 600, 12)
+    assert many.kept >= 299 and short_bound([_few(4.0, 40, 0), many], 4.0, 99.0) is None
+    assert short_bound([_few(4.0, 40, 0)], 4.0, 99.0) is None  # nothing failed above it
 
 
 # ---- the grid ------------------------------------------------------------------------------------------

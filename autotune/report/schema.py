@@ -514,6 +514,7 @@ SERVING_POINT_FIELDS: dict[str, tuple[Checker, bool]] = {
     **_COUNTS,
     "achieved_rate": (_nullable(_NON_NEGATIVE), False),
     "passed": (_nullable(_BOOL), False),
+    "kept": (_nullable(_NON_NEGATIVE_INT), False),
 }
 SERVING_FRACTION_FIELDS: dict[str, tuple[Checker, bool]] = {
     "fraction": (_FRACTION, True),
@@ -551,6 +552,8 @@ SERVING_RECOMMENDATION_FIELDS: dict[str, tuple[Checker, bool]] = {
     "p99_ms": (_nullable(_NON_NEGATIVE), False),
     "p99_ci_ms": (_nullable(_interval), False),
     "goodput": (_nullable(_NON_NEGATIVE), False),
+    "floor": (_nullable(_BOOL), False),
+    "bound_requests": (_nullable(_NON_NEGATIVE_INT), False),
 }
 SERVING_KNOB_FIELDS: dict[str, tuple[Checker, bool]] = {
     "knob": (_one_of(SERVING_KNOBS), True),

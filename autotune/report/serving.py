@@ -105,6 +105,10 @@ def serving_sentence(doc: Mapping[str, Any]) -> str | None:
     ci = _interval(rec.get("max_rate_ci"), _rate)
     if rec.get("bracketed") is False:  # no rate above it failed: a lower bound
         rate = f"at least {_rate(rec.get('max_rate'))} requests/s (no higher rate was tried)"
+    elif rec.get("floor") is True:  # the failure above it rested on too few requests to bound the percentile
+        few = f" of {rec['bound_requests']} requests" if is_int(rec.get("bound_requests")) else ""
+        rate = (f"at least {_rate(rec.get('max_rate'))} requests/s (the failure above it came from points{few}, too "
+                "few to resolve the percentile: see the notes)")
     else:
         rate = f"{_rate(rec.get('max_rate'))} requests/s" + (f" (CI {ci})" if ci else "")
     latency = f"p50 {_ms(rec.get('p50_ms'))} ms, p99 {_ms(rec.get('p99_ms'))} ms at that rate"

@@ -331,6 +331,8 @@ class ServingRecommendation(TypedDict):
     p99_ms: float | None
     p99_ci_ms: list[float] | None
     goodput: float | None  # requests/s answered within the SLO at the max rate
+    floor: NotRequired[bool]  # the failure above the max rate rested on too few requests: the max is a floor
+    bound_requests: NotRequired[int]  # that failure's requests
 
 
 class ServingKnob(TypedDict):

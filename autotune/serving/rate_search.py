@@ -64,6 +64,7 @@ class LoadPoint:
     send_lag_p99_ms: float
     passed: bool
     clear: bool  # the whole interval on one side of the SLO
+    kept: int = 0  # the requests the percentiles were read from (the first tenth left out, errors counted in)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -98,7 +99,7 @@ def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, perce
                      timed_out=int(result.timed_out), dropped=int(result.dropped),
                      achieved_rate=float(result.achieved_rate), p50_ms=p50, p90_ms=p90, p99_ms=p99, pct_ms=pct,
                      pct_ci_ms=(float(lo), float(hi)), p99_ci_ms=p99_ci, good=good, send_lag_p99_ms=lag, passed=passed,
-                     clear=clear)
+                     clear=clear, kept=int(kept.size) + err_kept)
 
 
 def _interval(values: np.ndarray, q: float, estimate: float, *, seed: int) -> tuple[float, float]:
@@ -108,6 +109,29 @@ def _interval(values: np.ndarray, q: float, estimate: float, *, seed: int) -> tu
         return estimate, estimate
     lo, hi = replicate_interval(bootstrap_percentiles(values, q, n_boot=400, seed=seed))
     return float(lo), float(hi)
+
+
+def requests_to_bound(percentile: float, confidence: float = 0.95) -> int:
+    """The fewest requests whose slowest one bounds the ``percentile`` with ``confidence``: n with
+    ``(q/100)^n <= 1 - confidence`` (299 for a p99, 59 for a p95, 29 for a p90). A point with fewer cannot tell a
+    percentile over the SLO from one slow request: its interval's top is its slowest request, so it passes only
+    when none was over the SLO, and one slow call (a collection, a neighbour) fails a rate the server sustains."""
+    q = min(max(percentile / 100.0, 1e-9), 1.0 - 1e-9)
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))
+
+
+def short_bound(points: Sequence[LoadPoint], max_rate: float, percentile: float) -> LoadPoint | None:
+    """The failing point that bounds ``max_rate`` (the lowest failure above it) when it failed on too few requests
+    to say so (:func:`requests_to_bound`) and its interval reached under the SLO; None when the bound is sound or
+    there is none. With such a bound the max rate is a floor: the truth may lie well above it (a detector at 5.7
+    requests/s on 50-request points served 7.4 within its p99 for 30 s under tritonclient, session 31)."""
+    above = [p for p in points if not p.passed and p.rate > max_rate]
+    if not above:
+        return None
+    bound = min(above, key=lambda p: p.rate)
+    if bound.clear or not 0 < bound.kept < requests_to_bound(percentile):
+        return None
+    return bound
 
 
 def point_seconds(rate: float, *, requests: int = 600, low: float = 2.0, high: float = 8.0) -> float:
@@ -181,4 +205,4 @@ def as_dicts(points: Sequence[LoadPoint]) -> list[dict[str, Any]]:
 
 
 __all__ = ["LoadPoint", "RateOutcome", "as_dicts", "find_max_rate", "max_rate_of", "point_from",
-           "point_seconds"]
+           "point_seconds", "requests_to_bound", "short_bound"]

@@ -44,6 +44,8 @@ from autotune.serving.rate_search import (
     max_rate_of,
     point_from,
     point_seconds,
+    requests_to_bound,
+    short_bound,
 )
 from autotune.serving.requests import cut_requests, load_batches
 from autotune.serving.simulate import ServiceModel, Simulator, percentile_of
@@ -593,6 +595,17 @@ class ServingSearch:
             if not pick.bracketed:
                 self.notes.append(f"the pick passed at every rate tried, up to {pick.max_rate:.1f} requests/s: its "
                                   "max rate is at least that (the serving budget ran out before a rate failed)")
+            bound = short_bound(pick.points, pick.max_rate, self.q)
+            rec["floor"] = bound is not None
+            if bound is not None:
+                need = requests_to_bound(self.q)
+                rec["bound_requests"] = bound.kept
+                self.notes.append(
+                    f"the max rate is a floor: the rate that bounds it, {bound.rate:.1f} requests/s, failed on "
+                    f"{bound.kept} requests, too few to resolve a p{self.q:g} (that needs {need}, the fewest whose "
+                    f"slowest one bounds it), so one slow request failed it. At that rate a point of {need} requests "
+                    f"lasts {need / max(bound.rate, 1e-9):.0f} s; a longer [serving] time_budget_s would let the "
+                    "search say how far above the floor the truth lies")
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
         self._did_knobs_help(pick)
