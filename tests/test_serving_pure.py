@@ -201,6 +201,33 @@ def test_a_failure_on_too_few_requests_makes_the_max_rate_a_floor() -> None:
     assert short_bound([_few(4.0, 40, 0)], 4.0, 99.0) is None  # nothing failed above it
 
 
+def test_a_floor_is_not_also_called_an_upper_bound(tmp_path: Path) -> None:
+    """Holds that failed on too few requests lowered the max rate without showing it too high: the section calls
+    the max a floor and names the requests, and does not also tell the reader to take it as an upper bound (the
+    detector's report said both, session 32)."""
+    from autotune.serving.search import Measured, ServingSearch, Target
+
+    spec = SimpleNamespace(slo_ms=600.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=120.0)
+    target = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="m",
+                    input_names=("images",))
+    search = ServingSearch(spec, target, cores=1)
+    points = [_few(7.0, 60, 0), _few(7.9, 79, 1)]
+    best, ci = max_rate_of(points)
+    search.measured.append(Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, best, ci, points, "converged"))
+    section = search._section("ok", None, 90.0)
+    rec = section["recommendation"]
+    assert rec["max_rate"] == 7.0 and rec["floor"] is True and rec["bound_requests"] == 72
+    notes = " ".join(section["notes"])
+    assert "the max rate is a floor" in notes and "upper bound" not in notes
+    # a clear failure above it: a sound bound, and the unheld max is an upper bound as before
+    search.measured[0] = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, 7.0, (7.0, 7.9),
+                                  [_few(7.0, 60, 0), _few(7.9, 79, 79)], "converged")
+    search.notes.clear()
+    section = search._section("ok", None, 90.0)
+    assert section["recommendation"]["floor"] is False and "upper bound" in " ".join(section["notes"])
+
+
 # ---- the grid ------------------------------------------------------------------------------------------
 
 

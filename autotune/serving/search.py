@@ -576,7 +576,9 @@ class ServingSearch:
                 self.notes.append(note)
         pick = self._held or self._choose()  # the one whose max rate held for SUSTAIN_SECONDS, if any did
         rec = None
-        if pick is not None and self._held is None and not self._closed:
+        bound = short_bound(pick.points, pick.max_rate, self.q) if pick is not None else None
+        if pick is not None and self._held is None and not self._closed and bound is None:
+            # (with a short bound the holds failed on too few requests to say the rate is too high: a floor, below)
             self.notes.append(f"the recommendation's max rate was not held for {SUSTAIN_SECONDS:g} s on a fresh "
                               "server (see above): take it as an upper bound")
         if pick is not None:
@@ -595,7 +597,6 @@ class ServingSearch:
             if not pick.bracketed:
                 self.notes.append(f"the pick passed at every rate tried, up to {pick.max_rate:.1f} requests/s: its "
                                   "max rate is at least that (the serving budget ran out before a rate failed)")
-            bound = short_bound(pick.points, pick.max_rate, self.q)
             rec["floor"] = bound is not None
             if bound is not None:
                 need = requests_to_bound(self.q)
