@@ -362,6 +362,18 @@ def test_write_reports_writes_the_three_files_and_plots(
     assert leftovers == []
 
 
+def test_the_search_line_gives_the_searchs_own_seconds_and_the_trials_measured(document: dict[str, Any]) -> None:
+    """The Search line's seconds are the search's, not the whole run's (serving included: "6 trials in 229 s" beside
+    "Time: ... search 76 s", session 32); trials the run did not measure are said apart."""
+    from autotune.report.analysis import search_summary
+
+    doc = copy.deepcopy(document)
+    assert search_summary(doc).startswith(f"{len(doc['candidates'])} trials, in 95.2 s")  # an older report
+    doc["search"].update(search_seconds=74.0, measured_this_run=len(doc["candidates"]) - 1)
+    assert search_summary(doc).startswith(f"{len(doc['candidates'])} trials ({len(doc['candidates']) - 1} measured "
+                                          "this run), in 74.0 s")
+
+
 def test_html_is_self_contained_with_plots_and_recommendation(
     written: dict[str, Any], document: dict[str, Any]
 ) -> None:

@@ -428,6 +428,18 @@ def _derived_notes(doc: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+def _trials_text(search: Mapping[str, Any]) -> str | None:
+    """"6 trials (5 measured this run)": the study's trials, and this run's measured ones when they differ (a trial
+    the budget cut, one pruned, or a resumed study's earlier trials)."""
+    if not is_int(search.get("trials")):
+        return None
+    text = f"{search['trials']} trials"
+    measured = search.get("measured_this_run")
+    if is_int(measured) and measured != search["trials"]:
+        text += f" ({measured} measured this run)"
+    return text
+
+
 def search_summary(doc: Mapping[str, Any]) -> str:
     search = doc.get("search") or {}
     incomplete = None
@@ -436,8 +448,11 @@ def search_summary(doc: Mapping[str, Any]) -> str:
         incomplete = f"INCOMPLETE ({how} in its {doc.get('phase') or 'unknown'} phase)"
     parts = [
         incomplete,
-        f"{search['trials']} trials" if is_int(search.get("trials")) else None,
-        f"in {fmt_seconds(search['wall_seconds'])}" if is_number(search.get("wall_seconds")) else None,
+        _trials_text(search),
+        # the search's own seconds: wall_seconds is the whole run's (the serving stage too), and "Search: 6 trials
+        # in 229 s" beside "Time: ... search 76 s" read as a contradiction (session 32)
+        f"in {fmt_seconds(search['search_seconds'])}" if is_number(search.get("search_seconds"))
+        else f"in {fmt_seconds(search['wall_seconds'])}" if is_number(search.get("wall_seconds")) else None,
         f"sampler {search['sampler']}" if search.get("sampler") else None,
         f"objective {study_objective(doc)}",
         f"stopped: {search['stopped_by']}" if search.get("stopped_by") else None,
