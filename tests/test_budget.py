@@ -102,3 +102,26 @@ def test_a_showdown_process_is_staged_in_what_this_runs_candidates_took() -> Non
     assert staging_seconds([], [], max_seconds=3.0) == 5.0  # nothing measured: the old constant
     assert staging_seconds([8.0, 7.5, 9.0], [0.8, 1.0], max_seconds=3.0) == 5.0  # a quiet machine: the floor
     assert staging_seconds([22.0], [0.8], max_seconds=3.0) == pytest.approx(18.2)  # beside a busy neighbour
+
+
+def test_variants_the_budget_never_reached_are_named() -> None:
+    """The search screens the variants in the recipe's order; one the budget never reached has no row, and the run
+    says so instead of leaving it out of every table (a segmentation model's openvino, session 32)."""
+    from autotune.study.space import SearchOutcome
+    from autotune.tuner import unmeasured_note
+
+    rows = [{"variant": v, "status": "ok"} for v in ("eager", "script", "onnx")] + [
+        {"variant": "trace", "status": "failed"}]
+    variants = ("eager", "script", "trace", "onnx", "openvino")
+
+    def outcome(stopped_by: str) -> SearchOutcome:
+        return SearchOutcome(rows=rows, stopped_by=stopped_by, wall_seconds=1.0, sampler="tpe", measured_this_run=4,
+                             trials=4)
+
+    note = unmeasured_note(variants, outcome("time_budget"))
+    assert note is not None and note.startswith("never measured: openvino (the search's time budget ran out")
+    assert "trace" not in note  # a failed variant has its row, and its reason, in the tables
+    assert unmeasured_note(variants, outcome("exhausted")) is None
+    assert unmeasured_note(("eager", "script", "trace", "onnx"), outcome("time_budget")) is None
+    many = unmeasured_note(tuple(f"v{i}" for i in range(11)), outcome("time_budget"))
+    assert many is not None and "v7 and 3 more" in many
