@@ -551,6 +551,7 @@ class ServingSearch:
             if time.monotonic() + SUSTAIN_SECONDS > late:
                 self.notes.append(f"the max rate was not held for {SUSTAIN_SECONDS:g} s: the serving budget ran out")
                 return None
+            self.say(f"hold: {pick.config.label()} at {rate:.1f} req/s for {SUSTAIN_SECONDS:g} s on a fresh server")
             point = self._point(srv, rate, SUSTAIN_SECONDS)
             pick.points.append(point)
             pick.max_rate, pick.max_rate_ci = max_rate_of(pick.points)
@@ -558,7 +559,7 @@ class ServingSearch:
                 return point
             below = (f"the highest passing rate below it ({pick.max_rate:.1f})" if pick.max_rate > 0 else
                      "unknown (no rate below it passed yet)")
-            self.notes.append(f"{rate:.1f} requests/s did not hold for {SUSTAIN_SECONDS:g} s "
+            self.notes.append(f"{pick.config.label()}: {rate:.1f} requests/s did not hold for {SUSTAIN_SECONDS:g} s "
                               f"(p{self.q:g} {point.pct_ms:.1f} ms): its max rate is now {below}, and the next hold "
                               f"tries {1 - SUSTAIN_STEP:.0%} lower")
             rate *= SUSTAIN_STEP
