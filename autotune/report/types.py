@@ -277,6 +277,7 @@ class ServingPoint(TypedDict):
     dropped: int
     achieved_rate: float | None  # answered requests/s
     passed: bool | None  # within the SLO (None: not judged, e.g. too few requests)
+    kept: NotRequired[int]  # the requests its percentiles were read from (a p99 needs 299 to be resolved)
 
 
 class ServingAtFraction(TypedDict):
