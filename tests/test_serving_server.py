@@ -82,6 +82,24 @@ def load():
     return predict
 '''
 
+# An audio-encoder-like model: its output's length follows the input's through a stride of 2 without equalling it
+# (transformers' Wav2Vec2ForCTC: 4,000 samples -> 12 frames, 15,000 -> 46), so a short request merged with a long
+# one would get the long one's frame count, the extra frames made from padding.
+STRIDED = DYNAMIC.replace(
+    "        return [(ids * mask).astype(np.float32), mask.sum(axis=1)]",
+    "        return [(ids * mask)[:, ::2].astype(np.float32), mask.sum(axis=1)]")
+
+
+def _traffic(root: Path, lengths: list[int]) -> None:
+    """traffic.npz beside load.py: one batch of 2 rows per length, each row padded with 0 after its own length."""
+    arrays = {}
+    for i, n in enumerate(lengths):
+        ids = np.zeros((2, n), np.int64)
+        ids[0, :n] = np.arange(1, n + 1)
+        ids[1, :max(1, n - 2)] = 7
+        arrays[f"b{i}.ids"], arrays[f"b{i}.mask"] = ids, (ids != 0).astype(np.int64)
+    np.savez(root / "traffic.npz", **arrays)
+
 
 # ---- pure: merging a batch and splitting it back ----------------------------------------------------------
 
@@ -123,6 +141,22 @@ def test_interface_checks_requests() -> None:
             iface.check(inputs, 8)
     dyn = tensors.Interface.from_info(_info(), dynamic_dims={"x": [1]})
     assert dyn.check({"x": np.zeros((1, 7), np.float32)}, 8)[1] == 1
+
+
+def test_the_traffics_extremes_and_a_merge_that_changes_an_answer(tmp_path: Path) -> None:
+    _traffic(tmp_path, [3, 6, 9])
+    batches = tensors.read_traffic(tmp_path / "traffic.npz")
+    assert tensors.dynamic_axes(batches) == {"ids": [1], "mask": [1]}
+    pair = tensors.shortest_and_longest(batches, ["ids", "mask"], {"ids": 0, "mask": 0})
+    assert pair is not None and pair[0][0].shape == (1, 1) and pair[1][0].shape == (1, 9)
+    assert tensors.shortest_and_longest(batches[:1] * 2, ["ids", "mask"], {}) is None  # no dim differs
+    same = [[np.ones((1, 2), np.float32)], [np.ones((1, 4), np.float32)]]
+    assert tensors.merge_disagrees(same, [[x.copy()] for x in (same[0][0], same[1][0])]) is None
+    longer = tensors.merge_disagrees(same, [[np.ones((1, 4), np.float32)], [np.ones((1, 4), np.float32)]])
+    assert longer is not None and "(1, 2) alone and (1, 4) merged" in longer
+    leaked = tensors.merge_disagrees(same, [[np.full((1, 2), 1.5, np.float32)], same[1]])
+    assert leaked is not None and "padding changes its answer" in leaked
+    assert tensors.merge_disagrees(same, [[np.full((1, 2), 1.01, np.float32)], same[1]]) is None  # int8-like noise
 
 
 # ---- the server in a subprocess -----------------------------------------------------------------------------
@@ -283,6 +317,39 @@ def test_dynamic_dims_are_padded_and_cut_back(dynamic: Served) -> None:
     assert [3] == [s for s, _ in stats["batches"]]  # one call: the two requests, padded to length 5
     meta = json.loads(dynamic.request("GET", "/v2/models/lm")[2])
     assert meta["inputs"][0]["shape"] == [-1, -1]
+
+
+@pytest.mark.worker
+def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) -> None:
+    """At start the server merges the traffic's shortest and longest request into one padded call and compares
+    each with its answer alone: the strided model's outputs do not follow the padded length, so requests of
+    different lengths are served in separate calls, and each gets its own answer (same-length ones still share a
+    call); the model whose outputs follow the length keeps merging."""
+    art = _artifact(tmp_path / "strided", STRIDED)
+    _traffic(art, [3, 6, 9])
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--model-name", "lm",
+                    "--max-delay-ms", "300", "--pad", '{"ids": 0, "mask": 0}')
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["merge_lengths"] is False and "alone and" in ready["merge_why"]
+        reqs = [{"ids": np.arange(1, n + 1).reshape(1, n), "mask": np.ones((1, n), np.int64)} for n in (3, 6, 6)]
+        results = _concurrently(lambda r: served.infer(r, model="lm"), reqs)
+        for r, (status, out) in zip(reqs, results, strict=True):
+            assert status == 200
+            assert np.array_equal(out["h"], r["ids"][:, ::2].astype(np.float32)), (r["ids"].shape, out["h"].shape)
+        stats = json.loads(served.request("GET", "/v2/models/lm/stats")[2])
+        assert sorted(s for s, _ in stats["batches"])[-2:] == [1, 2]  # length 3 alone, the two of length 6 together
+    finally:
+        assert _stop(served) == 0
+    follows = _artifact(tmp_path / "follows", DYNAMIC)
+    _traffic(follows, [3, 6, 9])
+    for old_ready in tmp_path.glob("ready-*.json"):
+        old_ready.unlink()
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(follows), "--pad", '{"ids": 0, "mask": 0}')
+    try:
+        assert json.loads(next(tmp_path.glob("ready-*.json")).read_text())["merge_lengths"] is True
+    finally:
+        assert _stop(served) == 0
 
 
 @pytest.mark.worker

@@ -119,6 +119,7 @@ class ServerProcess:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.merge_why: str | None = None  # why the server serves requests of different lengths apart, if it does
         self._dir = tempfile.TemporaryDirectory(prefix="autotune-serve-")
         self.log = Path(self._dir.name) / "server.log"
         self.started_s = 0.0
@@ -146,7 +147,9 @@ class ServerProcess:
                 time.sleep(0.05)
             for _ in range(40):  # written atomically by serve.py, but be lenient with a reader racing it
                 with contextlib.suppress(ValueError, OSError):
-                    self.port = int(json.loads(ready.read_text())["port"])
+                    said = json.loads(ready.read_text())
+                    self.port = int(said["port"])
+                    self.merge_why = said.get("merge_why") if said.get("merge_lengths") is False else None
                     break
                 time.sleep(0.05)
             if not self.port:

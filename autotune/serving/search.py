@@ -464,6 +464,10 @@ class ServingSearch:
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
+                if srv.merge_why:
+                    self.notes.append(f"the server serves requests of different lengths in separate calls, since "
+                                      f"merging them into one padded call changed an answer ({srv.merge_why}): "
+                                      "batching helps only among requests of one length")
                 self._warm(srv, self._start_rate(naive))
                 self._overhead(srv)
                 self._simulate([*configs, naive])

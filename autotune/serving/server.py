@@ -79,6 +79,14 @@ class _Pending:
         self.timer: asyncio.TimerHandle | None = None
 
 
+def _by_shape(reqs: list[_Pending]) -> list[list[_Pending]]:
+    """The requests grouped by their arrays' non-batch shapes, in order of arrival: each group one call, unpadded."""
+    groups: dict[tuple[tuple[int, ...], ...], list[_Pending]] = {}
+    for r in reqs:
+        groups.setdefault(tuple(x.shape[1:] for x in r.xs), []).append(r)
+    return list(groups.values())
+
+
 class Server:
     """The front end: HTTP, the batcher, the instances."""
 
@@ -87,6 +95,9 @@ class Server:
         self.instances = [instances.Instance(i, script, opts.artifact, opts.threads) for i in range(opts.instances)]
         self.iface: tensors.Interface | None = None
         self.max_batch = 0
+        # whether requests of different lengths may share one padded call (_check_merging), and why not
+        self.merge_lengths = True
+        self.merge_why: str | None = None
         self.batcher: batcher.Batcher | None = None
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
@@ -122,12 +133,50 @@ class Server:
                 _log(f"error: {starting.exception()}")
                 code = 1
             else:
+                await self._check_merging(starting.result()[0])
                 self._ready_up(starting.result()[0], port)
                 await stop
             stop.cancel()
         finally:
             await self._shutdown()
         return code
+
+    async def _check_merging(self, info: dict[str, Any]) -> None:
+        """Before the first request: the traffic's shortest and longest request, each alone and then merged into
+        one padded call, must get the same answers (:func:`tensors.merge_disagrees`); when they do not, requests
+        of different lengths are served in separate calls (``_run``), and the log and the ready file say why.
+        Nothing to check without dynamic dims or without the traffic saved in the artifact."""
+        o = self.opts
+        iface = tensors.Interface.from_info(info, o.pad, o.dynamic_dims)
+        path = os.path.join(o.artifact, "traffic.npz")
+        if not any(s.dynamic for s in iface.inputs) or not os.path.exists(path):
+            return
+        pads = [s.pad for s in iface.inputs]
+        try:
+            pair = tensors.shortest_and_longest(tensors.read_traffic(path), iface.names,
+                                                {s.name: s.pad for s in iface.inputs})
+        except (OSError, ValueError, KeyError) as e:
+            _log(f"the merge check could not read {path}: {e}; requests of different lengths are merged")
+            return
+        if pair is None:
+            return
+        inst = self.instances[0]
+        try:
+            solo = []
+            for r in pair:
+                arrays, layout = tensors.combine([r], pads)
+                solo.append(tensors.split(await inst.call(arrays), layout)[0])
+        except instances.InstanceError as e:
+            _log(f"the merge check's single requests failed ({e}); requests of different lengths are merged")
+            return
+        try:
+            arrays, layout = tensors.combine(list(pair), pads)
+            why = tensors.merge_disagrees(solo, tensors.split(await inst.call(arrays), layout))
+        except instances.InstanceError as e:
+            why = f"the merged call failed: {e}"
+        if why is not None:
+            self.merge_lengths, self.merge_why = False, why
+            _log(f"requests of different lengths are served in separate calls: {why}")
 
     def _ready_up(self, info: dict[str, Any], port: int) -> None:
         o = self.opts
@@ -138,7 +187,8 @@ class Server:
         if o.ready_file:
             tmp = o.ready_file + ".tmp"
             with open(tmp, "w") as f:
-                json.dump({"port": port, "pid": os.getpid()}, f)
+                json.dump({"port": port, "pid": os.getpid(), "merge_lengths": self.merge_lengths,
+                           "merge_why": self.merge_why}, f)
             os.replace(tmp, o.ready_file)
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
              f"{self.max_batch}, max delay {o.max_delay_ms} ms, port {port}")
@@ -183,12 +233,12 @@ class Server:
                 if r.timer is not None:
                     r.timer.cancel()
             reqs = [r for r in reqs if not r.future.done()]
-            if reqs:
+            for group in (_by_shape(reqs) if not self.merge_lengths else [reqs] if reqs else []):
                 t0 = time.perf_counter()
-                arrays, layout = tensors.combine([r.xs for r in reqs], [s.pad for s in self.iface.inputs])
+                arrays, layout = tensors.combine([r.xs for r in group], [s.pad for s in self.iface.inputs])
                 outputs = await inst.call(arrays)
                 self.batches.append((sum(layout.rows), time.perf_counter() - t0))
-                for r, part in zip(reqs, tensors.split(outputs, layout), strict=True):
+                for r, part in zip(group, tensors.split(outputs, layout), strict=True):
                     if not r.future.done():
                         r.future.set_result(part)
         except Exception as e:

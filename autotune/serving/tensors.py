@@ -12,6 +12,8 @@ Pure (numpy only): copied beside ``serve.py`` into the artifact.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,5 +174,102 @@ def split(outputs: Sequence[np.ndarray], layout: Layout) -> list[list[np.ndarray
             parts[j].append(part)
     return parts
 
+# ---- the traffic as single requests, and whether merging lengths changes an answer --------------------------
 
-__all__ = ["InputSpec", "Interface", "Layout", "combine", "split"]
+_TRAFFIC_KEY = re.compile(r"b(\d+)\.(.+)")
+
+
+def read_traffic(path: str | os.PathLike[str]) -> list[dict[str, np.ndarray]]:
+    """``traffic.npz``'s batches in order, each ``{input name: array}``; ValueError for a key not ``b<i>.<name>``."""
+    with np.load(path, allow_pickle=False) as data:
+        found: dict[int, dict[str, np.ndarray]] = {}
+        for key in data.files:
+            m = _TRAFFIC_KEY.fullmatch(key)
+            if m is None:
+                raise ValueError(f"key {key!r} is not of the form b<index>.<input>")
+            found.setdefault(int(m.group(1)), {})[m.group(2)] = data[key]
+    return [found[i] for i in sorted(found)]
+
+
+def dynamic_axes(batches: Sequence[Mapping[str, np.ndarray]]) -> dict[str, list[int]]:
+    """Per input, the non-batch axes whose size differs between batches."""
+    out: dict[str, list[int]] = {}
+    for name, first in batches[0].items():
+        out[name] = [d for d in range(1, first.ndim)
+                     if len({b[name].shape[d] for b in batches}) > 1]
+    return out
+
+
+def trim(row: Mapping[str, np.ndarray], axes: Mapping[str, list[int]], pad: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Cut trailing positions of each dynamic axis where every input that has that axis size holds its pad."""
+    out = dict(row)
+    lengths = {(n, d): row[n].shape[d] for n, ds in axes.items() for d in ds}
+    if not lengths:
+        return out
+    size = max(lengths.values())
+    keep = 0
+    for n, ds in axes.items():
+        for d in ds:
+            a = np.moveaxis(row[n], d, 1)
+            live = np.any((a != pad.get(n, 0)).reshape(a.shape[0], a.shape[1], -1), axis=(0, 2))
+            idx = np.nonzero(live)[0]
+            keep = max(keep, int(idx[-1]) + 1 if idx.size else 0)
+    keep = max(keep, 1)
+    if keep >= size:
+        return out
+    for n, ds in axes.items():
+        for d in ds:
+            if row[n].shape[d] == size:
+                out[n] = np.take(out[n], np.arange(keep), axis=d)
+    return out
+
+
+def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any]
+                         ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """Two one-row requests of the traffic (arrays in ``names`` order) whose dynamic dims differ most: the
+    shortest and the longest; None when the traffic has no dynamic dim or every row is as long as the others."""
+    axes = dynamic_axes(batches)
+    if not any(axes.values()):
+        return None
+    rows = [trim({n: b[n][i:i + 1] for n in names}, axes, pad)
+            for b in batches for i in range(next(iter(b.values())).shape[0])]
+    size = [sum(int(r[n].shape[d]) for n in names for d in axes.get(n, [])) for r in rows]
+    short, long_ = rows[size.index(min(size))], rows[size.index(max(size))]
+    if min(size) == max(size):
+        return None
+    return [short[n] for n in names], [long_[n] for n in names]
+
+
+#: How far a merged request's output may be from its solo one, relative to the solo output's largest magnitude:
+#: kernels chosen per batch size move float32 outputs by ~1e-6 of it, dynamic int8 (activation scales over the
+#: whole batch) by up to ~1e-2; padding that leaks into an answer (a model that ignores its mask) moves it by far more.
+MERGE_TOLERANCE = 0.02
+
+
+def merge_disagrees(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[Sequence[np.ndarray]]) -> str | None:
+    """Why merging requests of different lengths into one padded call changes an answer, or None when each
+    request's outputs from the merged call (:func:`combine`, the model, :func:`split`) are its solo ones.
+
+    Why: :func:`split` cuts an output dim back only where it equals a padded input length. A model whose output
+    length is a function of the input's but not equal to it (an audio encoder's strided convolutions: 4,000
+    samples give 12 frames, 15,000 give 46) returns the long request's frame count to the short one, the frames
+    past its own made from padding (transformers' Wav2Vec2ForCTC, session 32)."""
+    for j, (own, got) in enumerate(zip(solo, merged, strict=True)):
+        for k, (a, b) in enumerate(zip(own, got, strict=True)):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.shape != b.shape:
+                return (f"output {k} of a request is {a.shape} alone and {b.shape} merged with a request of another "
+                        "length (its length follows the input's without equalling it)")
+            if a.dtype.kind in "fc" and a.size:
+                scale = float(np.max(np.abs(a))) or 1.0
+                diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                if not diff <= MERGE_TOLERANCE * scale:
+                    return (f"output {k} of request {j} moves by {diff:.3g} (largest value {scale:.3g}) when merged "
+                            "with a request of another length: the padding changes its answer")
+            elif a.size and not np.array_equal(a, b):
+                return f"output {k} of request {j} changes when merged with a request of another length"
+    return None
+
+
+__all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "combine", "dynamic_axes", "merge_disagrees",
+           "read_traffic", "shortest_and_longest", "split", "trim"]
