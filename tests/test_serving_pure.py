@@ -220,12 +220,19 @@ def test_a_floor_is_not_also_called_an_upper_bound(tmp_path: Path) -> None:
     assert rec["max_rate"] == 7.0 and rec["floor"] is True and rec["bound_requests"] == 72
     notes = " ".join(section["notes"])
     assert "the max rate is a floor" in notes and "upper bound" not in notes
-    # a clear failure above it: a sound bound, and the unheld max is an upper bound as before
+    # a clear failure above it: a sound bound. Never held (the budget ran out before its turn), the max rests on its
+    # bisection; held and failed there, it is an upper bound (a configuration whose hold failed, session 32: the
+    # report said "upper bound" of a pick whose hold never ran beside "at least" of the same rate)
     search.measured[0] = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, 7.0, (7.0, 7.9),
                                   [_few(7.0, 60, 0), _few(7.9, 79, 79)], "converged")
     search.notes.clear()
     section = search._section("ok", None, 90.0)
-    assert section["recommendation"]["floor"] is False and "upper bound" in " ".join(section["notes"])
+    notes = " ".join(section["notes"])
+    assert section["recommendation"]["floor"] is False
+    assert "rests on its bisection's points alone" in notes and "upper bound" not in notes
+    search.notes.clear()
+    search._hold_failed.add(ServingConfig(1, 1, 1, 0.0))
+    assert "take it as an upper bound" in " ".join(search._section("ok", None, 90.0)["notes"])
 
 
 # ---- the grid ------------------------------------------------------------------------------------------

@@ -223,6 +223,7 @@ class ServingSearch:
         self.curve: list[LoadPoint] = []
         self._curve_fractions: list[float] = []
         self._held: Measured | None = None  # the configuration whose max rate held (its curve is self.curve)
+        self._hold_failed: set[ServingConfig] = set()  # configurations a hold showed below their bisected max
         self.interrupted = False
         self.notes: list[str] = []
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
@@ -561,6 +562,7 @@ class ServingSearch:
             pick.max_rate, pick.max_rate_ci = max_rate_of(pick.points)
             if point.passed:
                 return point
+            self._hold_failed.add(pick.config)
             below = (f"the highest passing rate below it ({pick.max_rate:.1f})" if pick.max_rate > 0 else
                      "unknown (no rate below it passed yet)")
             self.notes.append(f"{pick.config.label()}: {rate:.1f} requests/s did not hold for {SUSTAIN_SECONDS:g} s "
@@ -584,8 +586,12 @@ class ServingSearch:
         bound = short_bound(pick.points, pick.max_rate, self.q) if pick is not None else None
         if pick is not None and self._held is None and not self._closed and bound is None:
             # (with a short bound the holds failed on too few requests to say the rate is too high: a floor, below)
-            self.notes.append(f"the recommendation's max rate was not held for {SUSTAIN_SECONDS:g} s on a fresh "
-                              "server (see above): take it as an upper bound")
+            if pick.config in self._hold_failed:
+                self.notes.append(f"the recommendation's max rate did not hold for {SUSTAIN_SECONDS:g} s on a "
+                                  "fresh server (see above): take it as an upper bound")
+            else:
+                self.notes.append(f"the recommendation's max rate was not held for {SUSTAIN_SECONDS:g} s (the "
+                                  "serving budget ran out before its turn): it rests on its bisection's points alone")
         if pick is not None:
             top = [p for p in pick.points if p.passed and p.rate <= pick.max_rate]
             at_max = max(top, key=lambda p: p.rate) if top else None
