@@ -108,6 +108,22 @@ def test_triton_marks_dynamic_dims_and_the_outputs_that_follow_them() -> None:
     assert any("-1" in n for n in notes)
 
 
+def test_triton_marks_an_output_dim_the_server_saw_follow_the_length() -> None:
+    """An audio encoder's frame count follows the input's length without equalling it (Wav2Vec2: 14,208 samples,
+    44 frames): only the server's check at start saw it move, and Triton must then take any length there (it had
+    declared 44: every other length would be refused)."""
+    audio = {"form": "dict", "inputs": [
+        {"name": "input_values", "keyword": True, "dtype": "float32", "shape": [4, 14208], "range": None,
+         "dynamic_dims": [0, 1]}],
+        "outputs": [{"name": "logits", "path": "", "dtype": "float32", "shape": [4, 44, 32]}],
+        "batch_size": 4, "dynamic_sizes": {"input_values[1]": [8192, 14208]}}
+    text, _, _ = triton_config(_plan(interface=audio, max_batch=4))
+    assert text is not None and "dims: [ 44, 32 ]" in text
+    text, _, _ = triton_config(_plan(interface=audio, max_batch=4, output_dynamic_dims={"logits": (1,)}))
+    assert text is not None and "dims: [ -1, 32 ]" in text
+    assert [(o.name, list(o.dims)) for o in _parse_triton(text).output] == [("logits", [-1, 32])]
+
+
 def test_triton_for_openvino_and_torchscript() -> None:
     ov = _parse_triton(triton_config(_plan(kind="openvino", runtime={"config": {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": 4, "INFERENCE_PRECISION_HINT": "bf16"}}))[0] or "")
@@ -165,8 +181,10 @@ def test_ray_deployment() -> None:
     assert 'ARTIFACT / "load.py"' in text and "THREADS = 3" in text
 
 
-def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path) -> None:
-    """The deployment's batch function for real, with a stand-in for ray and a load.py of dynamic length."""
+@pytest.mark.parametrize("merge", [True, False], ids=["merged", "apart"])
+def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path, merge: bool) -> None:
+    """The deployment's batch function for real, with a stand-in for ray and a load.py of dynamic length; where
+    the server found that merging lengths changes an answer (a strided output), each length is called apart."""
     import asyncio
     import sys
     import types
@@ -178,9 +196,10 @@ def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path) -> None:
     (artifact / "load.py").write_text(
         "INPUTS = ['ids']\nSAMPLE = [('int64', [2, 5], None)]\nOUTPUTS = ['doubled']\n"
         "def _form(xs):\n    return xs[0]\n"
-        "def load():\n    return lambda ids: [ids * 2]\n")
+        + ("def load():\n    return lambda ids: [ids * 2]\n" if merge else
+           "def load():\n    return lambda ids: [ids[:, ::2] * 2]\n"))
     module_file = artifact / "ray" / "serve_deployment.py"
-    module_file.write_text(server_configs(_plan(max_batch=4)).files[RAY_FILE])
+    module_file.write_text(server_configs(_plan(max_batch=4, merge_lengths=merge)).files[RAY_FILE])
     fake = types.ModuleType("ray")
     serve = types.SimpleNamespace(deployment=lambda **kw: (lambda cls: types.SimpleNamespace(cls=cls, bind=lambda: 0)),
                                   batch=lambda **kw: (lambda f: f))
@@ -203,8 +222,12 @@ def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path) -> None:
                 sys.modules.pop(key, None)
             else:
                 sys.modules[key] = value
-    assert first[0].tolist() == [[2, 4, 6]]  # padded to 5 for the call, cut back to its own 3
-    assert second[0].tolist() == [[8, 10, 12, 14, 16], [18, 18, 18, 18, 18]]
+    if merge:
+        assert first[0].tolist() == [[2, 4, 6]]  # padded to 5 for the call, cut back to its own 3
+        assert second[0].tolist() == [[8, 10, 12, 14, 16], [18, 18, 18, 18, 18]]
+    else:  # merged, the short one would get 3 values, 2 of its own and one of padding
+        assert first[0].tolist() == [[2, 6]]
+        assert second[0].tolist() == [[8, 12, 16], [18, 18, 18]]
 
 
 def test_environment_and_batch_notes() -> None:
@@ -235,6 +258,11 @@ def test_plan_from_document() -> None:
     assert plan is not None
     assert (plan.model_name, plan.kind, plan.precision, plan.instances, plan.threads, plan.files) == (
         "quick", "torchscript", "bf16", 2, 1, ("model.pt", "load.py"))
+    assert plan.merge_lengths and plan.output_dynamic_dims is None  # an older report: merged, nothing seen
+    apart = plan_from_document({**doc, "serving": {**doc["serving"], "merge_lengths": False,
+                                                    "output_dynamic_dims": {"logits": [1], "bad": "x"}}})
+    assert apart is not None and not apart.merge_lengths and apart.output_dynamic_dims == {"logits": (1,)}
+    assert "MERGE_LENGTHS = False" in server_configs(apart).files[RAY_FILE]
     files = server_configs(plan).files
     assert re.search(r'name: "quick"', files["triton/quick/config.pbtxt"])
     assert plan_from_document({**doc, "artifact": {"status": "failed", "reason": "x"}}) is None

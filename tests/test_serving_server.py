@@ -332,6 +332,7 @@ def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) 
     try:
         ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
         assert ready["merge_lengths"] is False and "alone and" in ready["merge_why"]
+        assert ready["output_dynamic_dims"] == {"h": [1], "n": []}  # h's length follows the ids', n has none
         reqs = [{"ids": np.arange(1, n + 1).reshape(1, n), "mask": np.ones((1, n), np.int64)} for n in (3, 6, 6)]
         results = _concurrently(lambda r: served.infer(r, model="lm"), reqs)
         for r, (status, out) in zip(reqs, results, strict=True):

@@ -88,6 +88,11 @@ class ServingPlan:
     batch_size: int | None = None
     #: the artifact's files (for the copy commands in the notes)
     files: tuple[str, ...] = ()
+    #: whether requests of different lengths may share one padded call (the server's check at start, report.json
+    #: ``serving.merge_lengths``), and per output the dims that follow the input's length (``output_dynamic_dims``:
+    #: an audio encoder's frame count, which equals no input dim)
+    merge_lengths: bool = True
+    output_dynamic_dims: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or MODEL_NAME_PATTERN.fullmatch(self.model_name) is None:
@@ -162,9 +167,19 @@ def plan_from_document(doc: Mapping[str, Any]) -> ServingPlan | None:
             runtime=artifact.get("runtime") if isinstance(artifact.get("runtime"), Mapping) else None,
             environment=rec.get("environment") if isinstance(rec.get("environment"), str) else None,
             batch_size=artifact.get("batch_size") if isinstance(artifact.get("batch_size"), int) else None,
-            files=tuple(str(f.get("name")) for f in artifact.get("files") or [] if isinstance(f, Mapping)))
+            files=tuple(str(f.get("name")) for f in artifact.get("files") or [] if isinstance(f, Mapping)),
+            merge_lengths=(serving or {}).get("merge_lengths") is not False,
+            output_dynamic_dims=_output_dims((serving or {}).get("output_dynamic_dims")))
     except (KeyError, ValueError):  # a document's numbers that are not a configuration
         return None
+
+
+def _output_dims(value: Any) -> dict[str, tuple[int, ...]] | None:
+    """report.json's ``serving.output_dynamic_dims`` as {output: dims}; None when absent or not that shape."""
+    if not isinstance(value, Mapping):
+        return None
+    return {str(k): tuple(int(d) for d in v if isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for k, v in value.items() if isinstance(v, list)}
 
 
 # ---- Triton -------------------------------------------------------------------------------------------------
@@ -237,8 +252,11 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
                               f"{tensor.get('dtype')!r}, shape {shape!r})"), []
             if section == "input":
                 dynamic = {int(d) for d in tensor.get("dynamic_dims") or [] if isinstance(d, int)}
-            else:  # an output dim as long as a dynamic input dim varies with it (the server slices it back so too)
+            else:  # an output dim as long as a dynamic input dim varies with it (the server slices it back so too),
+                # and one the server saw change with the input's length without equalling it
                 dynamic = {i for i, d in enumerate(shape) if i > 0 and d in sizes}
+                dynamic |= {d for d in (plan.output_dynamic_dims or {}).get(str(tensor.get("name")), ())
+                            if 0 < d < len(shape)}
             name = str(tensor.get("name"))
             if torchscript:  # the PyTorch backend binds tensors by position: <name>__<index>
                 name = f"{'INPUT' if section == 'input' else 'OUTPUT'}__{index}"
@@ -399,6 +417,9 @@ from starlette.requests import Request
 ARTIFACT = Path(__file__).resolve().parent.parent
 THREADS = @THREADS@
 PAD_VALUE = 0  # what dynamic dims are padded with when requests of different lengths share a batch
+# whether requests of different lengths may share one padded call: False where autotune's server found that merging
+# changes an answer (an output whose length follows the input's without equalling it)
+MERGE_LENGTHS = @MERGE@
 
 
 def _load_module():
@@ -453,6 +474,19 @@ class Model:
     @serve.batch(max_batch_size=@MAX_BATCH@, batch_wait_timeout_s=@DELAY_S@)
     async def infer(self, requests):
         """A batch of requests (each a list of arrays in INPUTS order) -> each request's outputs."""
+        if MERGE_LENGTHS:
+            return self._merged(requests)
+        groups = {}
+        for i, r in enumerate(requests):  # one call per length, unpadded
+            groups.setdefault(tuple(a.shape[1:] for a in r), []).append(i)
+        answers = [None] * len(requests)
+        for members in groups.values():
+            for i, answer in zip(members, self._merged([requests[i] for i in members])):
+                answers[i] = answer
+        return answers
+
+    def _merged(self, requests):
+        """The requests in one call, dims that differ padded; each request's outputs cut back."""
         inputs, padded = [], []
         for i in range(len(requests[0])):
             batch, shape = _pad([r[i] for r in requests])
@@ -498,7 +532,7 @@ def ray_deployment(plan: ServingPlan) -> str:
     values = {
         "@MODEL@": plan.model_name, "@VARIANT@": _comment_text(plan.variant), "@INSTANCES@": str(plan.instances),
         "@THREADS@": str(plan.threads), "@MAX_BATCH@": str(plan.max_batch), "@DELAY@": f"{plan.max_delay_ms:g}",
-        "@DELAY_S@": repr(delay_s),
+        "@DELAY_S@": repr(delay_s), "@MERGE@": repr(bool(plan.merge_lengths)),
     }
     text = _RAY_TEMPLATE
     for key, value in values.items():

@@ -120,6 +120,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.merge_why: str | None = None  # why the server serves requests of different lengths apart, if it does
+        self.output_dynamic_dims: dict[str, list[int]] = {}  # per output, the dims that follow the input's length
         self._dir = tempfile.TemporaryDirectory(prefix="autotune-serve-")
         self.log = Path(self._dir.name) / "server.log"
         self.started_s = 0.0
@@ -150,6 +151,9 @@ class ServerProcess:
                     said = json.loads(ready.read_text())
                     self.port = int(said["port"])
                     self.merge_why = said.get("merge_why") if said.get("merge_lengths") is False else None
+                    dims = said.get("output_dynamic_dims")
+                    self.output_dynamic_dims = {str(k): [int(d) for d in v] for k, v in dims.items()
+                                                if isinstance(v, list)} if isinstance(dims, dict) else {}
                     break
                 time.sleep(0.05)
             if not self.port:

@@ -224,6 +224,8 @@ class ServingSearch:
         self._curve_fractions: list[float] = []
         self._held: Measured | None = None  # the configuration whose max rate held (its curve is self.curve)
         self._hold_failed: set[ServingConfig] = set()  # configurations a hold showed below their bisected max
+        self.merge_why: str | None = None  # the server's: why requests of different lengths are served apart
+        self.output_dynamic_dims: dict[str, list[int]] = {}  # the server's: output dims that follow the length
         self.interrupted = False
         self.notes: list[str] = []
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
@@ -465,6 +467,7 @@ class ServingSearch:
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
+                self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
                 if srv.merge_why:
                     self.notes.append(f"the server serves requests of different lengths in separate calls, since "
                                       f"merging them into one padded call changed an answer ({srv.merge_why}): "
@@ -635,6 +638,8 @@ class ServingSearch:
             "status": status, "reason": reason, "slo_ms": self.spec.slo_ms, "percentile": self.spec.percentile,
             "model_name": t.model_name, "arrivals": getattr(self.spec, "arrivals_kind", "poisson"),
             "request_samples": self.request_rows, "rate_target": getattr(self.spec, "rate", None),
+            "merge_lengths": self.merge_why is None, "merge_why": self.merge_why,
+            "output_dynamic_dims": self.output_dynamic_dims,
             "cores": self.cores, "recommendation": rec,
             "cpus": {"server": sorted(self.server_cpus) if self.server_cpus else None,
                      "client": sorted(self.client_cpus) if self.client_cpus else None},

@@ -98,6 +98,8 @@ class Server:
         # whether requests of different lengths may share one padded call (_check_merging), and why not
         self.merge_lengths = True
         self.merge_why: str | None = None
+        # per output, the dims (0: the batch) whose size differed between the traffic's shortest and longest request
+        self.output_dynamic_dims: dict[str, list[int]] = {}
         self.batcher: batcher.Batcher | None = None
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
@@ -169,6 +171,10 @@ class Server:
         except instances.InstanceError as e:
             _log(f"the merge check's single requests failed ({e}); requests of different lengths are merged")
             return
+        self.output_dynamic_dims = {
+            name: [d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]]
+            for (name, _, _), a, b in zip(iface.outputs, solo[0], solo[1], strict=False)
+            if np.ndim(a) == np.ndim(b)}
         try:
             arrays, layout = tensors.combine(list(pair), pads)
             why = tensors.merge_disagrees(solo, tensors.split(await inst.call(arrays), layout))
@@ -188,7 +194,7 @@ class Server:
             tmp = o.ready_file + ".tmp"
             with open(tmp, "w") as f:
                 json.dump({"port": port, "pid": os.getpid(), "merge_lengths": self.merge_lengths,
-                           "merge_why": self.merge_why}, f)
+                           "merge_why": self.merge_why, "output_dynamic_dims": self.output_dynamic_dims}, f)
             os.replace(tmp, o.ready_file)
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
              f"{self.max_batch}, max delay {o.max_delay_ms} ms, port {port}")
