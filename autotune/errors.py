@@ -41,6 +41,12 @@ class BatchSpecificError(VariantError):
     its row is ``failed`` with ``batch_specific``, and the search still tries the variant at batch 1."""
 
 
+class UnsupportedSettingError(VariantError):
+    """The model does not support a setting a configuration asks for (an attention implementation: a state-space
+    model such as Mamba has no attention to choose). Every configuration with that setting fails alike, and the
+    others may run: generate()'s reference then takes the next attention (``unsupported`` in the outcome)."""
+
+
 class WorkerError(AutotuneError):
     """The worker process died, hung or broke the protocol."""
 

@@ -186,6 +186,56 @@ def test_the_search_checks_tokens_per_concurrency_and_tries_a_broken_configurati
     assert prog.pick is not None and prog.pick.config.cache == "static" and prog.pick.concurrency == 4
 
 
+class _NoAttentionClient(_FakeClient):
+    """A model with no attention to choose (Mamba): sdpa is refused as the worker refuses it, eager runs."""
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        if GenerateConfig.from_dict(config).attention == "sdpa":
+            self.calls.append((GenerateConfig.from_dict(config).label(), c))
+            return {"status": "failed", "reason": "attention 'sdpa': MambaForCausalLM does not support it",
+                    "unsupported": True}
+        return super().generate(recipe, config, c, **kw)
+
+
+def test_a_model_without_the_first_attention_gets_the_next_as_its_reference() -> None:
+    """The reference is sdpa when the recipe lists it; a model that lacks it (the worker says ``unsupported``)
+    gets the next attention as its reference instead of ending the run, and no other sdpa configuration is built
+    (a Mamba's run recommended nothing before, session 32)."""
+    recipe = _recipe(concurrency=[1, 4], cache=["dynamic", "static"], attention=["sdpa", "eager"], rounds=0)
+    client = _NoAttentionClient()
+    search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                            limit=None, limit_source="none")
+    prog = search.run()
+    assert prog.stopped_by != "reference_failed" and prog.reference == "dynamic/eager/fp32"
+    assert search.ref == from_label("dynamic/eager/fp32")
+    assert [label for label, _ in client.calls if "sdpa" in label] == ["dynamic/sdpa/fp32"]  # tried once
+    by = {(p.config.label(), p.concurrency): p for p in prog.points}
+    assert by[("static/sdpa/fp32", 1)].status == "skipped" and ("static/sdpa/fp32", 4) not in by
+    assert by[("static/eager/fp32", 4)].check.passed  # type: ignore[union-attr]  # checked against eager
+    assert prog.pick is not None and prog.pick.config.attention == "eager"
+    assert any("does not support sdpa" in n for n in prog.notes)
+
+
+def test_the_rounds_promote_a_contender_they_show_surely_faster() -> None:
+    """The screen's pick was the reference; side by side another configuration was surely faster than it: that
+    one is recommended (a Mamba's static cache, 1.15x, CI 1.05-1.29). Undecided, the pick stands."""
+    search = GenerateSearch.__new__(GenerateSearch)
+    search.spec = _recipe().generate  # type: ignore[assignment]
+    ref, static = _result("dynamic/sdpa/fp32", 32, 1752, (1734, 1773)), _result("static/sdpa/fp32", 32, 1646,
+                                                                                (1554, 1723))
+    comparison = {"config": "static/sdpa/fp32", "against": "dynamic/sdpa/fp32", "ratio": 1.15,
+                  "ratio_ci": [1.05, 1.29], "verdict": "faster", "rounds": 3}
+    search.progress = SimpleNamespace(points=[ref, static], pick=ref, notes=[],  # type: ignore[assignment]
+                                      rounds={"comparisons": [comparison]})
+    search._settle({32: ref})
+    assert search.progress.pick is static and "static/sdpa/fp32 is recommended" in search.progress.notes[0]
+    search.progress = SimpleNamespace(points=[ref, static], pick=ref, notes=[],  # type: ignore[assignment]
+                                      rounds={"comparisons": [{**comparison, "ratio_ci": [0.97, 1.29],
+                                                               "verdict": "undecided"}]})
+    search._settle({32: ref})
+    assert search.progress.pick is ref and not search.progress.notes
+
+
 class _ProbeClient:
     """A probe op that fits up to 100 sequences (peak linear in them) and takes ``seconds`` of wall time."""
 

@@ -265,6 +265,8 @@ class Outcome(TypedDict):
     oom_kind: NotRequired[OomKind]
     #: Set on ``failed`` when only batches above 1 fail (:class:`autotune.errors.BatchSpecificError`).
     batch_specific: NotRequired[bool]
+    #: Set on ``failed`` when the model lacks a setting (:class:`autotune.errors.UnsupportedSettingError`).
+    unsupported: NotRequired[bool]
 
 
 class MeasureOutcome(Outcome, total=False):

@@ -28,7 +28,14 @@ def simplicity(config: GenerateConfig) -> int:
 
 def reference(spec: GenerateSpec) -> GenerateConfig:
     """Dynamic cache, no compile, fp32, the recipe's first attention (sdpa when it lists it), torch's threads."""
-    return GenerateConfig(attention="sdpa" if "sdpa" in spec.attention else spec.attention[0])
+    return reference_choices(spec)[0]
+
+
+def reference_choices(spec: GenerateSpec) -> list[GenerateConfig]:
+    """The reference's attention in the order tried: sdpa when the recipe lists it, then the recipe's others. The
+    next is tried only when the model does not support the one before (Mamba has no attention to set)."""
+    order = (["sdpa"] if "sdpa" in spec.attention else []) + [a for a in spec.attention if a != "sdpa"]
+    return [GenerateConfig(attention=a) for a in order]
 
 
 def grid(spec: GenerateSpec) -> list[GenerateConfig]:

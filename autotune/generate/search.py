@@ -35,7 +35,7 @@ from autotune.core.recipe import GenerateSpec, Recipe
 from autotune.core.recipe.generate import bucket_length
 from autotune.errors import BatchSearchError
 from autotune.generate.agreement import TokenCheck, check_tokens
-from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference, simplicity
+from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference_choices, simplicity
 from autotune.generate.points import GenPoint, point_from, ratio_ci
 from autotune.runner import WorkerCrash
 
@@ -50,6 +50,7 @@ class PointResult:
     check: TokenCheck | None = None
     tokens: list[list[int]] | None = None
     seconds: float = 0.0
+    unsupported: bool = False  # failed because the model lacks the configuration's setting (its attention)
 
     def to_dict(self) -> dict[str, Any]:
         base: dict[str, Any] = self.point.to_dict() if self.point is not None else \
@@ -70,6 +71,7 @@ class Progress:
     pick: PointResult | None = None
     notes: list[str] = field(default_factory=list)
     stopped_by: str = "complete"
+    reference: str = ""  # the reference configuration's label, once one ran
 
 
 class GenerateSearch:
@@ -82,6 +84,7 @@ class GenerateSearch:
         self.progress = Progress()
         self.started = time.monotonic()
         self.costs: dict[GenerateConfig, float] = {}
+        self.ref = reference_choices(self.spec)[0]  # the one that ran at 1 sequence (run)
 
     # ------------------------------------------------------------------ the pieces
     def left(self) -> float:
@@ -97,7 +100,8 @@ class GenerateSearch:
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return PointResult(config, c, "oom", crash.reason, seconds=seconds)
         if res["status"] != "ok":
-            return PointResult(config, c, str(res["status"]), str(res["reason"]), seconds=seconds)
+            return PointResult(config, c, str(res["status"]), str(res["reason"]), seconds=seconds,
+                               unsupported=bool(res.get("unsupported")))
         raw: Any = res
         if raw.get("model"):
             self.progress.model = dict(raw["model"])
@@ -132,14 +136,23 @@ class GenerateSearch:
     # ------------------------------------------------------------------ the search
     def run(self) -> Progress:
         spec, prog = self.spec, self.progress
-        ref = reference(spec)
         configs = grid(spec)
-        first = self.measure(ref, 1)
-        prog.points.append(first)
+        for ref in reference_choices(spec):  # the next attention only where the model lacks this one
+            self.ref = ref
+            first = self.measure(ref, 1)
+            prog.points.append(first)
+            if not first.unsupported:
+                break
         if first.status != "ok":
             prog.stopped_by = "reference_failed"
             prog.notes.append(f"the reference ({ref.label()}) failed at 1 sequence: {first.reason}")
             return prog
+        prog.reference = ref.label()
+        if ref != configs[0]:
+            prog.notes.append(f"the reference is {ref.label()}: the model does not support "
+                              f"{', '.join(p.config.attention for p in prog.points if p.unsupported)} attention")
+        tried = {p.config for p in prog.points}
+        missing = {p.config.attention for p in prog.points if p.unsupported}
         self.on_point(prog)
         try:
             levels = self.concurrencies(ref)
@@ -148,10 +161,17 @@ class GenerateSearch:
             prog.notes.append(f"concurrency boundary: {exc}")
             return prog
         refs: dict[int, PointResult] = {1: first}
-        broken: dict[GenerateConfig, str] = {}  # failed to build or run: not tried again at other concurrencies
+        # failed to build or run: not tried again at other concurrencies (an attention the reference found missing)
+        broken: dict[GenerateConfig, str] = {p.config: f"failed at 1 sequence: {p.reason}"
+                                             for p in prog.points if p.status == "failed"}
         for c in levels:
             for config in configs:
-                if c == 1 and config == ref:
+                if c == 1 and config in tried:
+                    continue
+                if config.attention in missing:  # every configuration with it fails alike: said once
+                    if c == 1:
+                        prog.points.append(PointResult(config, c, "skipped", f"the model does not support "
+                                                       f"attention {config.attention!r}"))
                     continue
                 if config in broken:
                     prog.points.append(PointResult(config, c, "skipped", broken[config]))
@@ -179,7 +199,7 @@ class GenerateSearch:
 
     def reference_tokens(self, c: int) -> list[list[int]] | None:
         """The reference's greedy tokens at ``c`` sequences (what the artifact's ``load.py --check`` compares)."""
-        ref = reference(self.spec)
+        ref = self.ref
         return next((r.tokens for r in self.progress.points if r.config == ref and r.concurrency == c
                      and r.tokens is not None), None)
 
@@ -217,14 +237,30 @@ class GenerateSearch:
         return min(ties, key=lambda r: (simplicity(r.config), -(r.point.tokens_per_s if r.point else 0.0)))
 
     def _settle(self, refs: dict[int, PointResult]) -> None:
-        """The rounds decide: a pick that is not surely faster than the reference (its ratio's interval holds 1,
-        or is below it) gives way to the reference at the same concurrency, the simpler setting."""
+        """The rounds decide. A pick not surely faster than the reference (its ratio's interval holds 1, or is below
+        it) gives way: to the contender the rounds show surely faster than the reference, the fastest such (a
+        Mamba's screen put dynamic/eager ahead, and the rounds had static/eager 1.15x it, CI 1.05-1.29), else to
+        the reference at the same concurrency, the simpler setting."""
         prog, pick = self.progress, self.progress.pick
         if pick is None or prog.rounds is None:
             return
-        comp = next((x for x in prog.rounds["comparisons"] if x["config"] == pick.config.label()), None)
+        comps = prog.rounds["comparisons"]
+        comp = next((x for x in comps if x["config"] == pick.config.label()), None)
+        if comp is not None and comp["verdict"] == "faster":
+            return
+        faster = sorted((x for x in comps if x["verdict"] == "faster"), key=lambda x: -x["ratio"])
+        for x in faster:
+            better = next((r for r in prog.points if r.config.label() == x["config"]
+                           and r.concurrency == pick.concurrency and self.eligible(r)), None)
+            if better is not None:
+                lo, hi = x["ratio_ci"]
+                prog.notes.append(f"{pick.config.label()} led the screen, but side by side {x['config']} was faster "
+                                  f"than {x['against']} ({x['ratio']:.2f}x, 95% CI {lo:.2f}-{hi:.2f}), and "
+                                  f"{pick.config.label()} was not surely so: {x['config']} is recommended")
+                prog.pick = better
+                return
         ref = refs.get(pick.concurrency)
-        if comp is None or comp["verdict"] == "faster" or ref is None or not self.eligible(ref):
+        if comp is None or ref is None or not self.eligible(ref):
             return
         lo, hi = comp["ratio_ci"]
         prog.notes.append(f"{pick.config.label()} led the screen, but side by side it was {comp['verdict']} against "
@@ -234,7 +270,7 @@ class GenerateSearch:
 
     def rounds(self, pick: PointResult, refs: dict[int, PointResult]) -> dict[str, Any]:
         c = pick.concurrency
-        ref = reference(self.spec)
+        ref = self.ref
         # the static cache's best (compiled ones first): the ratio "static + compile vs dynamic eager"
         static = [r for r in self.progress.points if r.concurrency == c and r.config.cache == "static"
                   and r.status == "ok" and r.point is not None]

@@ -139,7 +139,7 @@ def section(progress: Progress, recipe: Recipe, seconds: float) -> dict[str, Any
                 "text": (f"{progress.model.get('prompts', spec.prompt_count)} prompts of {min(lengths)}-{max(lengths)} "
                          f"tokens (left-padded to multiples of {spec.bucket}), {'/'.join(map(str, spec.new_tokens))} "
                          f"new tokens each, greedy; the first {spec.check_tokens} tokens of every prompt checked "
-                         "against dynamic-cache eager fp32.")}
+                         f"against the reference, {progress.reference or 'dynamic-cache eager fp32'}.")}
     return {"model": progress.model, "workload": workload, "boundary": progress.boundary,
             "points": [p.to_dict() for p in progress.points], "recommendation": rec, "rounds": progress.rounds,
             "notes": list(progress.notes), "stopped_by": progress.stopped_by, "seconds": round(seconds, 3),

@@ -70,7 +70,13 @@ from autotune.core.protocol import (  # noqa: E402
 )
 from autotune.core.recipe import Recipe  # noqa: E402
 from autotune.core.stats import percentiles  # noqa: E402
-from autotune.errors import AutotuneError, BatchSpecificError, InputError, VariantError  # noqa: E402
+from autotune.errors import (  # noqa: E402
+    AutotuneError,
+    BatchSpecificError,
+    InputError,
+    UnsupportedSettingError,
+    VariantError,
+)
 from autotune.worker import devices  # noqa: E402
 from autotune.worker.accuracy import AccuracyResult, judge, judged_by_budget, run_outputs  # noqa: E402
 from autotune.worker.correctness import check_variant  # noqa: E402
@@ -130,6 +136,8 @@ def _guarded(backend: devices.DeviceBackend, body: Callable[[], _O]) -> _O | Out
         failed = Outcome(status="failed", reason=str(exc))
         if isinstance(exc, BatchSpecificError):  # batch 1 may work: not pruned there
             failed["batch_specific"] = True
+        if isinstance(exc, UnsupportedSettingError):  # the model lacks the setting: other settings may run
+            failed["unsupported"] = True
         return failed
     except Exception as exc:
         kind = devices.oom_kind(exc)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from autotune.core.recipe import GenerateConfig as Config
-from autotune.errors import VariantError, WorkloadError
+from autotune.errors import UnsupportedSettingError, VariantError, WorkloadError
 from autotune.worker.devices import DeviceBackend
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -60,7 +60,7 @@ def prepare_model(model: torch.nn.Module, config: Config, *, backend: DeviceBack
     try:
         model.set_attn_implementation(config.attention)  # type: ignore[operator]
     except (ValueError, ImportError, AttributeError) as exc:
-        raise VariantError(f"attention {config.attention!r}: {type(model).__name__} does not support it "
+        raise UnsupportedSettingError(f"attention {config.attention!r}: {type(model).__name__} does not support it "
                            f"({str(exc).splitlines()[0][:200]})") from None
     if config.precision in _DTYPES:
         if config.precision != "fp32":
