@@ -135,22 +135,21 @@ class Server:
                 _log(f"error: {starting.exception()}")
                 code = 1
             else:
-                await self._check_merging(starting.result()[0])
-                self._ready_up(starting.result()[0], port)
+                iface = tensors.Interface.from_info(starting.result()[0], self.opts.pad, self.opts.dynamic_dims)
+                await self._check_merging(iface)
+                self._ready_up(iface, port)
                 await stop
             stop.cancel()
         finally:
             await self._shutdown()
         return code
 
-    async def _check_merging(self, info: dict[str, Any]) -> None:
+    async def _check_merging(self, iface: tensors.Interface) -> None:
         """Before the first request: the traffic's shortest and longest request, each alone and then merged into
         one padded call, must get the same answers (:func:`tensors.merge_disagrees`); when they do not, requests
         of different lengths are served in separate calls (``_run``), and the log and the ready file say why.
         Nothing to check without dynamic dims or without the traffic saved in the artifact."""
-        o = self.opts
-        iface = tensors.Interface.from_info(info, o.pad, o.dynamic_dims)
-        path = os.path.join(o.artifact, "traffic.npz")
+        path = os.path.join(self.opts.artifact, "traffic.npz")
         if not any(s.dynamic for s in iface.inputs) or not os.path.exists(path):
             return
         pads = [s.pad for s in iface.inputs]
@@ -184,9 +183,9 @@ class Server:
             self.merge_lengths, self.merge_why = False, why
             _log(f"requests of different lengths are served in separate calls: {why}")
 
-    def _ready_up(self, info: dict[str, Any], port: int) -> None:
+    def _ready_up(self, iface: tensors.Interface, port: int) -> None:
         o = self.opts
-        self.iface = tensors.Interface.from_info(info, o.pad, o.dynamic_dims)
+        self.iface = iface
         self.max_batch = o.max_batch or self.iface.batch_size or 1
         policy = batcher.BatchPolicy(self.max_batch, o.max_delay_ms / 1000.0)
         self.batcher = batcher.Batcher(policy, len(self.instances))
