@@ -48,18 +48,20 @@ demo: $(STAMP) allocators
 	$(VENV)/bin/autotune run recipes/quickstart.toml --out $(DEMO_OUT)
 
 # Two test processes (pytest-xdist; the machine has 2 cores and a serial run keeps about one busy: much of a test's
-# time is its worker processes starting and timing); each module runs whole in one of them (tests/conftest.py).
+# time is its worker processes starting and timing); each module runs whole in one of them (`--dist loadfile`: its
+# module-scoped fixtures, a real run or a server, are built once; longest modules first, tests/conftest.py
+# LONGEST_FIRST; the run several modules read is shared through a file lock, tests/conftest.py).
 # TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: $(STAMP) allocators
-	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # The pure-logic tests only (no worker or CLI processes, no slow ones): under 2 minutes, for the edit-test loop
 # (1,322 tests: 2 min 56 s serially on the 2-core machine, 1 min 39 s in two processes). `make test` is unchanged:
 # it still runs the worker tests.
 test-fast: $(STAMP)
 	AUTOTUNE_FUZZ_FAST_EXAMPLES=25 $(PY) -m pytest -m "not slow and not worker" \
-		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 test-slow: $(STAMP) allocators
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

@@ -5,7 +5,9 @@ Plain helpers (paths, the tiny recipe, ``run_cli``, fake search rows) are in :mo
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -27,22 +29,41 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``cuda`` skip cleanly on machines without a GPU. Under pytest-xdist (``make test`` runs two
-    processes, ``--dist loadgroup``) each test module is one group, so its module-scoped fixtures (a real run, a
-    server) are built once; the modules that read the shared ``showdown_run`` form one group, so that run is made
-    once for all of them rather than once per process."""
+#: The modules that take longest, longest first (seconds of a default suite on the 2-core machine, 2026-11-28: a
+#: sum over their tests, 859-1,001 s for the whole suite in three runs). ``make test`` hands each process a whole
+#: module at a time in collection order (``--dist loadfile --no-loadscope-reorder``), so these go first and the
+#: short modules fill in at the end. In xdist's own order (most tests first) the 73-s serving run came last and one
+#: process idled for two minutes. A module missing here only runs later; nothing else depends on the order.
+LONGEST_FIRST = (
+    "test_generate_e2e",  # 85-107
+    "test_artifact",  # 90-104, with the shared showdown_run
+    "test_serving_e2e",  # 60-73
+    "test_study_safety",  # 55-81
+    "test_cli",  # 42-52
+    "test_interrupt",  # 37-48
+    "test_compare_rerun",  # 40-47
+    "test_search",  # 37-46
+    "test_runner",  # 39-42
+    "test_int8",  # 30-36
+    "test_artifact_traffic",  # 33
+    "test_process_env",  # 25-31
+    "test_runtimes",  # 29-30
+    "test_detection_gate",  # 10-25
+    "test_fuzz",  # 21-25
+    "test_traffic",  # 20-24
+    "test_accuracy",  # 18-23
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip cleanly on machines without a GPU; the longest modules run first
+    (:data:`LONGEST_FIRST`; the order within a module is kept)."""
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "cuda" in item.keywords and not _cuda_available():
             item.add_marker(skip)
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    shared = {item.module.__name__ for item in items
-              if isinstance(item, pytest.Function) and "showdown_run" in item.fixturenames}
-    for item in items:
-        module = item.module.__name__ if isinstance(item, pytest.Function) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("showdown_run" if module in shared else module))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).stem, len(rank)))
 
 
 @pytest.fixture
@@ -70,8 +91,27 @@ def showdown_run(tmp_path_factory: pytest.TempPathFactory) -> RealRun:
     per finalist, quiet rounds) whose artifact is timed as shipped (2 plain processes), read by every test that needs
     a real run's reports, showdown and artifact (test_showdown, test_artifact, test_report_browser). A run costs
     40-60 s on 2 cores; sharing it keeps ``make test`` near 10 minutes (issue 31). Tests must not write into
-    ``out``: they copy it first."""
-    base = tmp_path_factory.mktemp("showdown-run")
+    ``out``: they copy it first.
+
+    Under pytest-xdist (``make test``: two processes, a module each at a time) the modules that read it may run in
+    different processes, so the first one to ask makes it under a file lock in the session's shared temporary
+    directory and the other reads what it left (a session fixture is otherwise made once per process: in one suite
+    it was made twice, 2026-11-28)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return _showdown_run(tmp_path_factory.mktemp("showdown-run"))
+    shared = tmp_path_factory.getbasetemp().parent / "showdown-run"  # the session's, above each worker's own
+    shared.mkdir(exist_ok=True)
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = shared / "run.json"
+        if not done.exists():
+            run = _showdown_run(shared)
+            done.write_text(json.dumps({"code": run.code, "stdout": run.stdout, "stderr": run.stderr}))
+        kept = json.loads(done.read_text())
+    return RealRun(kept["code"], kept["stdout"], kept["stderr"], shared / "recipe.toml", shared / "out")
+
+
+def _showdown_run(base: Path) -> RealRun:
     recipe = base / "recipe.toml"
     # One process per finalist and a 10% margin: eager and script on the tiny model are often within a few
     # percent, and an undecided tie over two processes each staged more (up to 6 per finalist) and ran more rounds:
