@@ -258,7 +258,7 @@ def main() -> None:
     ap.add_argument("--sweep-rounds", type=int, default=2, help="repeated bisections of the sweep's best few")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    out = args.reuse or args.out
+    out = (args.reuse or args.out).resolve() if (args.reuse or args.out) else None  # the server runs in its own cwd
     if out is None:
         ap.error("--out or --reuse")
     if args.reuse is None:

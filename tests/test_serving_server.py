@@ -507,6 +507,7 @@ def test_a_pick_whose_rate_never_held_still_gets_its_curve_below_it(tmp_path: Pa
     (art / "run.sh").write_text('if [ "${1:-}" = serve ]; then shift; exec "${PYTHON:-python}" '
                                 '"$(dirname "$0")/serve.py" "$@"; fi\nexit 2\n')
     monkeypatch.setattr(serving_search, "CURVE_POINT_S", (1.0, 1.0))  # the suite's time, not the product's
+    monkeypatch.setattr(serving_search, "CURVE_POINT_MAX_S", 1.0)
     spec = SimpleNamespace(slo_ms=200.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
                            time_budget_s=60.0)
     target = Target(artifact=art, variant="onnx", environment="glibc", batch_size=4, threads=1, model_name="model",
