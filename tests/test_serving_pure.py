@@ -356,3 +356,28 @@ def test_a_failed_hold_tries_the_max_rate_it_leaves_so_what_holds_is_what_the_re
     # no pass close below the failed hold: 10% lower, and that is then the max
     tried, pick = hold([_few(4.0, 50, 0), _few(8.0, 50, 0), _few(9.0, 60, 60)], [False, True])
     assert tried == [8.0, 7.2] and pick.max_rate == pytest.approx(7.2)
+
+
+def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_sample(tmp_path: Path) -> None:
+    """The quickstart's report said "a call of 16 costs 3.33 ms per sample against 6.96 ms for one (2.09x), so a
+    batch saves little": a batch that halves the cost per sample does save; what kept it out was its 53-ms call
+    against a 40-ms SLO. A batch that costs as much per sample as one still says it saves little."""
+    from autotune.serving.processes import Calibration
+    from autotune.serving.search import Measured, ServingSearch, Target
+
+    def note(service_s: dict[int, float]) -> str:
+        spec = SimpleNamespace(slo_ms=40.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                               time_budget_s=120.0)
+        target = Target(artifact=tmp_path, variant="openvino", environment="glibc", batch_size=16, threads=1,
+                        model_name="m", input_names=("x",))
+        search = ServingSearch(spec, target, cores=1)
+        search.calibrations[(1, 1)] = Calibration(1, 1, service_s, {b: 1.1 for b in service_s}, 1.0)
+        naive = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 60.0, 78.5, (78.5, 78.5), [], "converged")
+        search.measured.append(naive)
+        search._did_knobs_help(naive)
+        return " ".join(search.notes)
+
+    cheaper = note({1: 0.00696, 16: 0.0533})
+    assert "2.09x cheaper" in cheaper and "53.3 ms of the 40-ms SLO" in cheaper and "saves little" not in cheaper
+    same = note({1: 0.00696, 16: 0.1100})
+    assert "so a batch saves little" in same
