@@ -529,7 +529,7 @@ class ServingSearch:
             # the pick must hold its max rate; one that does not is lowered, and may then lose its place to
             # another configuration, whose max rate must hold in turn
             while (pick is not None and not self._closed and id(pick) not in held
-                   and deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s - time.monotonic() > SUSTAIN_SECONDS):
+                   and self._late(deadline) - time.monotonic() > SUSTAIN_SECONDS):
                 held.add(id(pick))
                 if self._measure_curve(pick, deadline):
                     break
@@ -545,10 +545,14 @@ class ServingSearch:
             status, reason = "failed", f"the serving search failed: {type(exc).__name__}: {exc}"
         return self._section(status, reason, time.monotonic() - t0)
 
+    def _late(self, deadline: float) -> float:
+        """The hold's and the curve's last moment: the stage's deadline plus its grace (SERVING_HOLD_GRACE)."""
+        return deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s
+
     def _measure_curve(self, pick: Measured, deadline: float) -> bool:
         """On a fresh server: the pick's max rate held for SUSTAIN_SECONDS (lowered until it holds), then the
         curve's 50% and 80% points of what held; whether it held."""
-        late = deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s
+        late = self._late(deadline)
         with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
             self._warm(srv, pick.max_rate)
             t0 = time.monotonic()
@@ -563,7 +567,7 @@ class ServingSearch:
     def _below(self, pick: Measured, srv: ServerProcess, deadline: float, points: dict[float, LoadPoint]) -> None:
         """The curve's points below the pick's max rate (50%, 80%, 90%), on ``srv``, as the budget allows: each
         runs at least its CURVE_POINT_S within the stage's grace, and longer only within the budget itself."""
-        late = deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s
+        late = self._late(deadline)
         t0 = time.monotonic()
         below = CURVE_FRACTIONS[:-1]
         for i, f in enumerate(below):
@@ -586,7 +590,7 @@ class ServingSearch:
         hold failed is left at the highest rate that passed below it. Without these points the report had no
         percentiles under load to predict a deployment's (the served detector, 2026-11-28), though measuring them
         costs a fresh server and 10-20 s."""
-        late = deadline + SERVING_HOLD_GRACE * self.spec.time_budget_s
+        late = self._late(deadline)
         need = STARTUP_ALLOWANCE_S + sum(_curve_point_seconds(pick.max_rate * f) for f in CURVE_FRACTIONS[:-1])
         if pick.max_rate <= 0 or self._closed or time.monotonic() + need > late:
             return
