@@ -124,6 +124,28 @@ def test_triton_marks_an_output_dim_the_server_saw_follow_the_length() -> None:
     assert [(o.name, list(o.dims)) for o in _parse_triton(text).output] == [("logits", [-1, 32])]
 
 
+def test_requests_that_cannot_share_a_call_are_never_batched_by_the_other_servers() -> None:
+    """CLIP's logits_per_image is (rows, rows): at the interface's batch 4 it reads [4, 4]. Where the server found
+    that merging requests changes an answer, Triton declares that dim -1 and has no dynamic batcher, and TorchServe
+    and Ray Serve take one request per call."""
+    clip = {"form": "dict", "inputs": [
+        {"name": "pixel_values", "keyword": True, "dtype": "float32", "shape": [4, 3, 32, 32], "range": None,
+         "dynamic_dims": [0]}],
+        "outputs": [{"name": "logits_per_image", "path": "", "dtype": "float32", "shape": [4, 4]},
+                    {"name": "image_embeds", "path": "", "dtype": "float32", "shape": [4, 32]}],
+        "batch_size": 4, "dynamic_sizes": {}}
+    plan = _plan(interface=clip, max_batch=4, merge_requests=False, output_batch_dims={"logits_per_image": (1,)})
+    text, _, _ = triton_config(plan)
+    assert text is not None
+    config = _parse_triton(text)
+    assert [(o.name, list(o.dims)) for o in config.output] == [("logits_per_image", [-1]), ("image_embeds", [32])]
+    assert not config.HasField("dynamic_batching")
+    files = server_configs(plan).files
+    assert '"batchSize": 1' in files[TORCHSERVE_FILE] and "max_batch_size=1," in files[RAY_FILE]
+    merged = _parse_triton(triton_config(_plan(interface=clip, max_batch=4))[0] or "")
+    assert merged.HasField("dynamic_batching")
+
+
 def test_triton_for_openvino_and_torchscript() -> None:
     ov = _parse_triton(triton_config(_plan(kind="openvino", runtime={"config": {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": 4, "INFERENCE_PRECISION_HINT": "bf16"}}))[0] or "")
@@ -263,6 +285,10 @@ def test_plan_from_document() -> None:
                                                     "output_dynamic_dims": {"logits": [1], "bad": "x"}}})
     assert apart is not None and not apart.merge_lengths and apart.output_dynamic_dims == {"logits": (1,)}
     assert "MERGE_LENGTHS = False" in server_configs(apart).files[RAY_FILE]
+    assert plan.merge_requests and plan.output_batch_dims is None
+    alone = plan_from_document({**doc, "serving": {**doc["serving"], "merge_requests": False,
+                                                    "output_batch_dims": {"logits_per_image": [1]}}})
+    assert alone is not None and not alone.merge_requests and alone.output_batch_dims == {"logits_per_image": (1,)}
     files = server_configs(plan).files
     assert re.search(r'name: "quick"', files["triton/quick/config.pbtxt"])
     assert plan_from_document({**doc, "artifact": {"status": "failed", "reason": "x"}}) is None

@@ -381,3 +381,31 @@ def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_samp
     assert "2.09x cheaper" in cheaper and "53.3 ms of the 40-ms SLO" in cheaper and "saves little" not in cheaper
     same = note({1: 0.00696, 16: 0.1100})
     assert "so a batch saves little" in same
+
+
+def test_where_requests_cannot_share_a_call_no_batching_is_searched_and_the_report_says_why(tmp_path: Path) -> None:
+    """The server said that merging two requests changes an answer (CLIP's (rows, rows) logits): the batch loop
+    served as it is becomes a request per call, the grid's batching configurations are listed as pruned with that
+    reason, and the note on the knobs does not explain batching by its cost (the real server's check runs in
+    test_serving_server; the search itself on a real CLIP in BENCHMARKS)."""
+    from autotune.serving.search import Measured, ServingSearch, Target
+
+    spec = SimpleNamespace(slo_ms=100.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=60.0)
+    target = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=4, threads=1, model_name="m",
+                    input_names=("x",), call_seconds=0.002)
+    search = ServingSearch(spec, target, cores=1)
+    search.request_rows = 1
+    assert search._batch_loop() == ServingConfig(1, 1, 4, 2.0)
+    search.merge_requests_why = "output 0 of a request is (1, 1) alone and (1, 2) merged with another request"
+    search.output_batch_dims = {"logits": [1]}
+    search.unmerged = [ServingConfig(1, 1, 4, 0.0), ServingConfig(1, 1, 4, 2.0)]
+    assert search._batch_loop() == ServingConfig(1, 1, 1, 0.0)
+    naive = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 900.0, 925.0, (900.0, 950.0), [], "converged")
+    search.measured.append(naive)
+    section = search._section("ok", None, 30.0)
+    assert section["merge_requests"] is False and section["output_batch_dims"] == {"logits": [1]}
+    pruned = [c for c in section["configs"] if c["role"] == "pruned"]
+    assert [(c["max_batch"], c["pruned_reason"]) for c in pruned] == [(4, "requests cannot share a call")] * 2
+    notes = " ".join(section["notes"])
+    assert "cannot share a call" in notes and "per sample" not in notes

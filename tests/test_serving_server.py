@@ -93,6 +93,29 @@ STRIDED = DYNAMIC.replace(
     "        return [(ids * mask)[:, ::2].astype(np.float32), mask.sum(axis=1)]")
 
 
+# A CLIP-like model: one output scores every row of the call against every other (transformers' CLIPModel's
+# logits_per_image is (rows, rows)), so a request merged with others gets another answer than alone, of another shape.
+COUPLED = '''
+import numpy as np
+BATCH_SIZE = 4
+INPUTS = ["x"]
+N_POSITIONAL = 1
+OUTPUTS = ["e", "sim"]
+SAMPLE = [("float32", [4, 3], None)]
+
+
+def _form(xs):
+    return xs[0]
+
+
+def load():
+    def predict(x):
+        x = np.asarray(x)
+        return [x * 2, x @ x.T]
+    return predict
+'''
+
+
 def _traffic(root: Path, lengths: list[int]) -> None:
     """traffic.npz beside load.py: one batch of 2 rows per length, each row padded with 0 after its own length."""
     arrays = {}
@@ -160,6 +183,27 @@ def test_the_traffics_extremes_and_a_merge_that_changes_an_answer(tmp_path: Path
     leaked = tensors.merge_disagrees(same, [[np.full((1, 2), 1.5, np.float32)], same[1]])
     assert leaked is not None and "padding changes its answer" in leaked
     assert tensors.merge_disagrees(same, [[np.full((1, 2), 1.01, np.float32)], same[1]]) is None  # int8-like noise
+
+
+def test_two_requests_of_one_shape_and_the_dims_that_follow_a_calls_rows(tmp_path: Path) -> None:
+    _traffic(tmp_path, [3, 6, 9])  # rows of lengths 3, 1, 6, 4, 9, 7 (trimmed): none shares a shape
+    batches = tensors.read_traffic(tmp_path / "traffic.npz")
+    batches.append({"ids": np.array([[5, 6, 7, 8, 0, 0]]), "mask": np.array([[1, 1, 1, 1, 0, 0]])})
+    pair = tensors.two_of_a_shape(batches, ["ids", "mask"], {"ids": 0, "mask": 0})
+    assert pair is not None and pair[0][0].tolist() == [[7, 7, 7, 7]] and pair[1][0].tolist() == [[5, 6, 7, 8]]
+    one = [{"ids": np.ones((1, 4), np.int64), "mask": np.ones((1, 4), np.int64)}]
+    twice = tensors.two_of_a_shape(one, ["ids", "mask"], {})
+    assert twice is not None and np.array_equal(twice[0][0], twice[1][0])  # no second row: the same one twice
+    assert tensors.two_of_a_shape([{"ids": np.ones((0, 4), np.int64)}], ["ids"], {}) is None
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    solo = [[x[:1] * 2, x[:1] @ x[:1].T, x[:1].sum(axis=1)], [x[1:] * 2, x[1:] @ x[1:].T, x[1:].sum(axis=1)]]
+    assert tensors.batch_dims(solo, [x * 2, x @ x.T, x.sum(axis=1)]) == {0: [], 1: [1], 2: []}
+    coupled = tensors.merge_disagrees(solo, tensors.split([x * 2, x @ x.T, x.sum(axis=1)],
+                                                          tensors.Layout((1, 1), ())), lengths=False)
+    assert coupled is not None and "(1, 1) alone and (1, 2) merged with another request of its shape" in coupled
+    softmax = [[np.array([[0.5]])], [np.array([[0.5]])]]
+    moved = tensors.merge_disagrees(softmax, [[np.array([[0.2]])], [np.array([[0.8]])]], lengths=False)
+    assert moved is not None and "depends on the other rows of the call" in moved
 
 
 # ---- the server in a subprocess -----------------------------------------------------------------------------
@@ -352,6 +396,39 @@ def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) 
     served = _start(SERVING / "server.py", tmp_path, "--artifact", str(follows), "--pad", '{"ids": 0, "mask": 0}')
     try:
         assert json.loads(next(tmp_path.glob("ready-*.json")).read_text())["merge_lengths"] is True
+    finally:
+        assert _stop(served) == 0
+
+
+@pytest.mark.worker
+def test_requests_never_share_a_call_where_an_output_couples_its_rows(tmp_path: Path) -> None:
+    """At start the server merges two requests of one shape and compares each with its answer alone: the coupled
+    model's (rows, rows) output differs, so every request is served in a call of its own, whatever max batch and
+    delay it was started with, and gets its solo answer; a model without such an output keeps merging."""
+    art = _artifact(tmp_path / "coupled", COUPLED)
+    np.savez(art / "traffic.npz", **{"b0.x": np.arange(12, dtype=np.float32).reshape(4, 3)})
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--max-delay-ms", "300")
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["merge_requests"] is False
+        assert "output 1 ('sim') of a request is (1, 1) alone and (1, 2) merged" in ready["merge_requests_why"]
+        assert ready["output_batch_dims"] == {"sim": [1]}
+        xs = [np.full((1, 3), i + 1, np.float32) for i in range(3)] + [np.ones((2, 3), np.float32)]
+        results = _concurrently(lambda x: served.infer({"x": x}), xs)
+        for x, (status, out) in zip(xs, results, strict=True):
+            assert status == 200 and np.array_equal(out["sim"], x @ x.T) and np.array_equal(out["e"], x * 2)
+        stats = json.loads(served.request("GET", "/v2/models/model/stats")[2])
+        assert sorted(s for s, _ in stats["batches"]) == [1, 1, 1, 2]  # one call per request, its own rows
+    finally:
+        assert _stop(served) == 0
+    for old_ready in tmp_path.glob("ready-*.json"):
+        old_ready.unlink()
+    rowwise = _artifact(tmp_path / "rowwise", COUPLED.replace("x @ x.T", "x.sum(axis=1)"))
+    shutil.copy(art / "traffic.npz", rowwise / "traffic.npz")
+    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(rowwise))
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["merge_requests"] is True and ready["output_batch_dims"] == {}
     finally:
         assert _stop(served) == 0
 

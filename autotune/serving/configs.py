@@ -93,6 +93,10 @@ class ServingPlan:
     #: an audio encoder's frame count, which equals no input dim)
     merge_lengths: bool = True
     output_dynamic_dims: Mapping[str, Sequence[int]] | None = None
+    #: whether two requests may share a call at all (``serving.merge_requests``: False where an output couples the
+    #: call's rows, CLIP's ``(rows, rows)`` logits), and per output the non-batch dims that follow the call's rows
+    merge_requests: bool = True
+    output_batch_dims: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or MODEL_NAME_PATTERN.fullmatch(self.model_name) is None:
@@ -169,13 +173,16 @@ def plan_from_document(doc: Mapping[str, Any]) -> ServingPlan | None:
             batch_size=artifact.get("batch_size") if isinstance(artifact.get("batch_size"), int) else None,
             files=tuple(str(f.get("name")) for f in artifact.get("files") or [] if isinstance(f, Mapping)),
             merge_lengths=(serving or {}).get("merge_lengths") is not False,
-            output_dynamic_dims=_output_dims((serving or {}).get("output_dynamic_dims")))
+            output_dynamic_dims=_output_dims((serving or {}).get("output_dynamic_dims")),
+            merge_requests=(serving or {}).get("merge_requests") is not False,
+            output_batch_dims=_output_dims((serving or {}).get("output_batch_dims")))
     except (KeyError, ValueError):  # a document's numbers that are not a configuration
         return None
 
 
 def _output_dims(value: Any) -> dict[str, tuple[int, ...]] | None:
-    """report.json's ``serving.output_dynamic_dims`` as {output: dims}; None when absent or not that shape."""
+    """report.json's ``serving.output_dynamic_dims`` (or ``output_batch_dims``) as {output: dims}; None when absent
+    or not that shape."""
     if not isinstance(value, Mapping):
         return None
     return {str(k): tuple(int(d) for d in v if isinstance(d, int) and not isinstance(d, bool) and d > 0)
@@ -255,8 +262,8 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
             else:  # an output dim as long as a dynamic input dim varies with it (the server slices it back so too),
                 # and one the server saw change with the input's length without equalling it
                 dynamic = {i for i, d in enumerate(shape) if i > 0 and d in sizes}
-                dynamic |= {d for d in (plan.output_dynamic_dims or {}).get(str(tensor.get("name")), ())
-                            if 0 < d < len(shape)}
+                dynamic |= {d for dims in (plan.output_dynamic_dims, plan.output_batch_dims)
+                            for d in (dims or {}).get(str(tensor.get("name")), ()) if 0 < d < len(shape)}
             name = str(tensor.get("name"))
             if torchscript:  # the PyTorch backend binds tensors by position: <name>__<index>
                 name = f"{'INPUT' if section == 'input' else 'OUTPUT'}__{index}"
@@ -279,9 +286,8 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
         "    kind: KIND_CPU",
         "  }",
         "]",
-        "dynamic_batching {",
-        f"  max_queue_delay_microseconds: {delay_us}",
-        "}",
+        *(["dynamic_batching {", f"  max_queue_delay_microseconds: {delay_us}", "}"] if plan.merge_requests else
+          ["# no dynamic_batching: an output couples the rows of a call, so requests must not share one"]),
         *_triton_parameters(plan),
     ]
     return "\n".join(lines) + "\n", "", _triton_notes(plan, sizes)
@@ -357,7 +363,7 @@ def torchserve_properties(plan: ServingPlan) -> str:
         "marName": f"{plan.model_name}.mar",
         "minWorkers": plan.instances,
         "maxWorkers": plan.instances,
-        "batchSize": plan.max_batch,
+        "batchSize": plan.max_batch if plan.merge_requests else 1,
         "maxBatchDelay": _delay_ms_whole(plan),
         "responseTimeout": 120,
     }}}
@@ -531,7 +537,8 @@ def ray_deployment(plan: ServingPlan) -> str:
     delay_s = plan.max_delay_ms / 1000.0
     values = {
         "@MODEL@": plan.model_name, "@VARIANT@": _comment_text(plan.variant), "@INSTANCES@": str(plan.instances),
-        "@THREADS@": str(plan.threads), "@MAX_BATCH@": str(plan.max_batch), "@DELAY@": f"{plan.max_delay_ms:g}",
+        "@THREADS@": str(plan.threads), "@MAX_BATCH@": str(plan.max_batch if plan.merge_requests else 1),
+        "@DELAY@": f"{plan.max_delay_ms:g}",
         "@DELAY_S@": repr(delay_s), "@MERGE@": repr(bool(plan.merge_lengths)),
     }
     text = _RAY_TEMPLATE

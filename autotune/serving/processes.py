@@ -108,6 +108,12 @@ def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence
     return Calibration(instances, threads, service, spread, time.monotonic() - t0)
 
 
+def _dims(value: Any) -> dict[str, list[int]]:
+    """A ready file's ``{output: [dim, ...]}``; empty when absent or not that shape."""
+    return {str(k): [int(d) for d in v] for k, v in value.items() if isinstance(v, list)} \
+        if isinstance(value, dict) else {}
+
+
 class ServerProcess:
     """``run.sh serve`` with one configuration, on a free port of 127.0.0.1; a context manager."""
 
@@ -121,6 +127,8 @@ class ServerProcess:
         self.port = 0
         self.merge_why: str | None = None  # why the server serves requests of different lengths apart, if it does
         self.output_dynamic_dims: dict[str, list[int]] = {}  # per output, the dims that follow the input's length
+        self.merge_requests_why: str | None = None  # why no two requests share a call, if so (rows coupled)
+        self.output_batch_dims: dict[str, list[int]] = {}  # per output, the non-batch dims that follow the rows
         self._dir = tempfile.TemporaryDirectory(prefix="autotune-serve-")
         self.log = Path(self._dir.name) / "server.log"
         self.started_s = 0.0
@@ -151,9 +159,10 @@ class ServerProcess:
                     said = json.loads(ready.read_text())
                     self.port = int(said["port"])
                     self.merge_why = said.get("merge_why") if said.get("merge_lengths") is False else None
-                    dims = said.get("output_dynamic_dims")
-                    self.output_dynamic_dims = {str(k): [int(d) for d in v] for k, v in dims.items()
-                                                if isinstance(v, list)} if isinstance(dims, dict) else {}
+                    self.output_dynamic_dims = _dims(said.get("output_dynamic_dims"))
+                    self.merge_requests_why = said.get("merge_requests_why") \
+                        if said.get("merge_requests") is False else None
+                    self.output_batch_dims = _dims(said.get("output_batch_dims"))
                     break
                 time.sleep(0.05)
             if not self.port:

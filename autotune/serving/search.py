@@ -249,6 +249,11 @@ class ServingSearch:
         self._hold_failed: set[ServingConfig] = set()  # configurations a hold showed below their bisected max
         self.merge_why: str | None = None  # the server's: why requests of different lengths are served apart
         self.output_dynamic_dims: dict[str, list[int]] = {}  # the server's: output dims that follow the length
+        # the server's: why no two requests share a call (an output couples a call's rows), the output dims that
+        # follow the call's rows, and the grid's configurations that batching would have needed
+        self.merge_requests_why: str | None = None
+        self.output_batch_dims: dict[str, list[int]] = {}
+        self.unmerged: list[ServingConfig] = []
         self.interrupted = False
         self.notes: list[str] = []
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
@@ -463,7 +468,7 @@ class ServingSearch:
         """The batch loop's pick served as it is: its threads, its batch, and as long a wait for a batch as one call
         of it takes. A batch no larger than a request is a request alone, so it waits for nobody: no delay (as in
         the grid), and at the naive server's threads that is the naive server, not a second baseline to measure."""
-        batch = self.target.batch_size
+        batch = self.target.batch_size if self.merge_requests_why is None else self.request_rows
         delay = round(1000 * (self.target.call_seconds or 0.0), 3) if batch > self.request_rows else 0.0
         return ServingConfig(1, min(self.target.threads or self.cores, self.cores), batch, delay)
 
@@ -491,7 +496,17 @@ class ServingSearch:
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
                 self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
-                if srv.merge_why:
+                self.merge_requests_why, self.output_batch_dims = srv.merge_requests_why, srv.output_batch_dims
+                if srv.merge_requests_why:  # no batching window can help: each request is a call of its own
+                    self.unmerged = [c for c in configs if c.max_batch > self.request_rows]
+                    configs = [c for c in configs if c not in self.unmerged]
+                    others = [c for c in configs if c != naive]
+                    loop = self._batch_loop()
+                    self.notes.append(f"the server serves each request in a call of its own, since merging two "
+                                      f"requests into one call changed an answer ({srv.merge_requests_why}): no "
+                                      "batching window was searched (max batch above "
+                                      f"{self.request_rows} pruned)")
+                elif srv.merge_why:
                     self.notes.append(f"the server serves requests of different lengths in separate calls, since "
                                       f"merging them into one padded call changed an answer ({srv.merge_why}): "
                                       "batching helps only among requests of one length")
@@ -510,7 +525,7 @@ class ServingSearch:
                 ranked = sorted(fits, key=lambda c: (c.cores, -self.predicted[c])) + \
                     [c for c in ranked if c not in fits]
             chosen = _diverse(ranked, self.spec.confirm)
-            if not others:  # e.g. an artifact of batch 1 on one server core
+            if not others and not self.merge_requests_why:  # e.g. an artifact of batch 1 on one server core
                 self.notes.append(f"the grid held only the naive server's configuration ({naive.label()}): the "
                                   f"artifact's batch is {self.target.batch_size}, so no batching window was "
                                   "searched")
@@ -689,6 +704,11 @@ class ServingSearch:
                    "pruned_reason": "predicted below the confirmed ones" if r > 0 else
                    "predicted to miss the SLO at any rate", "points": []}
                   for c, r in sorted(self.predicted.items(), key=lambda kv: -kv[1]) if c not in measured]
+        pruned += [{"variant": t.variant, "environment": t.environment, "instances": c.instances, "threads": c.threads,
+                    "max_batch": c.max_batch, "max_delay_ms": c.max_delay_ms, "predicted_max_rate": None,
+                    "max_rate": None, "max_rate_ci": None, "role": "pruned",
+                    "pruned_reason": "requests cannot share a call", "points": []}
+                   for c in self.unmerged if c not in measured and c not in self.predicted]
         by_role = {m.role: m for m in self.measured}
         baselines = {key: by_role[role].to_dict(t) for key, role in (("naive", "naive"), ("batch_loop", "batch-loop"))
                      if role in by_role}
@@ -698,6 +718,8 @@ class ServingSearch:
             "request_samples": self.request_rows, "rate_target": getattr(self.spec, "rate", None),
             "merge_lengths": self.merge_why is None, "merge_why": self.merge_why,
             "output_dynamic_dims": self.output_dynamic_dims,
+            "merge_requests": self.merge_requests_why is None, "merge_requests_why": self.merge_requests_why,
+            "output_batch_dims": self.output_batch_dims,
             "cores": self.cores, "recommendation": rec,
             "cpus": {"server": sorted(self.server_cpus) if self.server_cpus else None,
                      "client": sorted(self.client_cpus) if self.client_cpus else None},
@@ -731,6 +753,12 @@ class ServingSearch:
             if note not in self.notes:
                 self.notes.append(note)
         if pick is None or naive is None or pick.max_rate >= 1.1 * naive.max_rate:
+            return
+        if self.merge_requests_why is not None:  # batching was never possible: the calibration says nothing here
+            text = (f"instances and threads did not beat the naive server here ({pick.max_rate / naive.max_rate:.2f}x "
+                    "its max rate), and requests cannot share a call")
+            if text not in self.notes:
+                self.notes.append(text)
             return
         text = (f"batching and instances did not beat the naive server here ({pick.max_rate / naive.max_rate:.2f}x "
                 f"its max rate)")

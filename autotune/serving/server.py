@@ -100,6 +100,11 @@ class Server:
         self.merge_why: str | None = None
         # per output, the dims (0: the batch) whose size differed between the traffic's shortest and longest request
         self.output_dynamic_dims: dict[str, list[int]] = {}
+        # whether two requests may share a call at all (_check_merging: an output that couples a call's rows), why
+        # not, and per output the non-batch dims whose size followed the call's rows
+        self.merge_requests = True
+        self.merge_requests_why: str | None = None
+        self.output_batch_dims: dict[str, list[int]] = {}
         self.batcher: batcher.Batcher | None = None
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
@@ -145,58 +150,84 @@ class Server:
         return code
 
     async def _check_merging(self, iface: tensors.Interface) -> None:
-        """Before the first request: the traffic's shortest and longest request, each alone and then merged into
-        one padded call, must get the same answers (:func:`tensors.merge_disagrees`); when they do not, requests
-        of different lengths are served in separate calls (``_run``), and the log and the ready file say why.
-        Nothing to check without dynamic dims or without the traffic saved in the artifact."""
+        """Before the first request, on the traffic saved in the artifact: two requests of one shape, each alone
+        and then merged into one call, must get the same answers, else no two requests share a call; then the
+        traffic's shortest and longest request likewise, padded, else only requests of one length share a call
+        (:func:`tensors.merge_disagrees`, ``_run``). The log and the ready file say why. Nothing to check where no
+        call takes two rows (neither the artifact's batch nor ``--max-batch``) or the traffic is not in the artifact.
+
+        Why both: padding is not the only way merging changes an answer. An output may couple a call's rows
+        (transformers' CLIPModel: ``logits_per_image`` is ``(rows, rows)``), and merged requests then got a row
+        of another request's scores, ``(1, 4)`` where alone it is ``(1, 1)`` (session 34)."""
         path = os.path.join(self.opts.artifact, "traffic.npz")
-        if not any(s.dynamic for s in iface.inputs) or not os.path.exists(path):
+        if max(self.opts.max_batch or 0, iface.batch_size or 1) < 2 or not os.path.exists(path):
             return
         pads = [s.pad for s in iface.inputs]
         try:
-            pair = tensors.shortest_and_longest(tensors.read_traffic(path), iface.names,
-                                                {s.name: s.pad for s in iface.inputs})
+            traffic = tensors.read_traffic(path)
+            pad = {s.name: s.pad for s in iface.inputs}
+            same = tensors.two_of_a_shape(traffic, iface.names, pad)
+            pair = tensors.shortest_and_longest(traffic, iface.names, pad) if any(s.dynamic for s in iface.inputs) \
+                else None
         except (OSError, ValueError, KeyError) as e:
-            _log(f"the merge check could not read {path}: {e}; requests of different lengths are merged")
-            return
-        if pair is None:
+            _log(f"the merge check could not read {path}: {e}; requests are merged")
             return
         inst = self.instances[0]
-        try:
-            solo = []
-            for r in pair:
-                arrays, layout = tensors.combine([r], pads)
-                solo.append(tensors.split(await inst.call(arrays), layout)[0])
-        except instances.InstanceError as e:
-            _log(f"the merge check's single requests failed ({e}); requests of different lengths are merged")
-            return
-        self.output_dynamic_dims = {
-            name: [d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]]
-            for (name, _, _), a, b in zip(iface.outputs, solo[0], solo[1], strict=False)
-            if np.ndim(a) == np.ndim(b)}
-        try:
-            arrays, layout = tensors.combine(list(pair), pads)
-            why = tensors.merge_disagrees(solo, tensors.split(await inst.call(arrays), layout))
-        except instances.InstanceError as e:
-            why = f"the merged call failed: {e}"
-        if why is not None:
-            self.merge_lengths, self.merge_why = False, why
-            _log(f"requests of different lengths are served in separate calls: {why}")
+        for requests, lengths in ((same, False), (pair, True)):
+            if requests is None:
+                continue
+            try:
+                solo = []
+                for r in requests:
+                    arrays, layout = tensors.combine([r], pads)
+                    solo.append(tensors.split(await inst.call(arrays), layout)[0])
+            except instances.InstanceError as e:
+                _log(f"the merge check's single requests failed ({e}); requests are merged")
+                return
+            merged: list[Any] = []
+            try:
+                arrays, layout = tensors.combine(list(requests), pads)
+                merged = list(await inst.call(arrays))
+                why = tensors.merge_disagrees(solo, tensors.split(merged, layout), lengths=lengths,
+                                              names=[o[0] for o in iface.outputs])
+            except instances.InstanceError as e:
+                why = f"the merged call failed: {e}"
+            if not lengths:
+                names = [o[0] for o in iface.outputs]
+                self.output_batch_dims = {names[k]: dims for k, dims in tensors.batch_dims(solo, merged).items()
+                                          if k < len(names) and dims}
+                if why is not None:
+                    self.merge_requests, self.merge_requests_why = False, why
+                    _log(f"requests are served one per call: {why}")
+                    return
+                continue
+            self.output_dynamic_dims = {
+                name: [d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]]
+                for (name, _, _), a, b in zip(iface.outputs, solo[0], solo[1], strict=False)
+                if np.ndim(a) == np.ndim(b)}
+            if why is not None:
+                self.merge_lengths, self.merge_why = False, why
+                _log(f"requests of different lengths are served in separate calls: {why}")
 
     def _ready_up(self, iface: tensors.Interface, port: int) -> None:
         o = self.opts
         self.iface = iface
         self.max_batch = o.max_batch or self.iface.batch_size or 1
-        policy = batcher.BatchPolicy(self.max_batch, o.max_delay_ms / 1000.0)
+        # requests that cannot share a call go one per call, at once (a request's own rows are still one call)
+        policy = batcher.BatchPolicy(self.max_batch, o.max_delay_ms / 1000.0) if self.merge_requests else \
+            batcher.BatchPolicy(1, 0.0)
         self.batcher = batcher.Batcher(policy, len(self.instances))
         if o.ready_file:
             tmp = o.ready_file + ".tmp"
             with open(tmp, "w") as f:
                 json.dump({"port": port, "pid": os.getpid(), "merge_lengths": self.merge_lengths,
-                           "merge_why": self.merge_why, "output_dynamic_dims": self.output_dynamic_dims}, f)
+                           "merge_why": self.merge_why, "output_dynamic_dims": self.output_dynamic_dims,
+                           "merge_requests": self.merge_requests, "merge_requests_why": self.merge_requests_why,
+                           "output_batch_dims": self.output_batch_dims}, f)
             os.replace(tmp, o.ready_file)
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
-             f"{self.max_batch}, max delay {o.max_delay_ms} ms, port {port}")
+             f"{self.max_batch}, max delay {o.max_delay_ms} ms"
+             + ("" if self.merge_requests else " (requests one per call)") + f", port {port}")
 
     async def _shutdown(self) -> None:
         self.stopping = True

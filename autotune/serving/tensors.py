@@ -240,36 +240,80 @@ def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Seq
     return [short[n] for n in names], [long_[n] for n in names]
 
 
+def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any]
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """Two one-row requests of the traffic (arrays in ``names`` order) of the same shapes and, where the traffic
+    has them, different contents: what any batcher merges into one call without padding. The same row twice
+    when no two rows share a shape; None for a traffic without rows."""
+    axes = dynamic_axes(batches)
+    first: dict[tuple[tuple[int, ...], ...], dict[str, np.ndarray]] = {}
+    only: dict[str, np.ndarray] | None = None
+    for b in batches:
+        for i in range(next(iter(b.values())).shape[0]):
+            row = trim({n: b[n][i:i + 1] for n in names}, axes, pad)
+            key = tuple(row[n].shape for n in names)
+            other = first.setdefault(key, row)
+            if other is not row and any(not np.array_equal(other[n], row[n]) for n in names):
+                return [other[n] for n in names], [row[n] for n in names]
+            only = only or row
+    if only is None:
+        return None
+    return [only[n] for n in names], [only[n] for n in names]
+
+
+def batch_dims(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[np.ndarray]) -> dict[int, list[int]]:
+    """Per output index, the non-batch dims whose size grew with the rows of the call: the one-row requests'
+    answers alone (``solo``) against the raw outputs of their merged call (``merged``, before :func:`split`).
+
+    Why: an output such as CLIP's ``logits_per_image`` is ``(rows, rows)``, every row scored against every other
+    one in the call; its second dim is a batch dim too, which a server that merges requests cannot cut back."""
+    rows = len(solo)
+    out: dict[int, list[int]] = {}
+    for k, m in enumerate(merged):
+        a, m = np.asarray(solo[0][k]), np.asarray(m)
+        if a.ndim == m.ndim and m.ndim >= 1 and m.shape[0] == rows * a.shape[0]:
+            out[k] = [d for d in range(1, m.ndim) if m.shape[d] != a.shape[d]]
+    return out
+
+
 #: How far a merged request's output may be from its solo one, relative to the solo output's largest magnitude:
 #: kernels chosen per batch size move float32 outputs by ~1e-6 of it, dynamic int8 (activation scales over the
 #: whole batch) by up to ~1e-2; padding that leaks into an answer (a model that ignores its mask) moves it by far more.
 MERGE_TOLERANCE = 0.02
 
 
-def merge_disagrees(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[Sequence[np.ndarray]]) -> str | None:
-    """Why merging requests of different lengths into one padded call changes an answer, or None when each
-    request's outputs from the merged call (:func:`combine`, the model, :func:`split`) are its solo ones.
+def merge_disagrees(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[Sequence[np.ndarray]], *,
+                    lengths: bool = True, names: Sequence[str] = ()) -> str | None:
+    """Why merging requests (of different lengths, or with ``lengths=False`` of one shape) into one call changes
+    an answer, or None when each request's outputs from the merged call (:func:`combine`, the model,
+    :func:`split`) are its solo ones.
 
     Why: :func:`split` cuts an output dim back only where it equals a padded input length. A model whose output
     length is a function of the input's but not equal to it (an audio encoder's strided convolutions: 4,000
     samples give 12 frames, 15,000 give 46) returns the long request's frame count to the short one, the frames
-    past its own made from padding (transformers' Wav2Vec2ForCTC, session 32)."""
+    past its own made from padding (transformers' Wav2Vec2ForCTC, session 32). Requests of one shape need no
+    padding, yet an output that couples a call's rows (CLIP's ``(rows, rows)`` similarity, a softmax or a norm
+    over the batch) still gives each request another answer merged than alone (``lengths=False``)."""
+    other = "a request of another length" if lengths else "another request of its shape"
     for j, (own, got) in enumerate(zip(solo, merged, strict=True)):
-        for k, (a, b) in enumerate(zip(own, got, strict=True)):
+        for i, (a, b) in enumerate(zip(own, got, strict=True)):
             a, b = np.asarray(a), np.asarray(b)
+            k = f"{i} ({names[i]!r})" if i < len(names) else str(i)  # the output's index, and its name if given
             if a.shape != b.shape:
-                return (f"output {k} of a request is {a.shape} alone and {b.shape} merged with a request of another "
-                        "length (its length follows the input's without equalling it)")
+                return (f"output {k} of a request is {a.shape} alone and {b.shape} merged with {other} "
+                        + ("(its length follows the input's without equalling it)" if lengths else
+                           "(its size follows the rows of the call)"))
             if a.dtype.kind in "fc" and a.size:
                 scale = float(np.max(np.abs(a))) or 1.0
                 diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
                 if not diff <= MERGE_TOLERANCE * scale:
                     return (f"output {k} of request {j} moves by {diff:.3g} (largest value {scale:.3g}) when merged "
-                            "with a request of another length: the padding changes its answer")
+                            f"with {other}: " + ("the padding changes its answer" if lengths else
+                                                 "its answer depends on the other rows of the call"))
             elif a.size and not np.array_equal(a, b):
-                return f"output {k} of request {j} changes when merged with a request of another length"
+                return f"output {k} of request {j} changes when merged with {other}"
     return None
 
 
-__all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "combine", "dynamic_axes", "merge_disagrees",
-           "read_traffic", "shortest_and_longest", "split", "trim"]
+__all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",
+           "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "trim", "two_of_a_shape"]
