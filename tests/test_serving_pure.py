@@ -220,6 +220,8 @@ def test_a_floor_is_not_also_called_an_upper_bound(tmp_path: Path) -> None:
     assert rec["max_rate"] == 7.0 and rec["floor"] is True and rec["bound_requests"] == 72
     notes = " ".join(section["notes"])
     assert "the max rate is a floor" in notes and "upper bound" not in notes
+    # its pass is thin too: 60 requests (54 kept) cannot bound a p99 either, and the section says so
+    assert rec["pass_requests"] == 54 and "the max rate passed on 54 requests, too few" in notes
     # a clear failure above it: a sound bound. Never held (the budget ran out before its turn), the max rests on its
     # bisection; held and failed there, it is an upper bound (a configuration whose hold failed, session 32: the
     # report said "upper bound" of a pick whose hold never ran beside "at least" of the same rate)
@@ -229,6 +231,10 @@ def test_a_floor_is_not_also_called_an_upper_bound(tmp_path: Path) -> None:
     section = search._section("ok", None, 90.0)
     notes = " ".join(section["notes"])
     assert section["recommendation"]["floor"] is False
+    many = ServingSearch(spec, target, cores=1)  # a pass on 400 requests is sure enough: no such note
+    many.measured.append(Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, 7.0, (7.0, 7.9),
+                                  [_few(7.0, 400, 0), _few(7.9, 79, 79)], "converged"))
+    assert "too few to be 95% sure" not in " ".join(many._section("ok", None, 90.0)["notes"])
     assert "rests on its bisection's points alone" in notes and "upper bound" not in notes
     search.notes.clear()
     search._hold_failed.add(ServingConfig(1, 1, 1, 0.0))
@@ -409,3 +415,13 @@ def test_where_requests_cannot_share_a_call_no_batching_is_searched_and_the_repo
     assert [(c["max_batch"], c["pruned_reason"]) for c in pruned] == [(4, "requests cannot share a call")] * 2
     notes = " ".join(section["notes"])
     assert "cannot share a call" in notes and "per sample" not in notes
+
+
+def test_a_point_that_sent_nothing_is_no_pass_and_no_sure_failure() -> None:
+    """A slow model's point at 0.5 requests/s for 8 s sent nothing (Poisson, 1.8% of the time; torchvision's RAFT,
+    session 34): it was read as a sure failure with a p99 of 1e9 ms. It is not a pass, and not a sure failure."""
+    res = SimpleNamespace(latencies_ms=[], sent=0, ok=0, failed=0, timed_out=0, dropped=0, achieved_rate=0.0)
+    point = point_from(res, rate=0.5, seconds=8.0, slo_ms=200.0, percentile=99.0)
+    assert not point.passed and not point.clear and point.kept == 0
+    failed = SimpleNamespace(latencies_ms=[], sent=3, ok=0, failed=3, timed_out=0, dropped=0, achieved_rate=0.0)
+    assert point_from(failed, rate=0.5, seconds=8.0, slo_ms=200.0, percentile=99.0).clear  # errors: sure enough

@@ -87,6 +87,8 @@ def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, perce
     q = [50.0, 90.0, 99.0, percentile]
     p50, p90, p99, pct = (float(v) for v in np.percentile(values, q))
     lo, hi = _interval(values, percentile, pct, seed=int(rate) % 997)
+    if kept.size + err_kept == 0:  # nothing was sent (a low rate's short point): no evidence either way, not sure
+        lo = 0.0
     p99_ci = (lo, hi) if percentile == 99.0 else _interval(values, 99.0, p99, seed=int(rate) % 997)
     good = int(np.sum(lat <= slo_ms))
     lag = float(getattr(result, "send_lag_p99_ms", 0.0) or 0.0)

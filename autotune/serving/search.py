@@ -286,7 +286,8 @@ class ServingSearch:
         result = self._load(server, rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
         point = point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms, percentile=self.q)
         self.say(f"  {rate:8.1f} req/s: p{self.q:g} {point.pct_ms:8.1f} ms "
-                 f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok")
+                 f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok" if point.kept else
+                 f"  {rate:8.1f} req/s: no request in its {seconds:.0f} s (not a pass)")
         return point
 
     def _warm(self, server: ServerProcess, rate: float) -> None:
@@ -685,6 +686,15 @@ class ServingSearch:
                 self.notes.append(f"the pick passed at every rate tried, up to {pick.max_rate:.1f} requests/s: its "
                                   "max rate is at least that (the serving budget ran out before a rate failed)")
             rec["floor"] = bound is not None
+            thin = full if full is not None and 0 < full.kept < requests_to_bound(self.q) else None
+            rec["pass_requests"] = full.kept if full is not None else None
+            if thin is not None:
+                need = requests_to_bound(self.q)
+                self.notes.append(
+                    f"the max rate passed on {thin.kept} requests, too few to be 95% sure of a p{self.q:g} (that needs "
+                    f"{need}; at {thin.rate:.1f} requests/s a point of {need} lasts "
+                    f"{need / max(thin.rate, 1e-9):.0f} s): its p{self.q:g} read within the SLO, but so few "
+                    "requests cannot bound it; a longer [serving] time_budget_s would")
             if bound is not None:
                 need = requests_to_bound(self.q)
                 rec["bound_requests"] = bound.kept
