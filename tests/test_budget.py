@@ -84,6 +84,11 @@ def test_the_report_says_the_time_against_the_budget_and_its_promise() -> None:
     assert "then serving 45 s of its own 40-s budget (OVER its promise of 44 s)" in (budget_summary(served) or "")
     served["recipe"]["serving"]["time_budget_s"] = 41.0  # type: ignore[index]
     assert "then serving 45 s of its own 41-s budget (within its promise of 45 s)" in (budget_summary(served) or "")
+    over_by_a_little = dict(_doc(plan.to_dict({"search": 30.0, "serving": 66.4}, 60.0)),
+                            recipe={"name": "r", "serving": {"time_budget_s": 60.0}})
+    # (the MLM's report said "serving 66 s of its own 60-s budget (OVER its promise of 66 s)")
+    assert "then serving 66.4 s of its own 60-s budget (OVER its promise of 66.0 s)" in \
+        (budget_summary(over_by_a_little) or "")
     assert budget_summary(_doc({"phases": "x"})) is None  # an older or damaged section: no line, no traceback
 
 

@@ -460,6 +460,14 @@ def search_summary(doc: Mapping[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def _against_promise(seconds: float, promise: float) -> tuple[str, str, str]:
+    """Seconds and promise as printed, and "within" or "OVER": whole seconds, or tenths where whole ones would
+    read the same on both sides of the promise (a report said "66 s ... OVER its promise of 66 s")."""
+    kept = "within" if seconds <= promise else "OVER"
+    digits = 1 if f"{seconds:.0f}" == f"{promise:.0f}" and kept == "OVER" else 0
+    return f"{seconds:.{digits}f}", kept, f"{promise:.{digits}f}"
+
+
 def budget_summary(doc: Mapping[str, Any]) -> str | None:
     """The time budget's line: the run's seconds against its budget and promise, and each phase's (None for a
     report without a ``budget`` section: an older version, or a document rebuilt without a run)."""
@@ -471,11 +479,11 @@ def budget_summary(doc: Mapping[str, Any]) -> str | None:
     phases: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     own = ", ".join(f"{name} {v:.0f} s" for name, v in phases.items() if name != "serving" and is_number(v))
     promise = budget.get("promise_s")
-    held = ""
+    wall, held = f"{budget['wall_seconds']:.0f}", ""
     if is_number(promise):
-        held = (f" (within its promise of {promise:.0f} s)" if budget["wall_seconds"] <= promise
-                else f" (OVER its promise of {promise:.0f} s)")
-    line = f"{budget['wall_seconds']:.0f} s of a {budget['time_budget_s']:g}-s budget{held}"
+        wall, kept, said = _against_promise(budget["wall_seconds"], promise)
+        held = f" ({kept} its promise of {said} s)"
+    line = f"{wall} s of a {budget['time_budget_s']:g}-s budget{held}"
     if own:
         line += f": {own}"
     if is_number(phases.get("serving")):
@@ -484,8 +492,8 @@ def budget_summary(doc: Mapping[str, Any]) -> str | None:
         own_budget = serving.get("time_budget_s") if isinstance(serving, Mapping) else None
         if is_number(own_budget) and own_budget > 0:
             promise_s = (1 + SERVING_HOLD_GRACE) * own_budget  # the pick's hold may run past the stage's budget
-            line += (f"; then serving {phases['serving']:.0f} s of its own {own_budget:g}-s budget "
-                     f"({'within' if phases['serving'] <= promise_s else 'OVER'} its promise of {promise_s:.0f} s)")
+            took, kept, said = _against_promise(phases["serving"], promise_s)
+            line += f"; then serving {took} s of its own {own_budget:g}-s budget ({kept} its promise of {said} s)"
         else:
             line += f"; then serving {phases['serving']:.0f} s (its own budget)"
     return line
