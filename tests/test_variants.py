@@ -579,3 +579,49 @@ def test_cuda_compile_reduce_overhead_passes_the_gate() -> None:
     built = build_variant(VariantSpec.parse("compile:reduce-overhead"), model, (_randn(shape, 0).cuda(),),
                           device="cuda")
     assert check_variant(model, built, lambda s: (_randn(shape, s).cuda(),)).passed
+
+
+def test_an_output_the_tracer_cannot_type_is_traced_flat_and_rebuilt() -> None:
+    """transformers' CLIPOutput nests two BaseModelOutputWithPooling: torch.jit.trace said "Tracer cannot infer type
+    of CLIPOutput" and trace and frozen were never measured (session 34). They are now traced returning the
+    leaves, the measured call rebuilds the eager structure (what the gate compares), and the saved TorchScript
+    returns the leaves in pytree order (what load.py returns for every kind)."""
+    pytest.importorskip("transformers")
+    import io
+    from dataclasses import dataclass
+
+    import torch.utils._pytree as pytree
+    from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput
+
+    from autotune.worker.variants.build import build_variant
+
+    @dataclass
+    class Nested(ModelOutput):  # a CLIPOutput-like output: a tensor and a nested output
+        logits: torch.Tensor | None = None
+        inner: BaseModelOutputWithPooling | None = None
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> Nested:
+            h = self.fc(x)
+            return Nested(logits=h @ h.T, inner=BaseModelOutputWithPooling(last_hidden_state=h, pooler_output=h.sum(1)))
+
+    model = Model().eval()
+    x = torch.randn(2, 4)
+    with torch.inference_mode():
+        want = model(x)
+    for name in ("trace", "frozen"):
+        built = build_variant(VariantSpec.parse(name), model, (x,), device="cpu", keep_artifact=True)
+        got = built.fn(x)
+        assert isinstance(got, Nested) and isinstance(got.inner, BaseModelOutputWithPooling), type(got)
+        for a, b in zip(pytree.tree_leaves(want), pytree.tree_leaves(got), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+        assert any("leaves in pytree order" in n for n in built.notes), built.notes
+        data = built.artifact if isinstance(built.artifact, bytes) else None
+        saved = torch.jit.load(io.BytesIO(data)) if data is not None else built.artifact
+        flat = saved(x)
+        assert isinstance(flat, tuple) and len(flat) == 3
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(pytree.tree_leaves(want), flat, strict=True))

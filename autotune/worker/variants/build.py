@@ -156,18 +156,59 @@ def _script(model: Any, notes: list[str]) -> Any:
         raise
 
 
-def _script_or_trace(model: Any, example: tuple[Any, ...], notes: list[str], *, prefer_trace: bool) -> Any:
-    import torch
+#: What ``torch.jit.trace`` says of an output structure it cannot type (a ``ModelOutput`` nesting others).
+_UNTYPED_OUTPUT = ("cannot infer type", "can be output from traced functions")
 
+
+def _trace(model: Any, example: tuple[Any, ...], notes: list[str]) -> tuple[Any, Any]:
+    """``torch.jit.trace`` (``strict=False``: dicts and Hugging Face outputs of tensors); the module and None, or,
+    for an output the tracer cannot type, the module traced returning its flat leaves and the pytree spec that
+    rebuilds the eager structure around them.
+
+    Why: transformers' ``CLIPOutput`` holds two ``BaseModelOutputWithPooling``s, and the tracer failed with
+    "Tracer cannot infer type of CLIPOutput" (session 34), so trace and frozen were never measured. Flat leaves are
+    what the artifact's ``load.py`` returns anyway (as the flattened AOTInductor package does)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    try:
+        return silenced_build("torch.jit.trace", notes,
+                              lambda: torch.jit.trace(model, example, check_trace=False, strict=False)), None
+    except VariantError as exc:
+        if not any(words in str(exc) for words in _UNTYPED_OUTPUT):
+            raise
+        first_error = str(exc)
+    with torch.inference_mode():
+        reference = silenced_build("eager forward for the output structure", notes, lambda: model(*example))
+    spec = pytree.tree_structure(reference)
+    del reference
+    traced = silenced_build("torch.jit.trace of the flat outputs", notes,
+                            lambda: torch.jit.trace(_flat_outputs(model), example, check_trace=False, strict=False))
+    notes.append(f"traced returning the output's leaves in pytree order (the call rebuilds the structure), because "
+                 f"{first_error}")
+    return traced, spec
+
+
+def _rebuilt(module: Any, spec: Any) -> Callable[..., Any]:
+    """``module`` (returning flat leaves) called so that it returns the structure ``spec`` describes."""
+    import torch.utils._pytree as pytree
+
+    def call(*args: Any) -> Any:
+        return pytree.tree_unflatten(list(module(*args)), spec)
+
+    return call
+
+
+def _script_or_trace(model: Any, example: tuple[Any, ...], notes: list[str], *, prefer_trace: bool
+                     ) -> tuple[Any, Any]:
+    """Scripted (or traced, where scripting fails or ``prefer_trace``), with the spec of flat outputs (None)."""
     if not prefer_trace:
         try:
-            return _script(model, notes)
+            return _script(model, notes), None
         except VariantError as exc:
             first_error = str(exc)
         notes.append(f"frozen built from torch.jit.trace because {first_error}")
-    return silenced_build(
-        "torch.jit.trace", notes, lambda: torch.jit.trace(model, example, check_trace=False, strict=False)
-    )
+    return _trace(model, example, notes)
 
 
 def _compile_kwargs(mode: str) -> dict[str, Any]:
@@ -304,20 +345,19 @@ def build_variant(
             inner = _script(m, notes)
             artifact = inner if keep_artifact else None
         elif spec.compiler == "trace":
-            inner = silenced_build(
-                "torch.jit.trace", notes,
-                lambda: torch.jit.trace(target, example, check_trace=False, strict=False),
-            )
-            artifact = inner if keep_artifact else None
+            traced, flat = _trace(target, example, notes)
+            artifact = traced if keep_artifact else None
+            inner = traced if flat is None else _rebuilt(traced, flat)
         elif spec.compiler == "frozen":
-            scripted = _script_or_trace(target, example, notes, prefer_trace=target is not m)
+            scripted, flat = _script_or_trace(target, example, notes, prefer_trace=target is not m)
             if target is not m:
                 notes.append("frozen+autocast is built from torch.jit.trace (autocast baked into the graph)")
             frozen = silenced_build("torch.jit.freeze", notes, lambda: torch.jit.freeze(scripted.eval()))
             if keep_artifact:
                 artifact = _jit_bytes(frozen)
-            inner = silenced_build("torch.jit.optimize_for_inference", notes,
-                                   lambda: torch.jit.optimize_for_inference(frozen))
+            optimized = silenced_build("torch.jit.optimize_for_inference", notes,
+                                       lambda: torch.jit.optimize_for_inference(frozen))
+            inner = optimized if flat is None else _rebuilt(optimized, flat)
         elif spec.compiler == "compile":
             mode = spec.compile_mode or "default"
             kwargs = _compile_kwargs(mode)
