@@ -425,3 +425,36 @@ def test_a_point_that_sent_nothing_is_no_pass_and_no_sure_failure() -> None:
     assert not point.passed and not point.clear and point.kept == 0
     failed = SimpleNamespace(latencies_ms=[], sent=3, ok=0, failed=3, timed_out=0, dropped=0, achieved_rate=0.0)
     assert point_from(failed, rate=0.5, seconds=8.0, slo_ms=200.0, percentile=99.0).clear  # errors: sure enough
+
+
+def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Path) -> None:
+    """torch's TransformerEncoder with 60 s of serving budget: three confirmations got one passing point each and
+    the stage said "at least 890 requests/s". Now only as many are confirmed as can each start a server and run
+    three points, the batch loop's baseline kept; a budget that fits them all keeps them all."""
+    from autotune.serving.search import (
+        BRACKET_POINTS,
+        WARMUP_SECONDS,
+        Measured,
+        ServingSearch,
+        Target,
+        bisections_that_fit,
+    )
+
+    each = 4.0 + WARMUP_SECONDS + BRACKET_POINTS * 2.0
+    assert bisections_that_fit(2.5 * each, 4.0, 2.0, 5) == 2 and bisections_that_fit(100 * each, 4.0, 2.0, 5) == 5
+    assert bisections_that_fit(1.0, 4.0, 2.0, 3) == 1 and bisections_that_fit(1.0, 4.0, 2.0, 0) == 0
+    spec = SimpleNamespace(slo_ms=50.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=60.0)
+    target = Target(artifact=tmp_path, variant="eager", environment="glibc", batch_size=8, threads=1,
+                    model_name="m", input_names=("src",))
+    naive = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 566.0, 566.0, (566.0, 736.0),
+                     [_few(566.0, 1080, 0, slo=50.0), _few(736.0, 1536, 1536, slo=50.0)], "converged")
+    chosen = [ServingConfig(1, 1, 4, 2.0), ServingConfig(1, 1, 8, 10.0), ServingConfig(1, 1, 2, 5.0)]
+    point_s = float(np.mean([p.seconds for p in naive.points]))
+    tight = ServingSearch(spec, target, cores=1)
+    kept, share = tight._fit_confirmations(chosen, True, 2.2 * (4.0 + WARMUP_SECONDS + 3 * point_s), 4.0, naive, 5.0)
+    assert kept == chosen[:1] and share > 5.0
+    assert "2 of the 3 configurations the simulation ranked next were not confirmed" in " ".join(tight.notes)
+    roomy = ServingSearch(spec, target, cores=1)
+    kept, _ = roomy._fit_confirmations(chosen, True, 500.0, 4.0, naive, 5.0)
+    assert kept == chosen and not roomy.notes
