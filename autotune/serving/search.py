@@ -549,8 +549,12 @@ class ServingSearch:
                 self._warm(srv, self._start_rate(naive))
                 self._overhead(srv)
                 self._simulate([*configs, naive])
+                # the baseline every knob is judged against gets the points a bracket needs, its server already up
+                # (a 16-s share held two 8-s points of the quickstart's naive server, both failed: "0 requests/s")
+                naive_s = max(share, BRACKET_POINTS * point_seconds(max(self._start_rate(naive), 0.5)) + 1.0)
                 measured_naive = self._bisect(naive, "naive", self._start_rate(naive),
-                                              time.monotonic() + share, server=srv)
+                                              time.monotonic() + min(naive_s, deadline - time.monotonic() - reserve),
+                                              server=srv)
                 start_s = self.start_s = srv.started_s  # what a fresh server costs before its first point
             if self._fit_overhead(naive, measured_naive):
                 self._simulate(configs)
