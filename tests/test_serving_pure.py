@@ -452,9 +452,11 @@ def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Pat
     chosen = [ServingConfig(1, 1, 4, 2.0), ServingConfig(1, 1, 8, 10.0), ServingConfig(1, 1, 2, 5.0)]
     point_s = float(np.mean([p.seconds for p in naive.points]))
     tight = ServingSearch(spec, target, cores=1)
-    kept, share = tight._fit_confirmations(chosen, True, 2.2 * (4.0 + WARMUP_SECONDS + 3 * point_s), 4.0, naive, 5.0)
+    tight.start_s = 4.0  # the naive server's start
+    kept, share = tight._fit_confirmations(chosen, True, 2.2 * (4.0 + WARMUP_SECONDS + 3 * point_s), naive, 5.0)
     assert kept == chosen[:1] and share > 5.0
     assert "2 of the 3 configurations the simulation ranked next were not confirmed" in " ".join(tight.notes)
     roomy = ServingSearch(spec, target, cores=1)
-    kept, _ = roomy._fit_confirmations(chosen, True, 500.0, 4.0, naive, 5.0)
+    roomy.start_s = 4.0
+    kept, _ = roomy._fit_confirmations(chosen, True, 500.0, naive, 5.0)
     assert kept == chosen and not roomy.notes

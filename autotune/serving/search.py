@@ -463,8 +463,8 @@ class ServingSearch:
         if lat.size >= 5:
             self.overhead_s = max(0.0, float(np.median(lat)) / 1000 - call)
 
-    def _fit_confirmations(self, chosen: list[ServingConfig], loop: bool, left_s: float, start_s: float,
-                           naive: Measured, share: float) -> tuple[list[ServingConfig], float]:
+    def _fit_confirmations(self, chosen: list[ServingConfig], loop: bool, left_s: float, naive: Measured,
+                           share: float) -> tuple[list[ServingConfig], float]:
         """The configurations to confirm, fewer where the budget left cannot give each a bracketed max rate, and
         each bisection's share of that time.
 
@@ -474,7 +474,7 @@ class ServingSearch:
         more. The batch loop served as it is (``loop``) keeps its place: it is a baseline the report needs."""
         seconds = [p.seconds for p in naive.points if p.seconds > 0]
         point_s = float(np.mean(seconds)) if seconds else 4.0
-        fit = bisections_that_fit(left_s, start_s, point_s, len(chosen) + int(loop))
+        fit = bisections_that_fit(left_s, self.start_s, point_s, len(chosen) + int(loop))
         keep = max(1, fit - int(loop)) if chosen else 0
         if keep < len(chosen):
             dropped = len(chosen) - keep
@@ -555,7 +555,7 @@ class ServingSearch:
                 measured_naive = self._bisect(naive, "naive", self._start_rate(naive),
                                               time.monotonic() + min(naive_s, deadline - time.monotonic() - reserve),
                                               server=srv)
-                start_s = self.start_s = srv.started_s  # what a fresh server costs before its first point
+                self.start_s = srv.started_s  # what a fresh server costs before its first point
             if self._fit_overhead(naive, measured_naive):
                 self._simulate(configs)
             ranked = sorted((c for c in configs if self.predicted.get(c, 0.0) > 0 and c != naive),
@@ -567,7 +567,7 @@ class ServingSearch:
                     [c for c in ranked if c not in fits]
             chosen = _diverse(ranked, self.spec.confirm)
             chosen, share = self._fit_confirmations(chosen, loop != naive, deadline - time.monotonic() - reserve,
-                                                    start_s, measured_naive, share)
+                                                    measured_naive, share)
             if not others and not self.merge_requests_why:  # e.g. an artifact of batch 1 on one server core
                 self.notes.append(f"the grid held only the naive server's configuration ({naive.label()}): the "
                                   f"artifact's batch is {self.target.batch_size}, so no batching window was "

@@ -172,42 +172,52 @@ class Server:
         except (OSError, ValueError, KeyError) as e:
             _log(f"the merge check could not read {path}: {e}; requests are merged")
             return
-        inst = self.instances[0]
-        for requests, lengths in ((same, False), (pair, True)):
-            if requests is None:
-                continue
-            try:
-                solo = []
-                for r in requests:
-                    arrays, layout = tensors.combine([r], pads)
-                    solo.append(tensors.split(await inst.call(arrays), layout)[0])
-            except instances.InstanceError as e:
-                _log(f"the merge check's single requests failed ({e}); requests are merged")
+        names = [o[0] for o in iface.outputs]
+        if same is not None:
+            tried = await self._merge_trial(same, pads, names, lengths=False)
+            if tried is None:
                 return
-            merged: list[Any] = []
-            try:
-                arrays, layout = tensors.combine(list(requests), pads)
-                merged = list(await inst.call(arrays))
-                why = tensors.merge_disagrees(solo, tensors.split(merged, layout), lengths=lengths,
-                                              names=[o[0] for o in iface.outputs])
-            except instances.InstanceError as e:
-                why = f"the merged call failed: {e}"
-            if not lengths:
-                names = [o[0] for o in iface.outputs]
-                self.output_batch_dims = {names[k]: dims for k, dims in tensors.batch_dims(solo, merged).items()
-                                          if k < len(names) and dims}
-                if why is not None:
-                    self.merge_requests, self.merge_requests_why = False, why
-                    _log(f"requests are served one per call: {why}")
-                    return
-                continue
+            solo, merged, why = tried
+            self.output_batch_dims = {names[k]: dims for k, dims in tensors.batch_dims(solo, merged).items()
+                                      if k < len(names) and dims}
+            if why is not None:
+                self.merge_requests, self.merge_requests_why = False, why
+                _log(f"requests are served one per call: {why}")
+                return
+        if pair is not None:
+            tried = await self._merge_trial(pair, pads, names, lengths=True)
+            if tried is None:
+                return
+            solo, _, why = tried
             self.output_dynamic_dims = {
                 name: [d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]]
-                for (name, _, _), a, b in zip(iface.outputs, solo[0], solo[1], strict=False)
-                if np.ndim(a) == np.ndim(b)}
+                for name, a, b in zip(names, solo[0], solo[1], strict=False) if np.ndim(a) == np.ndim(b)}
             if why is not None:
                 self.merge_lengths, self.merge_why = False, why
                 _log(f"requests of different lengths are served in separate calls: {why}")
+
+    async def _merge_trial(self, requests: Sequence[Sequence[Any]], pads: list[Any], names: list[str], *,
+                           lengths: bool) -> tuple[list[list[Any]], list[Any], str | None] | None:
+        """Each request alone, then all merged into one call on the first instance: the solo answers, the merged
+        call's raw outputs (empty where it failed) and why merging changed an answer (None: it did not); None
+        when a single request failed (nothing to compare: requests are merged, and the log says so)."""
+        inst = self.instances[0]
+        try:
+            solo = []
+            for r in requests:
+                arrays, layout = tensors.combine([r], pads)
+                solo.append(tensors.split(await inst.call(arrays), layout)[0])
+        except instances.InstanceError as e:
+            _log(f"the merge check's single requests failed ({e}); requests are merged")
+            return None
+        merged: list[Any] = []
+        try:
+            arrays, layout = tensors.combine(list(requests), pads)
+            merged = list(await inst.call(arrays))
+            why = tensors.merge_disagrees(solo, tensors.split(merged, layout), lengths=lengths, names=names)
+        except instances.InstanceError as e:
+            why = f"the merged call failed: {e}"
+        return solo, merged, why
 
     def _ready_up(self, iface: tensors.Interface, port: int) -> None:
         o = self.opts

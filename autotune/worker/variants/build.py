@@ -169,24 +169,29 @@ def _trace(model: Any, example: tuple[Any, ...], notes: list[str]) -> tuple[Any,
     "Tracer cannot infer type of CLIPOutput" (session 34), so trace and frozen were never measured. Flat leaves are
     what the artifact's ``load.py`` returns anyway (as the flattened AOTInductor package does)."""
     import torch
-    import torch.utils._pytree as pytree
 
     try:
         return silenced_build("torch.jit.trace", notes,
                               lambda: torch.jit.trace(model, example, check_trace=False, strict=False)), None
     except VariantError as exc:
-        if not any(words in str(exc) for words in _UNTYPED_OUTPUT):
+        spec = _output_structure(model, example, notes) if any(w in str(exc) for w in _UNTYPED_OUTPUT) else None
+        if spec is None:  # another failure, or a lone tensor: nothing to flatten
             raise
         first_error = str(exc)
-    with torch.inference_mode():
-        reference = silenced_build("eager forward for the output structure", notes, lambda: model(*example))
-    spec = pytree.tree_structure(reference)
-    del reference
     traced = silenced_build("torch.jit.trace of the flat outputs", notes,
                             lambda: torch.jit.trace(_flat_outputs(model), example, check_trace=False, strict=False))
     notes.append(f"traced returning the output's leaves in pytree order (the call rebuilds the structure), because "
                  f"{first_error}")
     return traced, spec
+
+
+def _output_structure(model: Any, example: tuple[Any, ...], notes: list[str]) -> Any:
+    """The pytree spec of ``model``'s eager output on ``example``, None for a lone tensor (one forward)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    reference = silenced_build("eager forward for the output structure", notes, lambda: model(*example))
+    return None if isinstance(reference, torch.Tensor) else pytree.tree_structure(reference)
 
 
 def _rebuilt(module: Any, spec: Any) -> Callable[..., Any]:
@@ -475,13 +480,10 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
     the structure. The temp dir object is returned so the caller keeps it alive as long as the loaded model.
     """
     import torch
-    import torch.utils._pytree as pytree
 
     from autotune.worker.traffic import dynamic_shapes_for
 
-    reference = silenced_build("eager forward for the output structure", notes, lambda: target(*example))
-    treespec = None if isinstance(reference, torch.Tensor) else pytree.tree_structure(reference)
-    del reference
+    treespec = _output_structure(target, example, notes)
     if treespec is not None:
         target = _flat_outputs(target)
     shapes: Any = None
@@ -512,9 +514,4 @@ def _build_export(target: Any, example: tuple[Any, ...], notes: list[str], *,
         return loaded, tmp
     notes.append("export: the package returns the output's leaves in pytree order; the call rebuilds the "
                  "structure")
-    spec = treespec
-
-    def call(*args: Any) -> Any:
-        return pytree.tree_unflatten(list(loaded(*args)), spec)
-
-    return call, tmp
+    return _rebuilt(loaded, treespec), tmp
