@@ -7,6 +7,11 @@ STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 DEMO_OUT ?= demo-out
 PYTEST_ARGS ?=
+# What `make install` installs: the project, editable, with every optional runtime its tests and recipes use.
+# uv (a pip-compatible installer, docs.astral.sh/uv) installs them; pip only where uv cannot (no PyPI reachable, only a
+# local index pip is configured for). On the 2-core machine a fresh install took 63 s with uv against 130 s with pip,
+# the same 125 packages at the same versions, both compiling bytecode (issue 31: `.ci/run` within 10 minutes).
+EXTRAS := .[dev,onnx,openvino,hf,quant]
 # Headless Chromium (npm: @sparticuz/chromium + puppeteer-core) for tests/test_report_browser.py.
 BROWSER_DIR := tests/browser
 # The memory allocators autotune can search (search.environments; autotune/core/process_env.py).
@@ -34,9 +39,10 @@ allocators:
 
 $(STAMP): pyproject.toml Makefile $(BROWSER_DIR)/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e '.[dev,onnx,openvino,hf,quant]'
+	$(PY) -m pip install -q 'uv>=0.5' && $(VENV)/bin/uv pip install --python $(PY) --native-tls --compile-bytecode -q \
+		$(TORCH_SPEC) -e '$(EXTRAS)' || { echo "make install: uv could not install; pip installs instead"; \
+		$(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q $(TORCH_SPEC) && \
+		$(PY) -m pip install -q -e '$(EXTRAS)'; }
 	if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 		cd $(BROWSER_DIR) && npm ci --no-audit --no-fund --loglevel=error; \
 	else \
