@@ -22,9 +22,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autotune.serving import server, tensors, v2
+from autotune.serving import tensors, v2
 
 SERVING = Path(__file__).resolve().parents[1] / "autotune" / "serving"
+
+
+@pytest.fixture(scope="module")
+def serve_py(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server as the artifact ships it: ``serve.py`` and its siblings flat in one directory (copy_server)."""
+    from autotune.serving.ship import copy_server
+
+    directory = tmp_path_factory.mktemp("flat-server")
+    copy_server(directory)
+    return directory / "serve.py"
 
 STATIC = '''
 import os
@@ -282,20 +292,20 @@ def _stop(served: Served) -> int:
 
 
 @pytest.fixture(scope="module")
-def static(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def static(tmp_path_factory: pytest.TempPathFactory, serve_py: Path) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("static")
     art = _artifact(tmp / "art", STATIC)
-    served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--instances", "2", "--threads", "2",
+    served = _start(serve_py, tmp, "--artifact", str(art), "--instances", "2", "--threads", "2",
                     "--max-delay-ms", "50")
     yield served
     _stop(served)
 
 
 @pytest.fixture(scope="module")
-def dynamic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def dynamic(tmp_path_factory: pytest.TempPathFactory, serve_py: Path) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("dynamic")
     art = _artifact(tmp / "art", DYNAMIC)
-    served = _start(SERVING / "server.py", tmp, "--artifact", str(art), "--model-name", "lm",
+    served = _start(serve_py, tmp, "--artifact", str(art), "--model-name", "lm",
                     "--max-delay-ms", "200", "--pad", '{"ids": 0, "mask": 0}')
     yield served
     _stop(served)
@@ -367,14 +377,14 @@ def test_dynamic_dims_are_padded_and_cut_back(dynamic: Served) -> None:
 
 
 @pytest.mark.worker
-def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) -> None:
+def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path, serve_py: Path) -> None:
     """At start the server merges the traffic's shortest and longest request into one padded call and compares
     each with its answer alone: the strided model's outputs do not follow the padded length, so requests of
     different lengths are served in separate calls, and each gets its own answer (same-length ones still share a
     call); the model whose outputs follow the length keeps merging."""
     art = _artifact(tmp_path / "strided", STRIDED)
     _traffic(art, [3, 6, 9])
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--model-name", "lm",
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--model-name", "lm",
                     "--max-delay-ms", "300", "--pad", '{"ids": 0, "mask": 0}')
     try:
         ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
@@ -393,7 +403,7 @@ def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) 
     _traffic(follows, [3, 6, 9])
     for old_ready in tmp_path.glob("ready-*.json"):
         old_ready.unlink()
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(follows), "--pad", '{"ids": 0, "mask": 0}')
+    served = _start(serve_py, tmp_path, "--artifact", str(follows), "--pad", '{"ids": 0, "mask": 0}')
     try:
         assert json.loads(next(tmp_path.glob("ready-*.json")).read_text())["merge_lengths"] is True
     finally:
@@ -401,13 +411,13 @@ def test_lengths_are_not_merged_where_merging_changes_an_answer(tmp_path: Path) 
 
 
 @pytest.mark.worker
-def test_requests_never_share_a_call_where_an_output_couples_its_rows(tmp_path: Path) -> None:
+def test_requests_never_share_a_call_where_an_output_couples_its_rows(tmp_path: Path, serve_py: Path) -> None:
     """At start the server merges two requests of one shape and compares each with its answer alone: the coupled
     model's (rows, rows) output differs, so every request is served in a call of its own, whatever max batch and
     delay it was started with, and gets its solo answer; a model without such an output keeps merging."""
     art = _artifact(tmp_path / "coupled", COUPLED)
     np.savez(art / "traffic.npz", **{"b0.x": np.arange(12, dtype=np.float32).reshape(4, 3)})
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--max-delay-ms", "300")
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--max-delay-ms", "300")
     try:
         ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
         assert ready["merge_requests"] is False
@@ -425,7 +435,7 @@ def test_requests_never_share_a_call_where_an_output_couples_its_rows(tmp_path: 
         old_ready.unlink()
     rowwise = _artifact(tmp_path / "rowwise", COUPLED.replace("x @ x.T", "x.sum(axis=1)"))
     shutil.copy(art / "traffic.npz", rowwise / "traffic.npz")
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(rowwise))
+    served = _start(serve_py, tmp_path, "--artifact", str(rowwise))
     try:
         ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
         assert ready["merge_requests"] is True and ready["output_batch_dims"] == {}
@@ -484,9 +494,9 @@ def test_tritonclient_talks_to_the_server(static: Served) -> None:
 
 
 @pytest.mark.worker
-def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
+def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path, serve_py: Path) -> None:
     art = _artifact(tmp_path / "art", STATIC)
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--instances", "2", "--threads", "2")
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--instances", "2", "--threads", "2")
     kids = served.children()
     assert len(kids) == 2
     slow: list[Any] = []
@@ -500,9 +510,9 @@ def test_sigterm_answers_what_runs_and_leaves_no_child(tmp_path: Path) -> None:
 
 
 @pytest.mark.worker
-def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path) -> None:
+def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path, serve_py: Path) -> None:
     art = _artifact(tmp_path / "art", STATIC)
-    served = _start(SERVING / "server.py", tmp_path, "--artifact", str(art), "--threads", "2", "--timeout-s", "0.2")
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--threads", "2", "--timeout-s", "0.2")
     try:
         def later(v: float) -> Any:
             time.sleep(0.1 if v == 1 else 0)  # the slow call (7) runs first, 1 waits in the queue
@@ -526,8 +536,11 @@ def test_queue_timeout_gets_503_and_a_dead_instance_is_replaced(tmp_path: Path) 
 @pytest.mark.worker
 def test_flat_copy_runs_as_serve_py(tmp_path: Path) -> None:
     art = _artifact(tmp_path / "art", STATIC)
-    for name in server.SHIPPED:
-        shutil.copy(SERVING / name, art / ("serve.py" if name == "server.py" else name))
+    from autotune.serving.ship import server_files
+
+    for target, source in server_files().items():
+        shutil.copy(SERVING / source, art / target)
+    assert "merging.py" in server_files()  # the merging it shares with the worker, flat beside serve.py
     (art / "serving.json").write_text(json.dumps({"model_name": "flat", "threads": 2, "max_batch": 4}))
     served = _start(art / "serve.py", tmp_path, cwd=tmp_path)
     try:
@@ -539,9 +552,9 @@ def test_flat_copy_runs_as_serve_py(tmp_path: Path) -> None:
 
 
 @pytest.mark.worker
-def test_calibrate_prints_service_times(tmp_path: Path) -> None:
+def test_calibrate_prints_service_times(tmp_path: Path, serve_py: Path) -> None:
     art = _artifact(tmp_path / "art", STATIC)
-    out = subprocess.run([sys.executable, str(SERVING / "server.py"), "--calibrate", "--artifact", str(art),
+    out = subprocess.run([sys.executable, str(serve_py), "--calibrate", "--artifact", str(art),
                           "--instances", "2", "--threads", "2", "--batches", "1,4", "--seconds", "0.2"],
                          capture_output=True, text=True, timeout=60, check=True)
     doc = json.loads(out.stdout.strip().splitlines()[-1])

@@ -213,6 +213,18 @@ TORCHSCRIPT_NOTE = (
 )
 
 
+def batch_rows_note(workload: Mapping[str, Any] | None) -> str | None:
+    """The note of a workload whose dim 0 is not a batch of independent rows (``workload.batch_rows``, found at
+    validation by :mod:`autotune.worker.batch_rows`), or None."""
+    rows = (workload or {}).get("batch_rows")
+    if not isinstance(rows, Mapping) or rows.get("independent") is not False:
+        return None
+    return ("the rows of a batch are not independent samples: " + str(rows.get("why") or "a row's answer depends on "
+            "the others") + ". A batch of B gives other answers than B calls of one, so samples/s at different batch "
+            "sizes compare different computations, and a server merging requests would change their answers "
+            "(the served artifact checks this at start and then serves each request alone).")
+
+
 def numbered(rows: Sequence[Mapping[str, Any]], first_trial: int) -> list[dict[str, Any]]:
     """Boundary-failure rows numbered after the study's trials (they ran in none)."""
     return [{**r, "trial": first_trial + i} for i, r in enumerate(rows)]
@@ -343,6 +355,9 @@ class RunDocument:
         if any(r.get("compiler") in ("script", "trace", "frozen") for r in rows):
             notes.append(TORCHSCRIPT_NOTE)
         notes += [f"{u['variant']} not available here: {u['reason']}" for u in self.workload.unavailable]
+        rows_note = batch_rows_note(self.workload.info)
+        if rows_note is not None:
+            notes.append(rows_note)
         notes += self.run_notes
         doc = build_document(self.recipe, self.workload, rows, outcome, self.boundaries, notes=notes,
                              showdown=self.showdown, storage=self.storage, study_name=self.study_name,

@@ -47,8 +47,9 @@ except ImportError:  # a flat file in the artifact: serve.py beside its siblings
     import v2  # type: ignore[import-not-found,no-redef]
 
 DRAIN_S = 5.0
-#: The files the artifact carries: this one as serve.py, and its siblings beside it.
-SHIPPED = ("server.py", "batcher.py", "httpd.py", "instances.py", "tensors.py", "v2.py")
+#: The files the artifact carries, relative to this package: this one as serve.py, its siblings, and the merging of
+#: requests it shares with the worker's validation (:mod:`autotune.core.merging`), all flat beside serve.py.
+SHIPPED = ("server.py", "batcher.py", "httpd.py", "instances.py", "tensors.py", "v2.py", "../core/merging.py")
 
 
 @dataclass(frozen=True)

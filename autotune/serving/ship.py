@@ -21,11 +21,11 @@ SERVING_JSON = "serving.json"
 
 
 def server_files() -> dict[str, str]:
-    """Artifact file name -> module file in this package: ``server.py`` as ``serve.py``, its siblings as they are
-    (:data:`autotune.serving.server.SHIPPED`)."""
+    """Artifact file name -> module file relative to this package: ``server.py`` as ``serve.py``, the others flat
+    under their own names (:data:`autotune.serving.server.SHIPPED`)."""
     from autotune.serving.server import SHIPPED
 
-    return {("serve.py" if name == "server.py" else name): name for name in SHIPPED}
+    return {("serve.py" if name == "server.py" else Path(name).name): name for name in SHIPPED}
 
 
 def model_name_of(recipe_name: str, explicit: str | None = None) -> str:

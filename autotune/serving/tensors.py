@@ -21,8 +21,17 @@ from typing import Any
 import numpy as np
 
 try:
+    from ..core.merging import MERGE_TOLERANCE, Layout, batch_dims, combine, merge_disagrees, split
     from .v2 import ProtocolError, datatype_of
-except ImportError:  # a flat file in the artifact
+except ImportError:  # flat files in the artifact
+    from merging import (  # type: ignore[import-not-found,no-redef]
+        MERGE_TOLERANCE,
+        Layout,
+        batch_dims,
+        combine,
+        merge_disagrees,
+        split,
+    )
     from v2 import ProtocolError, datatype_of  # type: ignore[import-not-found,no-redef]
 
 
@@ -120,60 +129,6 @@ class Interface:
         return arrays, rows
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How a batch was merged: each request's rows, and per padded (input, dim) the batch's and each one's size."""
-
-    rows: tuple[int, ...]
-    padded: tuple[tuple[int, tuple[int, ...]], ...]  # (padded length, per-request lengths)
-
-
-def combine(requests: Sequence[Sequence[np.ndarray]], pads: Sequence[Any]) -> tuple[list[np.ndarray], Layout]:
-    """The requests' arrays concatenated along dim 0, dims that differ right-padded with ``pads[i]``."""
-    rows = tuple(int(r[0].shape[0]) for r in requests)
-    if len(requests) == 1:
-        return list(requests[0]), Layout(rows, ())
-    out: list[np.ndarray] = []
-    padded: list[tuple[int, tuple[int, ...]]] = []
-    for i, pad in enumerate(pads):
-        xs = [r[i] for r in requests]
-        shapes = [x.shape for x in xs]
-        if all(s == shapes[0] for s in shapes):
-            out.append(np.concatenate(xs))
-            continue
-        target = [max(s[d] for s in shapes) for d in range(len(shapes[0]))]
-        for d in range(1, len(target)):
-            lengths = tuple(s[d] for s in shapes)
-            if any(n != target[d] for n in lengths):
-                padded.append((target[d], lengths))
-        merged = np.full([sum(rows), *target[1:]], pad, dtype=xs[0].dtype)
-        offset = 0
-        for x in xs:
-            merged[(slice(offset, offset + x.shape[0]), *(slice(0, n) for n in x.shape[1:]))] = x
-            offset += x.shape[0]
-        out.append(merged)
-    return out, Layout(rows, tuple(padded))
-
-
-def split(outputs: Sequence[np.ndarray], layout: Layout) -> list[list[np.ndarray]]:
-    """Each request's rows of every output, dims of a padded length cut back to the request's own length
-    (an output without the batch's rows goes whole to every request)."""
-    total = sum(layout.rows)
-    parts: list[list[np.ndarray]] = [[] for _ in layout.rows]
-    for o in outputs:
-        offset = 0
-        for j, n in enumerate(layout.rows):
-            part = o[offset:offset + n] if o.ndim >= 1 and o.shape[0] == total else o
-            offset += n
-            if layout.padded and part.ndim > 1:
-                index: list[slice] = []
-                for d in range(1, part.ndim):
-                    own = next((lengths[j] for length, lengths in layout.padded if length == part.shape[d]), None)
-                    index.append(slice(0, own))
-                part = part[(slice(None), *index)]
-            parts[j].append(part)
-    return parts
-
 # ---- the traffic as single requests, and whether merging lengths changes an answer --------------------------
 
 _TRAFFIC_KEY = re.compile(r"b(\d+)\.(.+)")
@@ -259,60 +214,6 @@ def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[
     if only is None:
         return None
     return [only[n] for n in names], [only[n] for n in names]
-
-
-def batch_dims(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[np.ndarray]) -> dict[int, list[int]]:
-    """Per output index, the non-batch dims whose size grew with the rows of the call: the one-row requests'
-    answers alone (``solo``) against the raw outputs of their merged call (``merged``, before :func:`split`).
-
-    Why: an output such as CLIP's ``logits_per_image`` is ``(rows, rows)``, every row scored against every other
-    one in the call; its second dim is a batch dim too, which a server that merges requests cannot cut back."""
-    rows = len(solo)
-    out: dict[int, list[int]] = {}
-    for k, m in enumerate(merged):
-        a, m = np.asarray(solo[0][k]), np.asarray(m)
-        if a.ndim == m.ndim and m.ndim >= 1 and m.shape[0] == rows * a.shape[0]:
-            out[k] = [d for d in range(1, m.ndim) if m.shape[d] != a.shape[d]]
-    return out
-
-
-#: How far a merged request's output may be from its solo one, relative to the solo output's largest magnitude:
-#: kernels chosen per batch size move float32 outputs by ~1e-6 of it, dynamic int8 (activation scales over the
-#: whole batch) by up to ~1e-2; padding that leaks into an answer (a model that ignores its mask) moves it by far more.
-MERGE_TOLERANCE = 0.02
-
-
-def merge_disagrees(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[Sequence[np.ndarray]], *,
-                    lengths: bool = True, names: Sequence[str] = ()) -> str | None:
-    """Why merging requests (of different lengths, or with ``lengths=False`` of one shape) into one call changes
-    an answer, or None when each request's outputs from the merged call (:func:`combine`, the model,
-    :func:`split`) are its solo ones.
-
-    Why: :func:`split` cuts an output dim back only where it equals a padded input length. A model whose output
-    length is a function of the input's but not equal to it (an audio encoder's strided convolutions: 4,000
-    samples give 12 frames, 15,000 give 46) returns the long request's frame count to the short one, the frames
-    past its own made from padding (transformers' Wav2Vec2ForCTC, session 32). Requests of one shape need no
-    padding, yet an output that couples a call's rows (CLIP's ``(rows, rows)`` similarity, a softmax or a norm
-    over the batch) still gives each request another answer merged than alone (``lengths=False``)."""
-    other = "a request of another length" if lengths else "another request of its shape"
-    for j, (own, got) in enumerate(zip(solo, merged, strict=True)):
-        for i, (a, b) in enumerate(zip(own, got, strict=True)):
-            a, b = np.asarray(a), np.asarray(b)
-            k = f"{i} ({names[i]!r})" if i < len(names) else str(i)  # the output's index, and its name if given
-            if a.shape != b.shape:
-                return (f"output {k} of a request is {a.shape} alone and {b.shape} merged with {other} "
-                        + ("(its length follows the input's without equalling it)" if lengths else
-                           "(its size follows the rows of the call)"))
-            if a.dtype.kind in "fc" and a.size:
-                scale = float(np.max(np.abs(a))) or 1.0
-                diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
-                if not diff <= MERGE_TOLERANCE * scale:
-                    return (f"output {k} of request {j} moves by {diff:.3g} (largest value {scale:.3g}) when merged "
-                            f"with {other}: " + ("the padding changes its answer" if lengths else
-                                                 "its answer depends on the other rows of the call"))
-            elif a.size and not np.array_equal(a, b):
-                return f"output {k} of request {j} changes when merged with {other}"
-    return None
 
 
 __all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",

@@ -58,6 +58,9 @@ class WorkloadInfo:
     output_summary: str
     #: What the traffic is (:meth:`autotune.worker.traffic.Traffic.describe` at batch 2): the report's ``data``.
     data: dict[str, Any] | None = None
+    #: Whether dim 0 is a batch of independent rows (:func:`autotune.worker.batch_rows.check_rows`); None when
+    #: not checked (a recipe that searches batch 1 only, or outputs whose structure follows the rows).
+    batch_rows: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class WorkloadInfo:
             "input_is_float": list(self.input_is_float),
             "output_summary": self.output_summary,
             **({"data": self.data} if self.data is not None else {}),
+            **({"batch_rows": self.batch_rows} if self.batch_rows is not None else {}),
         }
 
 
@@ -87,7 +91,8 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
     recipe searches batch 1 only (a model that cannot take several samples, such as a Hugging Face GPT-2
     classifier without a pad token, is tuned that way, and the error at batch 2 says so). With a data factory,
     its batches for the probe's batch size are loaded and checked (:mod:`autotune.worker.traffic`) and the model
-    runs on every distinct shape among them.
+    runs on every distinct shape among them. At batch 2, the example's two rows are also run alone, to tell
+    whether dim 0 is a batch of independent rows (:mod:`autotune.worker.batch_rows`).
     """
     from autotune.worker.traffic import load_traffic, shape_text
 
@@ -120,6 +125,9 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
                 + (_runs_at_batch_one(recipe, model, device) if probe > 1 else "")
             ) from None
     params = list(model.parameters())
+    from autotune.worker.batch_rows import check_rows
+
+    rows = check_rows(lambda b: traffic.layout.call(model, b), inputs, model) if probe > 1 else None
     return WorkloadInfo(
         parameters=sum(p.numel() for p in params),
         parameter_bytes=sum(p.numel() * p.element_size() for p in params),
@@ -128,6 +136,7 @@ def check_forward(recipe: Recipe, model: torch.nn.Module, *, device: torch.devic
         output_summary=describe_output(out),
         data=({"factory": recipe.data.factory, "kwargs": dict(recipe.data.kwargs), **traffic.describe()}
               if recipe.data is not None else None),
+        batch_rows=rows,
     )
 
 
