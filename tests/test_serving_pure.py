@@ -427,6 +427,19 @@ def test_a_point_that_sent_nothing_is_no_pass_and_no_sure_failure() -> None:
     assert point_from(failed, rate=0.5, seconds=8.0, slo_ms=200.0, percentile=99.0).clear  # errors: sure enough
 
 
+def test_a_point_keeps_what_its_failed_requests_said() -> None:
+    """A served GPT-2 failed every request ("numpy dtype object has no v2 datatype"), and the stage said only "no
+    configuration met p99 <= 100 ms": the point keeps the client's first messages, and report.json has them."""
+    said = ["500: the model's output cannot be sent: numpy dtype object has no v2 datatype", "503: queue full",
+            "timed out", "a fourth"]
+    res = SimpleNamespace(latencies_ms=[], sent=4, ok=0, failed=4, timed_out=0, dropped=0, achieved_rate=4.0,
+                          errors=said)
+    point = point_from(res, rate=4.0, seconds=1.0, slo_ms=100.0, percentile=99.0)
+    assert point.errors == tuple(said[:3]) and point.to_dict()["errors"] == said[:3]
+    quiet = SimpleNamespace(latencies_ms=[1.0], sent=1, ok=1, failed=0, timed_out=0, dropped=0, achieved_rate=1.0)
+    assert point_from(quiet, rate=1.0, seconds=1.0, slo_ms=100.0, percentile=99.0).errors == ()
+
+
 def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Path) -> None:
     """torch's TransformerEncoder with 60 s of serving budget: three confirmations got one passing point each and
     the stage said "at least 890 requests/s". Now only as many are confirmed as can each start a server and run

@@ -126,6 +126,13 @@ def load():
 '''
 
 
+# transformers' GPT2LMHeadModel in small: beside its logits it returns a cache object (``past_key_values``, a
+# DynamicCache) that no v2 datatype carries
+WITH_CACHE = COUPLED.replace('OUTPUTS = ["e", "sim"]', 'OUTPUTS = ["e", "cache"]').replace(
+    "return [x * 2, x @ x.T]", "return {'e': x * 2, 'cache': DynamicCache()}").replace(
+    "import numpy as np", "import numpy as np\n\n\nclass DynamicCache:\n    pass")
+
+
 def _traffic(root: Path, lengths: list[int]) -> None:
     """traffic.npz beside load.py: one batch of 2 rows per length, each row padded with 0 after its own length."""
     arrays = {}
@@ -619,3 +626,23 @@ def test_a_pick_whose_rate_never_held_still_gets_its_curve_below_it(tmp_path: Pa
     late = ServingSearch(spec, target, cores=1)
     late._curve_unheld(pick, time.monotonic() - 60)
     assert late.curve == [] and not late.notes
+
+
+@pytest.mark.worker
+def test_an_output_that_is_not_a_tensor_is_left_out_and_the_tensors_are_served(tmp_path: Path, serve_py: Path) -> None:
+    """A GPT-2 served with its default config returned a cache object beside the logits, and every request (even
+    the metadata) failed: "numpy dtype object has no v2 datatype". The object is left out, and said; the rest is
+    served and merged as usual."""
+    art = _artifact(tmp_path / "cache", WITH_CACHE)
+    np.savez(art / "traffic.npz", **{"b0.x": np.arange(12, dtype=np.float32).reshape(4, 3)})
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--max-delay-ms", "100")
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["unserved_outputs"] == ["cache (DynamicCache)"] and ready["merge_requests"] is True
+        meta = json.loads(served.request("GET", "/v2/models/model")[2])
+        assert [o["name"] for o in meta["outputs"]] == ["e"]
+        xs = [np.full((1, 3), i + 1, np.float32) for i in range(3)]
+        for x, (status, out) in zip(xs, _concurrently(lambda x: served.infer({"x": x}), xs), strict=True):
+            assert status == 200 and set(out) == {"e"} and np.array_equal(out["e"], x * 2)
+    finally:
+        assert _stop(served) == 0

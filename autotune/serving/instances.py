@@ -114,8 +114,37 @@ def _numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _call(module: Any, predict: Any, xs: Sequence[Any]) -> list[np.ndarray]:
-    """predict on arrays in INPUTS order, in the form load.py's predict takes; the outputs as numpy arrays."""
+#: numpy kinds a v2 tensor carries (BOOL, INT*, UINT*, FP*): an output leaf of another kind is not served.
+SERVED_KINDS = "biuf"
+
+
+def _served(leaves: Sequence[Any]) -> list[int]:
+    """The indexes of the output leaves a response can carry.
+
+    Why: a model's output may hold more than tensors. transformers' GPT2LMHeadModel returns its ``past_key_values``
+    as a ``DynamicCache`` object beside the logits (``use_cache`` is on by default), which no v2 datatype carries:
+    every request of a served GPT-2 failed with "numpy dtype object has no v2 datatype", even the metadata. Such
+    leaves are left out of the responses (the log and the ready file say which); the tensors are served."""
+    keep = []
+    for i, leaf in enumerate(leaves):
+        try:
+            kind = _numpy(leaf).dtype.kind
+        except Exception:  # an object numpy cannot take at all
+            kind = "O"
+        if kind in SERVED_KINDS:
+            keep.append(i)
+    return keep
+
+
+def _call(module: Any, predict: Any, xs: Sequence[Any], keep: Sequence[int] | None = None) -> list[np.ndarray]:
+    """predict on arrays in INPUTS order, in the form load.py's predict takes; the outputs as numpy arrays (those at
+    ``keep`` only, when given: the leaves a response carries, :func:`_served`)."""
+    leaves = _call_leaves(module, predict, xs)
+    return [_numpy(leaves[i]) for i in keep] if keep is not None else [_numpy(o) for o in leaves]
+
+
+def _call_leaves(module: Any, predict: Any, xs: Sequence[Any]) -> list[Any]:
+    """predict's output leaves as it returns them (tensors, arrays, or other objects)."""
     form_of = getattr(module, "_form", None)
     if form_of is None:
         n = int(getattr(module, "N_POSITIONAL", len(xs)))
@@ -130,7 +159,7 @@ def _call(module: Any, predict: Any, xs: Sequence[Any]) -> list[np.ndarray]:
             out = predict(*form)
         else:
             out = predict(form)
-    return [_numpy(o) for o in _leaves(out)]
+    return _leaves(out)
 
 
 def _flat_inputs(module: Any, form: Any) -> list[np.ndarray]:
@@ -189,12 +218,16 @@ def child_main(artifact: str, threads: int) -> int:
         module = load_artifact(artifact, threads)
         predict = module.load()
         sample = [(str(d), [int(s) for s in shape], list(b) if b else None) for d, shape, b in module.SAMPLE]
-        warm = _call(module, predict, sample_inputs(sample, None))
+        leaves = _call_leaves(module, predict, sample_inputs(sample, None))
+        keep = _served(leaves)
         names = [str(o) for o in getattr(module, "OUTPUTS", None) or []]
-        if len(names) != len(warm):
-            names = [f"output{i}" for i in range(len(warm))]
+        if len(names) != len(leaves):
+            names = [f"output{i}" for i in range(len(leaves))]
+        warm = [_numpy(leaves[i]) for i in keep]
+        unserved = [f"{names[i]} ({type(leaf).__name__})" for i, leaf in enumerate(leaves) if i not in keep]
         info = {"pid": os.getpid(), "inputs": [str(n) for n in module.INPUTS], "sample": sample,
-                "batch_size": int(getattr(module, "BATCH_SIZE", 0) or sample[0][1][0]), "outputs": names,
+                "batch_size": int(getattr(module, "BATCH_SIZE", 0) or sample[0][1][0]),
+                "outputs": [names[i] for i in keep], "unserved_outputs": unserved,
                 "output_specs": [(str(o.dtype), list(o.shape)) for o in warm], "dynamic": _dynamic_dims(module)}
     except BaseException as e:
         write_frame(out, (0, f"loading {artifact}/load.py failed: {type(e).__name__}: {e}"))
@@ -211,7 +244,7 @@ def child_main(artifact: str, threads: int) -> int:
                 reply: Any = (_flat_inputs(module, make(payload[1])) if make is not None
                               else sample_inputs(sample, payload[1]))
             else:
-                reply = _call(module, predict, payload)
+                reply = _call(module, predict, payload, keep)
         except Exception as e:
             reply = f"{type(e).__name__}: {e}"
         write_frame(out, (call_id, reply))

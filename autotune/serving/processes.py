@@ -129,6 +129,7 @@ class ServerProcess:
         self.output_dynamic_dims: dict[str, list[int]] = {}  # per output, the dims that follow the input's length
         self.merge_requests_why: str | None = None  # why no two requests share a call, if so (rows coupled)
         self.output_batch_dims: dict[str, list[int]] = {}  # per output, the non-batch dims that follow the rows
+        self.unserved_outputs: list[str] = []  # output leaves no response carries ("cache (DynamicCache)")
         self._dir = tempfile.TemporaryDirectory(prefix="autotune-serve-")
         self.log = Path(self._dir.name) / "server.log"
         self.started_s = 0.0
@@ -163,6 +164,7 @@ class ServerProcess:
                     self.merge_requests_why = said.get("merge_requests_why") \
                         if said.get("merge_requests") is False else None
                     self.output_batch_dims = _dims(said.get("output_batch_dims"))
+                    self.unserved_outputs = [str(u) for u in said.get("unserved_outputs") or []]
                     break
                 time.sleep(0.05)
             if not self.port:

@@ -65,11 +65,13 @@ class LoadPoint:
     passed: bool
     clear: bool  # the whole interval on one side of the SLO
     kept: int = 0  # the requests the percentiles were read from (the first tenth left out, errors counted in)
+    errors: tuple[str, ...] = ()  # the first distinct error messages the client got (what failed requests said)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["pct_ci_ms"] = [round(x, 3) for x in self.pct_ci_ms]
         d["p99_ci_ms"] = [round(x, 3) for x in self.p99_ci_ms]
+        d["errors"] = list(self.errors)
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
 
 
@@ -101,7 +103,8 @@ def point_from(result: Any, *, rate: float, seconds: float, slo_ms: float, perce
                      timed_out=int(result.timed_out), dropped=int(result.dropped),
                      achieved_rate=float(result.achieved_rate), p50_ms=p50, p90_ms=p90, p99_ms=p99, pct_ms=pct,
                      pct_ci_ms=(float(lo), float(hi)), p99_ci_ms=p99_ci, good=good, send_lag_p99_ms=lag, passed=passed,
-                     clear=clear, kept=int(kept.size) + err_kept)
+                     clear=clear, kept=int(kept.size) + err_kept,
+                     errors=tuple(str(e) for e in (getattr(result, "errors", ()) or ())[:3]))
 
 
 def _interval(values: np.ndarray, q: float, estimate: float, *, seed: int) -> tuple[float, float]:

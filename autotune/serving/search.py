@@ -478,11 +478,12 @@ class ServingSearch:
         keep = max(1, fit - int(loop)) if chosen else 0
         if keep < len(chosen):
             dropped = len(chosen) - keep
+            room = (f"the {left_s:.0f} s left fit {fit} bisection(s) of a fresh server and {BRACKET_POINTS} points "
+                    "each" if left_s >= 1 else "the serving budget was spent")
             self.notes.append(
                 f"{dropped} of the {len(chosen)} configurations the simulation ranked next "
-                f"{'was' if dropped == 1 else 'were'} not confirmed: the {left_s:.0f} s left fit {fit} bisection(s) "
-                f"of a fresh server and {BRACKET_POINTS} points each, and a bracketed max rate says more than several "
-                "that only passed")
+                f"{'was' if dropped == 1 else 'were'} not confirmed: {room}, and a bracketed max rate says more than "
+                "several that only passed")
             chosen = chosen[:keep]
         runs = len(chosen) + int(loop)
         return chosen, (max(share, left_s / (runs + 0.2)) if runs else share)
@@ -533,6 +534,9 @@ class ServingSearch:
             with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
                 self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
                 self.merge_requests_why, self.output_batch_dims = srv.merge_requests_why, srv.output_batch_dims
+                if srv.unserved_outputs:
+                    self.notes.append(f"outputs that are not tensors are left out of the served responses (no v2 "
+                                      f"datatype carries them): {', '.join(srv.unserved_outputs)}")
                 if srv.merge_requests_why:  # no batching window can help: each request is a call of its own
                     self.unmerged = [c for c in configs if c.max_batch > self.request_rows]
                     configs = [c for c in configs if c not in self.unmerged]
@@ -748,6 +752,10 @@ class ServingSearch:
                     "search say how far above the floor the truth lies")
         elif status == "ok":
             status, reason = "failed", f"no configuration met p{self.q:g} <= {self.spec.slo_ms:g} ms at any rate tried"
+            points = [p for m in self.measured for p in m.points]
+            if points and not any(p.ok for p in points):  # not slow: nothing was answered at all
+                said = next((e for p in points for e in p.errors), "no error message")
+                reason += f": no request was answered ({said})"
         self._did_knobs_help(pick)
         measured = {m.config for m in self.measured}
         pruned: list[dict[str, Any]] = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,

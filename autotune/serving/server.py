@@ -95,6 +95,7 @@ class Server:
         self.opts = opts
         self.instances = [instances.Instance(i, script, opts.artifact, opts.threads) for i in range(opts.instances)]
         self.iface: tensors.Interface | None = None
+        self.unserved: list[str] = []  # output leaves no response carries ("cache (DynamicCache)")
         self.max_batch = 0
         # whether requests of different lengths may share one padded call (_check_merging), and why not
         self.merge_lengths = True
@@ -141,7 +142,11 @@ class Server:
                 _log(f"error: {starting.exception()}")
                 code = 1
             else:
-                iface = tensors.Interface.from_info(starting.result()[0], self.opts.pad, self.opts.dynamic_dims)
+                info = starting.result()[0]
+                self.unserved = [str(u) for u in info.get("unserved_outputs") or []]
+                if self.unserved:
+                    _log(f"outputs left out of the responses (not tensors, no v2 datatype): {', '.join(self.unserved)}")
+                iface = tensors.Interface.from_info(info, self.opts.pad, self.opts.dynamic_dims)
                 await self._check_merging(iface)
                 self._ready_up(iface, port)
                 await stop
@@ -234,7 +239,7 @@ class Server:
                 json.dump({"port": port, "pid": os.getpid(), "merge_lengths": self.merge_lengths,
                            "merge_why": self.merge_why, "output_dynamic_dims": self.output_dynamic_dims,
                            "merge_requests": self.merge_requests, "merge_requests_why": self.merge_requests_why,
-                           "output_batch_dims": self.output_batch_dims}, f)
+                           "output_batch_dims": self.output_batch_dims, "unserved_outputs": self.unserved}, f)
             os.replace(tmp, o.ready_file)
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
              f"{self.max_batch}, max delay {o.max_delay_ms} ms"
