@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -625,3 +627,32 @@ def test_an_output_the_tracer_cannot_type_is_traced_flat_and_rebuilt() -> None:
         flat = saved(x)
         assert isinstance(flat, tuple) and len(flat) == 3
         assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(pytree.tree_leaves(want), flat, strict=True))
+
+
+def test_an_output_that_is_not_a_tensor_fails_trace_and_export_naming_it_and_what_to_do() -> None:
+    """transformers' GPT2LMHeadModel returns a DynamicCache beside its logits (use_cache is on by default): trace
+    failed with the tracer's dump of the logits, onnx and openvino with "non-tensor outputs", neither saying which
+    output or what to do. Each now names it, with the config switch that leaves the cache out."""
+    from autotune.worker.variants.build import build_variant
+    from autotune.worker.variants.build_stage import non_tensor_outputs
+
+    class DynamicCache:  # transformers' cache in name: an object, no tensor
+        pass
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> dict[str, Any]:
+            return {"logits": self.fc(x), "past_key_values": DynamicCache()}
+
+    model, x = Model().eval(), torch.randn(2, 4)
+    said = non_tensor_outputs(model(x))
+    assert said is not None and said.startswith("['past_key_values'] (DynamicCache); a transformers model returns")
+    assert "use_cache=False" in said and non_tensor_outputs({"a": x, "b": (x, x)}) is None
+    with pytest.raises(VariantError, match=r"not tensors, which a traced graph cannot return: \['past_key_values'\]"):
+        build_variant(VariantSpec.parse("trace"), model, (x,), device="cpu")
+    if importlib.util.find_spec("onnxruntime") is not None:
+        with pytest.raises(VariantError, match=r"onnx: the model returns outputs that are not tensors.*use_cache"):
+            build_variant(VariantSpec.parse("onnx"), model, (x,), device="cpu")

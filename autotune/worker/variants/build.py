@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.variant_names import VariantSpec
 from autotune.errors import VariantError
 from autotune.worker.variants.availability import _device_type, _reduced_dtype, cpu_native_precision
-from autotune.worker.variants.build_stage import silenced_build
+from autotune.worker.variants.build_stage import non_tensor_outputs, silenced_build
 from autotune.worker.variants.quantize import Calibration, quantize_torch
 from autotune.worker.variants.quantize import torch_model_bytes as quantize_model_bytes
 
@@ -169,14 +169,22 @@ def _trace(model: Any, example: tuple[Any, ...], notes: list[str]) -> tuple[Any,
     "Tracer cannot infer type of CLIPOutput" (session 34), so trace and frozen were never measured. Flat leaves are
     what the artifact's ``load.py`` returns anyway (as the flattened AOTInductor package does)."""
     import torch
+    import torch.utils._pytree as pytree
 
     try:
         return silenced_build("torch.jit.trace", notes,
                               lambda: torch.jit.trace(model, example, check_trace=False, strict=False)), None
     except VariantError as exc:
-        spec = _output_structure(model, example, notes) if any(w in str(exc) for w in _UNTYPED_OUTPUT) else None
-        if spec is None:  # another failure, or a lone tensor: nothing to flatten
+        if not any(w in str(exc) for w in _UNTYPED_OUTPUT):
             raise
+        reference = silenced_build("eager forward for the output structure", notes, lambda: model(*example))
+        odd = non_tensor_outputs(reference)
+        if odd is not None:  # flat leaves would not help: one of them is no tensor either
+            raise VariantError(f"torch.jit.trace: the model returns outputs that are not tensors, which a traced "
+                               f"graph cannot return: {odd}") from None
+        if isinstance(reference, torch.Tensor):  # a lone tensor: nothing to flatten
+            raise
+        spec = pytree.tree_structure(reference)
         first_error = str(exc)
     traced = silenced_build("torch.jit.trace of the flat outputs", notes,
                             lambda: torch.jit.trace(_flat_outputs(model), example, check_trace=False, strict=False))

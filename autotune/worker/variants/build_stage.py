@@ -73,3 +73,26 @@ def silenced_build(stage: str, notes: list[str], body: Callable[[], Any]) -> Any
         first_sentence = text.split(". ")[0].rstrip(".")
         notes.append(f"{stage} warned: {w.category.__name__}: {first_sentence[:200]}")
     return result
+
+
+def non_tensor_outputs(output: Any) -> str | None:
+    """The leaves of a model's output that are not tensors, as "['past_key_values'] (DynamicCache)", with what to do
+    for a transformers cache; None when every leaf is a tensor.
+
+    Why: a traced or exported graph returns tensors only. transformers' GPT2LMHeadModel returns its key/value cache
+    beside the logits while ``use_cache`` is on (its default), a ``DynamicCache`` object; trace failed with the
+    tracer's dump of the logits ("Tracer cannot infer type of (tensor([[[ 0.1864, ..."), onnx and openvino with
+    "non-tensor outputs", and neither said which output or what to do."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    odd = [(pytree.keystr(path) or "the output", type(leaf).__name__)
+           for path, leaf in pytree.tree_flatten_with_path(output)[0] if not isinstance(leaf, torch.Tensor)]
+    if not odd:
+        return None
+    text = ", ".join(f"{p} ({t})" for p, t in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
+    if any("Cache" in t for _, t in odd):
+        text += ("; a transformers model returns its key/value cache while use_cache is on (its default): build it "
+                 "with use_cache=False in its config, or have the factory return only the tensors you need")
+    return text
+

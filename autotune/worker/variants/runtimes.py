@@ -99,7 +99,7 @@ from typing import Any, Protocol
 
 from autotune.errors import BatchSpecificError, VariantError
 from autotune.worker.devices import cpu_native_precision
-from autotune.worker.variants.build_stage import silenced_build
+from autotune.worker.variants.build_stage import non_tensor_outputs, silenced_build
 from autotune.worker.variants.quantize import (
     Calibration,
     directory_bytes,
@@ -284,9 +284,10 @@ def build_runtime(spec: RuntimeSpec, model: Any, example: tuple[Any, ...], *, de
         reference = silenced_build("eager forward for the output structure", notes,
                                     lambda: model(*example))
     flat_ref, treespec = pytree.tree_flatten(reference)
-    if not all(isinstance(t, torch.Tensor) for t in flat_ref):
-        raise VariantError(f"{spec.name}: the model returns non-tensor outputs, which an exported graph "
-                           "cannot reproduce")
+    odd = non_tensor_outputs(reference)
+    if odd is not None:
+        raise VariantError(f"{spec.name}: the model returns outputs that are not tensors, which an exported graph "
+                           f"cannot reproduce: {odd}")
     graph = _GraphNames(inputs=tuple(input_names) if input_names else tuple(f"input{i}" for i in range(len(example))),
                         outputs=tuple(n for n, _ in output_paths(reference)),
                         output_ranks=tuple(t.dim() for t in flat_ref),
