@@ -656,3 +656,19 @@ def test_an_output_that_is_not_a_tensor_fails_trace_and_export_naming_it_and_wha
     if importlib.util.find_spec("onnxruntime") is not None:
         with pytest.raises(VariantError, match=r"onnx: the model returns outputs that are not tensors.*use_cache"):
             build_variant(VariantSpec.parse("onnx"), model, (x,), device="cpu")
+
+
+def test_an_openvino_conversion_failure_is_summarised_by_the_ops_it_names() -> None:
+    from autotune.worker.variants.build_stage import summarize_exception
+
+    class OpConversionFailure(Exception):
+        pass
+
+    said = ("Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp:151:\n"
+            "FrontEnd API failed with OpConversionFailure:\nModel wasn't fully converted. Failed operations "
+            "detailed log:\n-- prim::Constant with a message:\nNone constant cannot be converted to OpenVINO opset "
+            "and should be removed by consuming operation.\nSummary:\n-- No conversion rule found for operations: "
+            "aten::diff\n-- Conversion is failed for: prim::Constant\n")
+    assert summarize_exception(OpConversionFailure(said)) == (
+        "OpConversionFailure: No conversion rule found for operations: aten::diff; Conversion is failed for: "
+        "prim::Constant")

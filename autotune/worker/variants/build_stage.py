@@ -24,7 +24,10 @@ def summarize_exception(exc: BaseException, *, limit: int = 300) -> str:
     """``Type: the message's first informative line (file:line)`` — what a report row has room for.
 
     TorchScript errors start with context (blank lines, an operator schema ending in ``:``) and put
-    the source location further down; the summary skips schema lines and appends the location.
+    the source location further down; the summary skips schema lines and appends the location. OpenVINO's
+    conversion failures start with the C++ check that failed ("Check 'false' failed at src/frontends/...") and end
+    with a ``Summary:`` of the operations it could not convert (a GPT-2 export: "No conversion rule found for
+    operations: aten::diff"), which is what the row keeps.
     """
     import re
 
@@ -32,6 +35,8 @@ def summarize_exception(exc: BaseException, *, limit: int = 300) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     informative = [ln for ln in lines if not (ln.endswith(":") and "->" in ln) and ln != ":"]
     head = (informative or lines or [""])[0].rstrip(":").strip()
+    if "Summary:" in lines:  # OpenVINO's conversion report: its summary names the ops, its first line a C++ check
+        head = "; ".join(ln.lstrip("- ").strip() for ln in lines[lines.index("Summary:") + 1:]) or head
     where = re.search(r'File "([^"]+)", line (\d+)', text)
     if where and where.group(0) not in head:
         head = f"{head} ({os.path.basename(where.group(1))}:{where.group(2)})"
