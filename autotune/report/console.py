@@ -212,6 +212,10 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
         text += " " + cost
     if no_steady_state(rec):
         text += " Warning: no steady state was reached."
+    weights = (doc.get("workload") or {}).get("weights") or {}
+    if weights.get("native") is False:
+        text += (f" Warning: the model's weights are {weights.get('dtype')}, which this CPU only emulates (often an "
+                 "order of magnitude slower than float32; see the notes).")
     rows = (doc.get("workload") or {}).get("batch_rows") or {}
     if rows.get("independent") is False and int(rec.get("batch_size") or 1) > 1:
         text += (f" Warning: the rows of a batch are not independent samples, so at batch {rec.get('batch_size')} the "
