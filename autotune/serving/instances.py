@@ -118,22 +118,22 @@ def _numpy(x: Any) -> np.ndarray:
 SERVED_KINDS = "biuf"
 
 
-def _served(leaves: Sequence[Any]) -> list[int]:
-    """The indexes of the output leaves a response can carry.
+def _served(leaves: Sequence[Any]) -> dict[int, np.ndarray]:
+    """The output leaves a response can carry, by index, as numpy arrays.
 
     Why: a model's output may hold more than tensors. transformers' GPT2LMHeadModel returns its ``past_key_values``
     as a ``DynamicCache`` object beside the logits (``use_cache`` is on by default), which no v2 datatype carries:
     every request of a served GPT-2 failed with "numpy dtype object has no v2 datatype", even the metadata. Such
     leaves are left out of the responses (the log and the ready file say which); the tensors are served."""
-    keep = []
+    served = {}
     for i, leaf in enumerate(leaves):
         try:
-            kind = _numpy(leaf).dtype.kind
+            array = _numpy(leaf)
         except Exception:  # an object numpy cannot take at all
-            kind = "O"
-        if kind in SERVED_KINDS:
-            keep.append(i)
-    return keep
+            continue
+        if array.dtype.kind in SERVED_KINDS:
+            served[i] = array
+    return served
 
 
 def _call(module: Any, predict: Any, xs: Sequence[Any], keep: Sequence[int] | None = None) -> list[np.ndarray]:
@@ -219,11 +219,11 @@ def child_main(artifact: str, threads: int) -> int:
         predict = module.load()
         sample = [(str(d), [int(s) for s in shape], list(b) if b else None) for d, shape, b in module.SAMPLE]
         leaves = _call_leaves(module, predict, sample_inputs(sample, None))
-        keep = _served(leaves)
+        served = _served(leaves)
+        keep, warm = list(served), list(served.values())
         names = [str(o) for o in getattr(module, "OUTPUTS", None) or []]
         if len(names) != len(leaves):
             names = [f"output{i}" for i in range(len(leaves))]
-        warm = [_numpy(leaves[i]) for i in keep]
         unserved = [f"{names[i]} ({type(leaf).__name__})" for i, leaf in enumerate(leaves) if i not in keep]
         info = {"pid": os.getpid(), "inputs": [str(n) for n in module.INPUTS], "sample": sample,
                 "batch_size": int(getattr(module, "BATCH_SIZE", 0) or sample[0][1][0]),
