@@ -48,17 +48,14 @@ def _recipe(write_recipe, *, concurrency: str = "[1, 2]", rounds: int = 2, budge
 def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_gives_the_same_tokens(
         write_recipe, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # one concurrency (and the reference's own point at 1, which the search always measures): each point is a
-    # fresh process that imports transformers (8 s); the search over concurrencies is test_generate_pure's, the
-    # boundary over them the slow test below
-    code, _, err = run_cli("run", str(_recipe(write_recipe, concurrency="[2]")), "--out", str(out))
+    code, _, err = run_cli("run", str(_recipe(write_recipe)), "--out", str(out))
     assert code == 0, err
     doc = json.loads((out / "report.json").read_text())
     assert doc["kind"] == "generate" and doc["complete"] and not doc["interrupted"]
     section = doc["generate"]
     points = section["points"]
-    assert {(p["config"], p["concurrency"]) for p in points} == {
-        ("dynamic/sdpa/fp32", 1), ("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
+    assert {(p["config"], p["concurrency"]) for p in points} >= {
+        ("dynamic/sdpa/fp32", 1), ("static/sdpa/fp32", 1), ("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
     for p in points:
         assert p["status"] == "ok", p
         assert p["ttft"]["p50_ms"] > 0 and p["itl"]["p99_ms"] >= p["itl"]["p50_ms"] > 0
