@@ -46,8 +46,10 @@ def serving_section() -> dict[str, Any]:
                   points=[_point(200, 12.0), _point(330, 19.0), _point(412, 31.0), _point(460, 55.0, passed=False)])
     naive = _config("naive", 1, 1, 1, 0.0, 120.0, predicted=125.0,
                     points=[_point(60, 9.0), _point(120, 35.0), _point(140, 90.0, passed=False)])
+    naive["held"] = True
     loop = _config("batch-loop", 1, 2, 8, 10.0, 240.0, predicted=250.0,
                    points=[_point(120, 20.0), _point(240, 38.0), _point(280, 70.0, passed=False)])
+    loop["held"] = False  # its hold at a higher rate failed, leaving 240
     pruned = _config("pruned", 4, 2, 32, 10.0, None, predicted=600.0,
                      reason="predicted p99 62 ms at its max rate, over the SLO")
     return {
@@ -55,7 +57,8 @@ def serving_section() -> dict[str, Any]:
         "arrivals": "poisson", "request_samples": 1, "rate_target": None, "cores": 16,
         "recommendation": {"variant": "eager+threads=1", "environment": "glibc", "instances": 2, "threads": 1,
                            "max_batch": 8, "max_delay_ms": 2.0, "max_rate": 412.0, "max_rate_ci": [398.0, 425.0],
-                           "p50_ms": 6.1, "p99_ms": 31.0, "p99_ci_ms": [28.0, 34.5], "goodput": 405.0},
+                           "p50_ms": 6.1, "p99_ms": 31.0, "p99_ci_ms": [28.0, 34.5], "goodput": 405.0,
+                           "held_s": 10.0},
         "at_fraction": [
             {"fraction": f, "rate": 412.0 * f, "p50_ms": 4.0 + f, "p90_ms": 10.0 * f, "p99_ms": 31.0 * f,
              "p99_ci_ms": [28.0 * f, 34.5 * f], "sent": 1000, "ok": 998, "failed": 1, "timed_out": 1, "dropped": 0,
@@ -67,7 +70,8 @@ def serving_section() -> dict[str, Any]:
                   {"knob": "threads", "text": "a second thread per instance was worth less than a second instance",
                    "ratio": None}],
         "seconds": 95.0, "share_of_run": 0.12, "calls": {"calibration_s": 20.0, "load_s": 70.0, "hold_s": 10.0,
-                                                            "curve_s": 12.0, "warm_s": 8.0},
+                                                            "baseline_hold_s": 20.0, "curve_s": 12.0,
+                                                            "warm_s": 8.0},
         "server": {"stack": "asyncio (autotune serve.py)", "command": "./run.sh serve --port 8000"},
         "files": ["serve.py", "serving.json", "triton/slowable/config.pbtxt", "torchserve/config.properties",
                   "ray/serve_deployment.py"],
@@ -165,10 +169,12 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
     assert "| 50% | 206 | 206 | 4.5 | 5 | 15.5 | 14-17.2 | 1000 | 1 | 1 | 0 |" in section
     assert "| 100% | 412 | 411 | 5 | 10 | 31 | 28-34.5 |" in section
     # the naive baselines side by side, with their max rates and the ratio
-    assert "| naive: one instance, no batching | 1 instance x 1 thread, max batch 1, max delay 0 ms | 120 | " \
-           "114-126 | 3.43x |" in section
+    # each rate as it held: the pick's and the naive's for 10 s, the batch loop's lowered below a failed hold
+    assert "| recommended | 2 instances x 1 thread, max batch 8, max delay 2 ms | 412 (held 10 s) |" in section
+    assert "| naive: one instance, no batching | 1 instance x 1 thread, max batch 1, max delay 0 ms | 120 (held " \
+           "10 s) | 114-126 | 3.43x |" in section
     assert "| batch loop: the search's batch size in a loop | 1 instance x 2 threads, max batch 8, max delay 10 ms " \
-           "| 240 | 228-252 | 1.72x |" in section
+           "| 240 (a hold failed above it) | 228-252 | 1.72x |" in section
     # every configuration tried: role, predicted and measured max rate, the pruned one's reason
     assert "| search ★ | eager+threads=1 | 2 x 1 | 8 | 2 | 430 | 412 | 391-433 | recommended |" in section
     assert "| pruned | eager+threads=1 | 4 x 2 | 32 | 10 | 600 | — | — | predicted p99 62 ms at its max rate, " \
@@ -180,7 +186,7 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
     assert "for other servers: triton/slowable/config.pbtxt, torchserve/config.properties, ray/serve_deployment.py" \
         in section
     assert ("The serving stage took 95.0 s, 12% of the run (calibration 20.0 s, load 70.0 s; fresh servers' warm-up "
-            "8.00 s, the pick's hold 10.0 s and its curve 12.0 s of it).") in section
+            "8.00 s, the baselines' holds 20.0 s, the pick's hold 10.0 s and its curve 12.0 s of it).") in section
     assert "![serving](plots/serving.png)" in section
     plots = md[md.index("## Plots"):md.index("## Candidates")] if "## Plots" in md else ""
     assert "serving.png" not in plots  # shown with its section, not among the other plots
@@ -205,7 +211,7 @@ def test_console_has_one_serving_line(served: dict[str, Any]) -> None:
     assert len(lines) == 1
     joined = " ".join(text[text.index("Serving:"):].split())
     assert joined.startswith(f"Serving: {SENTENCE}.")
-    assert "3.43x the naive server (120 requests/s)." in joined
+    assert "3.43x the naive server (120 requests/s, held 10 s)." in joined
     assert all(len(line) <= 100 for line in text[text.index("Serving:"):].splitlines())
 
 

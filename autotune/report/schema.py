@@ -541,6 +541,7 @@ SERVING_CONFIG_FIELDS: dict[str, tuple[Checker, bool]] = {
     "max_rate_ci": (_nullable(_interval), False),
     "role": (_one_of(SERVING_ROLES), True),
     "pruned_reason": (_nullable(_STR), False),
+    "held": (_nullable(_BOOL), False),
     "points": (_nullable(_list_of(_record(SERVING_POINT_FIELDS))), False),
 }
 _SERVING_CONFIG = _record(SERVING_CONFIG_FIELDS)
@@ -568,6 +569,7 @@ SERVING_CALLS_FIELDS: dict[str, tuple[Checker, bool]] = {
     "calibration_s": (_nullable(_NON_NEGATIVE), False),
     "load_s": (_nullable(_NON_NEGATIVE), False),
     "hold_s": (_nullable(_NON_NEGATIVE), False),
+    "baseline_hold_s": (_nullable(_NON_NEGATIVE), False),
     "curve_s": (_nullable(_NON_NEGATIVE), False),
     "warm_s": (_nullable(_NON_NEGATIVE), False),
 }

@@ -168,6 +168,13 @@ def _ratio(rec: Mapping[str, Any], other: Mapping[str, Any]) -> str:
     return DASH
 
 
+def _held_mark(held: Any) -> str:
+    """A baseline's rate as its hold left it: held for 10 s, lowered after a failed hold, or bisected only."""
+    if held is True:
+        return " (held 10 s)"
+    return " (a hold failed above it)" if held is False else " (not held)"
+
+
 def serving_baseline_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     """The recommendation and the naive baselines side by side (``BASELINE_HEADERS``): their max rates, and how
     many times the baseline's the recommendation serves."""
@@ -176,13 +183,13 @@ def serving_baseline_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     baselines = section.get("baselines")
     if not isinstance(rec, Mapping) or not isinstance(baselines, Mapping):
         return []
-    rows = [["recommended", knobs_text(rec), _rate(rec.get("max_rate")),
+    rows = [["recommended", knobs_text(rec), _rate(rec.get("max_rate")) + _held_mark(bool(rec.get("held_s")) or None),
              _interval(rec.get("max_rate_ci"), _rate) or DASH, "1.00x"]]
     for key, label in (("naive", "naive: one instance, no batching"),
                        ("batch_loop", "batch loop: the search's batch size in a loop")):
         base = baselines.get(key)
         if isinstance(base, Mapping):
-            rows.append([label, knobs_text(base), _rate(base.get("max_rate")),
+            rows.append([label, knobs_text(base), _rate(base.get("max_rate")) + _held_mark(base.get("held")),
                          _interval(base.get("max_rate_ci"), _rate) or DASH, _ratio(rec, base)])
     return rows if len(rows) > 1 else []
 
@@ -252,6 +259,7 @@ def serving_cost_text(doc: Mapping[str, Any]) -> str | None:
                                                                      ("load_s", "load"))
              if is_number(calls.get(key))]
     within = [f"{label} {fmt_seconds(calls[key])}" for key, label in (("warm_s", "fresh servers' warm-up"),
+                                                                      ("baseline_hold_s", "the baselines' holds"),
                                                                       ("hold_s", "the pick's hold"),
                                                                       ("curve_s", "its curve"))
               if is_number(calls.get(key)) and calls[key] > 0]
@@ -288,10 +296,12 @@ def serving_console_line(doc: Mapping[str, Any]) -> str | None:
     sentence = serving_sentence(doc)
     if sentence is None:
         return None
-    rows = serving_baseline_rows(doc)
-    naive = next((r for r in rows if r[0].startswith("naive")), None)
-    if naive is not None and naive[-1] != DASH:
-        sentence += f" {naive[-1]} the naive server ({naive[2]} requests/s)."
+    section = serving_of(doc) or {}
+    rec, naive = section.get("recommendation"), _mapping(section.get("baselines")).get("naive")
+    if isinstance(rec, Mapping) and isinstance(naive, Mapping) and _ratio(rec, naive) != DASH:
+        held = ", held 10 s" if naive.get("held") is True else \
+            ", a hold failed above it" if naive.get("held") is False else ""
+        sentence += f" {_ratio(rec, naive)} the naive server ({_rate(naive.get('max_rate'))} requests/s{held})."
     return "Serving: " + sentence
 
 

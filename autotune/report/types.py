@@ -313,6 +313,7 @@ class ServingConfig(TypedDict):
     max_rate_ci: list[float] | None
     role: ServingRole
     pruned_reason: str | None
+    held: NotRequired[bool | None]  # a baseline's max rate held once for 10 s (None: not tried)
     points: list[ServingPoint]
 
 
@@ -353,6 +354,7 @@ class ServingCalls(TypedDict):
     calibration_s: float
     load_s: float  # every load point, the warm-ups', the hold's and the curve's included
     hold_s: float  # the pick's max rate held on a fresh server (SUSTAIN_SECONDS, lowered until it holds)
+    baseline_hold_s: NotRequired[float]  # the naive and batch-loop baselines' max rates held once each
     curve_s: float  # the curve's points below the max (50%, 80%, 90%)
     warm_s: float  # untimed load on each fresh server before its first timed point (WARMUP_SECONDS each)
 
