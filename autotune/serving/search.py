@@ -69,6 +69,12 @@ CURVE_POINT_MAX_S = 30.0
 #: at most SUSTAIN_TRIES times.
 SUSTAIN_SECONDS = 10.0
 SUSTAIN_STEP = 0.9
+#: A hold whose percentile came out at SUSTAIN_FAR times the SLO or more steps to SUSTAIN_FAR_STEP of its rate, past
+#: the bisection's short passes just below it: the BERT-like pick's 2-s points passed at 478 and 510 requests/s, its
+#: hold at 510 read p99 414 ms (10x the SLO), and the holds that followed at 478 and 430 (a pass 6% below, then
+#: 10% down) failed too, leaving the rate not held (session 36).
+SUSTAIN_FAR = 2.0
+SUSTAIN_FAR_STEP = 0.8
 SUSTAIN_TRIES = 3  # holds of SUSTAIN_SECONDS in all; an undecided one runs on at its rate (:meth:`_hold`)
 #: One hold's SUSTAIN_SECONDS at most, undecided ones pooled (the pick's next try then goes to a lower rate); a
 #: baseline gets one such hold, within its share of the budget.
@@ -741,9 +747,10 @@ class ServingSearch:
     def _sustain(self, pick: Measured, srv: ServerProcess, late: float) -> LoadPoint | None:
         """The pick's max rate for SUSTAIN_SECONDS. A failure joins the pick's points, so its max rate is then the
         highest pass below it, and the next hold tries that rate, or SUSTAIN_STEP lower where no pass lies that
-        close: a hold that passes holds the max rate the report then gives. (Stepping down from the failed rate
-        alone held the detector at 6.52 requests/s while its report gave 7.02, a bisection pass between the two,
-        as held; tritonclient's 30 s at 90% of 7.02 then missed the SLO, 2026-11-28.)
+        close (SUSTAIN_FAR_STEP lower, whatever passed, after a failure far over the SLO): a hold that passes holds
+        the max rate the report then gives, and the short passes above it are set aside. (Stepping down from the
+        failed rate alone held the detector at 6.52 requests/s while its report gave 7.02, a bisection pass between
+        the two, as held; tritonclient's 30 s at 90% of 7.02 then missed the SLO, 2026-11-28.)
 
         Why: a bisection point lasts a few seconds, and a machine's noise that stalls the server now and then
         shows in a longer run. The BERT-like pick passed 2-s points at 575 requests/s, and tritonclient then
@@ -763,14 +770,24 @@ class ServingSearch:
             pick.points.append(point)
             pick.max_rate, pick.max_rate_ci = max_rate_of(pick.points)
             if point.passed:
+                # what held is the max rate: a bisection's short passes above it, under a failed hold, never held
+                above = [p for p in pick.points if not p.passed and p.rate > rate]
+                bound = min((p.rate for p in above if p.clear), default=min((p.rate for p in above), default=rate))
+                pick.max_rate, pick.max_rate_ci = rate, (rate, max(bound, rate))
                 return point
             self._hold_failed.add(pick.config)
             below = (f"the highest passing rate below it ({pick.max_rate:.1f})" if pick.max_rate > 0 else
                      "unknown (no rate below it passed yet)")
-            failed, rate = rate, max(pick.max_rate, rate * SUSTAIN_STEP)
+            far = point.pct_ms >= SUSTAIN_FAR * self.spec.slo_ms
+            failed = rate
+            rate = rate * SUSTAIN_FAR_STEP if far else max(pick.max_rate, rate * SUSTAIN_STEP)
+            nxt = ""
+            if tries < SUSTAIN_TRIES:
+                nxt = f", and the next hold tries {rate:.1f}" + (
+                    f" ({SUSTAIN_FAR_STEP:.0%} of it: its p{self.q:g} was {point.pct_ms / self.spec.slo_ms:.1f}x "
+                    "the SLO, far past what the short points below it showed)" if far else "")
             self.notes.append(f"{pick.config.label()}: {failed:.1f} requests/s did not hold for {point.seconds:g} s "
-                              f"({self._missed(point)}): its max rate is now {below}"
-                              + (f", and the next hold tries {rate:.1f}" if tries < SUSTAIN_TRIES else ""))
+                              f"({self._missed(point)}): its max rate is now {below}{nxt}")
         return None
 
     # ---- the report section ------------------------------------------------------------------------------
