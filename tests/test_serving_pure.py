@@ -23,7 +23,7 @@ from autotune.serving.rate_search import (
     short_bound,
 )
 from autotune.serving.requests import cut_requests, load_batches
-from autotune.serving.search import ServingConfig, _diverse, batch_grid, layouts
+from autotune.serving.search import Measured, ServingConfig, ServingSearch, Target, _diverse, batch_grid, layouts
 from autotune.serving.simulate import ServiceModel, Simulator
 
 # ---- the batcher ---------------------------------------------------------------------------------------
@@ -336,21 +336,28 @@ def test_a_slow_models_curve_points_run_long_enough_to_resolve_the_percentile_as
     assert _curve_point_seconds(5.8) == 6.0
 
 
-def test_a_failed_hold_tries_the_max_rate_it_leaves_so_what_holds_is_what_the_report_gives(tmp_path: Path) -> None:
-    """The detector's bisection passed 7.02 and 7.25; the hold at 7.25 failed, leaving 7.02 as the max. The next
-    hold tries 7.02 (not 10% below 7.25, 6.52, which held while the report gave 7.02 as held); where no pass lies
-    that close it steps 10% down. The load is scripted (the real hold runs in test_serving_e2e)."""
-    from autotune.serving.search import Measured, ServingSearch, Target
-
+def _slow_search(tmp_path: Path) -> ServingSearch:
+    """A serving search of a slow model (600-ms SLO, one core) whose load the test scripts."""
     spec = SimpleNamespace(slo_ms=600.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
                            time_budget_s=120.0)
     target = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="m",
                     input_names=("images",))
+    return ServingSearch(spec, target, cores=1)
 
+
+def _bisected(points: list[LoadPoint], role: str = "naive") -> Measured:
+    """A 1x1, max batch 1 configuration measured with ``points``."""
+    best, ci = max_rate_of(points)
+    return Measured(ServingConfig(1, 1, 1, 0.0), role, 7.0, best, ci, list(points), "converged")
+
+
+def test_a_failed_hold_tries_the_max_rate_it_leaves_so_what_holds_is_what_the_report_gives(tmp_path: Path) -> None:
+    """The detector's bisection passed 7.02 and 7.25; the hold at 7.25 failed, leaving 7.02 as the max. The next
+    hold tries 7.02 (not 10% below 7.25, 6.52, which held while the report gave 7.02 as held); where no pass lies
+    that close it steps 10% down. The load is scripted (the real hold runs in test_serving_e2e)."""
     def hold(bisection: list[LoadPoint], outcomes: list[bool | str]) -> tuple[list[float], Measured]:
-        search = ServingSearch(spec, target, cores=1)
-        best, ci = max_rate_of(bisection)
-        pick = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, best, ci, list(bisection), "converged")
+        search = _slow_search(tmp_path)
+        pick = _bisected(bisection)
         tried: list[float] = []
 
         def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
@@ -358,7 +365,7 @@ def test_a_failed_hold_tries_the_max_rate_it_leaves_so_what_holds_is_what_the_re
             outcome = outcomes[len(tried) - 1]
             return _few_result(rate, 400, 0 if outcome is True else 40, 700.0 if outcome is False else 1500.0)
 
-        search._load = load  # type: ignore[method-assign]
+        search._load = load  # type: ignore[method-assign,assignment]
         search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
         return tried, pick
 
@@ -381,18 +388,11 @@ def test_a_baseline_is_held_once_where_its_share_has_room_and_a_failed_hold_lowe
     server: passed, it stands; failed, its max rate is the highest pass below the failure; with no room left in
     its share, it is not tried and says so (``held`` None). The load is scripted (the real holds run in
     test_serving_e2e)."""
-    from autotune.serving.search import SUSTAIN_SECONDS, Measured, ServingSearch, Target
-
-    spec = SimpleNamespace(slo_ms=600.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
-                           time_budget_s=120.0)
-    target = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="m",
-                    input_names=("images",))
+    from autotune.serving.search import SUSTAIN_SECONDS
 
     def baseline(passes: bool, room: float) -> tuple[list[float], Measured, ServingSearch]:
-        search = ServingSearch(spec, target, cores=1)
-        bisection = [_few(4.0, 400, 0), _few(6.0, 400, 0), _few(8.0, 400, 40)]
-        best, ci = max_rate_of(bisection)
-        m = Measured(ServingConfig(1, 1, 1, 0.0), "naive", 7.0, best, ci, list(bisection), "converged")
+        search = _slow_search(tmp_path)
+        m = _bisected([_few(4.0, 400, 0), _few(6.0, 400, 0), _few(8.0, 400, 40)])
         tried: list[float] = []
 
         def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
@@ -400,7 +400,7 @@ def test_a_baseline_is_held_once_where_its_share_has_room_and_a_failed_hold_lowe
             assert seconds == SUSTAIN_SECONDS
             return _few_result(rate, 400, 0 if passes else 40)
 
-        search._load = load  # type: ignore[method-assign]
+        search._load = load  # type: ignore[method-assign,assignment]
         search._hold_baseline(m, None, time.monotonic() + room)  # type: ignore[arg-type]
         return tried, m, search
 
@@ -408,7 +408,7 @@ def test_a_baseline_is_held_once_where_its_share_has_room_and_a_failed_hold_lowe
     assert tried == [6.0] and m.held is True and m.max_rate == 6.0
     tried, m, search = baseline(False, 60.0)
     assert tried == [6.0] and m.held is False and m.max_rate == 4.0 and m.bracketed
-    assert m.to_dict(target)["held"] is False and "did not hold for 10 s" in search.notes[-1]
+    assert m.to_dict(search.target)["held"] is False and "did not hold for 10 s" in search.notes[-1]
     tried, m, _ = baseline(True, 5.0)  # the share's room is shorter than a hold
     assert tried == [] and m.held is None and m.max_rate == 6.0
 
@@ -418,12 +418,7 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
     another 10 s at the same rate, pooled, rather than stepping 10% down into another undecided rate (the
     quickstart's naive server: 36.5, 35.8 and 39.5 ms on a 40-ms SLO, none held, session 36). Pooled, the same
     three slow requests among twice as many decide it; a hold over the SLO on its estimate does not run on."""
-    from autotune.serving.search import SUSTAIN_SECONDS, Measured, ServingSearch, Target
-
-    spec = SimpleNamespace(slo_ms=600.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
-                           time_budget_s=120.0)
-    target = Target(artifact=tmp_path, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="m",
-                    input_names=("images",))
+    from autotune.serving.search import SUSTAIN_SECONDS
 
     def spread(rate: float, n: int, slow: int) -> SimpleNamespace:
         """``slow`` requests at 700 ms spread evenly past the first fifth (a cluster is one event, and the block
@@ -436,10 +431,8 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
     assert first.pct_ms <= 600 and not first.passed and not first.clear  # undecided on its own
 
     def hold(chunks: list[tuple[int, int]]) -> tuple[list[float], Measured, ServingSearch]:
-        search = ServingSearch(spec, target, cores=1)
-        bisection = [_few(4.0, 400, 0), _few(8.0, 400, 0), _few(9.0, 400, 40)]
-        best, ci = max_rate_of(bisection)
-        pick = Measured(ServingConfig(1, 1, 1, 0.0), "search", 8.0, best, ci, list(bisection), "converged")
+        search = _slow_search(tmp_path)
+        pick = _bisected([_few(4.0, 400, 0), _few(8.0, 400, 0), _few(9.0, 400, 40)], "search")
         tried: list[float] = []
 
         def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
@@ -447,7 +440,7 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
             tried.append(round(rate, 3))
             return spread(rate, n, slow)
 
-        search._load = load  # type: ignore[method-assign]
+        search._load = load  # type: ignore[method-assign,assignment]
         search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
         return tried, pick, search
 
