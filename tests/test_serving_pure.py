@@ -458,6 +458,41 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
     assert tried == [8.0, 7.2]
 
 
+def test_configurations_never_held_are_ranked_as_the_holds_showed_the_bisections_hold(tmp_path: Path) -> None:
+    """Session 36's BERT-like run: the pick (bisected 509) failed holds at 509, 407 and 367, the next (bisected 463)
+    at 463 and 448, and the naive server, bisected to 452 on 2-s points and never held, led once the others were
+    lowered; it was recommended and missed its SLO under tritonclient. A configuration never held now ranks at its
+    bisected rate times what the holds showed (their median held / bisected ratio); a held one at its own."""
+    search = _slow_search(tmp_path)
+
+    def measured(bisected: float, holds: list[tuple[float, bool]], role: str) -> Measured:
+        m = _bisected([_few(bisected * 0.7, 400, 0), _few(bisected * 0.9, 401, 0), _few(bisected, 402, 0),
+                       _few(bisected * 1.1, 403, 40)], role)
+        m.bisected = bisected
+        for rate, ok in holds:
+            point = _few(rate, 400, 0 if ok else 40)
+            m.points.append(point)
+            m.holds.append(point)
+        m.max_rate, m.max_rate_ci = max_rate_of(m.points)
+        return m
+
+    first = measured(509.0, [(509.0, False), (407.0, False), (366.5, False)], "search")
+    second = measured(463.0, [(463.0, False), (448.0, False)], "search")
+    naive = measured(452.0, [], "naive")
+    search.measured += [first, second, naive]
+    assert naive.max_rate > second.max_rate  # on their own numbers the unheld naive server leads
+    assert search.hold_discount() == pytest.approx(np.median([366.5 / 509.0, 448.0 / 463.0]))
+    assert search._choose() is second  # 417 (a short pass under its failed holds) against 452 x 0.84 = 382
+    # before any hold, the bisections alone rank them
+    fresh = _slow_search(tmp_path)
+    fresh.measured += [measured(509.0, [], "search"), measured(452.0, [], "naive")]
+    assert fresh.hold_discount() == 1.0 and fresh._choose() is fresh.measured[0]
+    # a hold that passed at the bisected rate leaves the ranking to the numbers
+    held = _slow_search(tmp_path)
+    held.measured += [measured(300.0, [(300.0, True)], "search"), measured(310.0, [], "naive")]
+    assert held.hold_discount() == 1.0 and held._choose() is held.measured[1]
+
+
 def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_sample(tmp_path: Path) -> None:
     """The quickstart's report said "a call of 16 costs 3.33 ms per sample against 6.96 ms for one (2.09x), so a
     batch saves little": a batch that halves the cost per sample does save; what kept it out was its 53-ms call

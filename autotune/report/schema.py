@@ -542,6 +542,7 @@ SERVING_CONFIG_FIELDS: dict[str, tuple[Checker, bool]] = {
     "role": (_one_of(SERVING_ROLES), True),
     "pruned_reason": (_nullable(_STR), False),
     "held": (_nullable(_BOOL), False),
+    "bisected_max_rate": (_nullable(_NON_NEGATIVE), False),
     "points": (_nullable(_list_of(_record(SERVING_POINT_FIELDS))), False),
 }
 _SERVING_CONFIG = _record(SERVING_CONFIG_FIELDS)
@@ -591,6 +592,7 @@ SERVING_FIELDS: dict[str, tuple[Checker, bool]] = {
     "knobs": (_nullable(_list_of(_record(SERVING_KNOB_FIELDS))), False),
     "seconds": (_nullable(_NON_NEGATIVE), False),
     "share_of_run": (_nullable(_NON_NEGATIVE), False),
+    "hold_discount": (_nullable(_NON_NEGATIVE), False),
     "calls": (_nullable(_record(SERVING_CALLS_FIELDS)), False),
     "server": (_nullable(_record(SERVING_SERVER_FIELDS)), False),
     "files": (_nullable(_list_of(_STR)), False),

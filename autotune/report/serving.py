@@ -299,9 +299,8 @@ def serving_console_line(doc: Mapping[str, Any]) -> str | None:
     section = serving_of(doc) or {}
     rec, naive = section.get("recommendation"), _mapping(section.get("baselines")).get("naive")
     if isinstance(rec, Mapping) and isinstance(naive, Mapping) and _ratio(rec, naive) != DASH:
-        held = ", held 10 s" if naive.get("held") is True else \
-            ", a hold failed above it" if naive.get("held") is False else ""
-        sentence += f" {_ratio(rec, naive)} the naive server ({_rate(naive.get('max_rate'))} requests/s{held})."
+        held = _held_mark(naive.get("held")).strip(" ()")
+        sentence += f" {_ratio(rec, naive)} the naive server ({_rate(naive.get('max_rate'))} requests/s, {held})."
     return "Serving: " + sentence
 
 

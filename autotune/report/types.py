@@ -314,6 +314,7 @@ class ServingConfig(TypedDict):
     role: ServingRole
     pruned_reason: str | None
     held: NotRequired[bool | None]  # a baseline's max rate held once for 10 s (None: not tried)
+    bisected_max_rate: NotRequired[float | None]  # its bisection's max rate, before any hold
     points: list[ServingPoint]
 
 
@@ -388,6 +389,7 @@ class ServingSection(_ServingStatus, total=False):
     knobs: list[ServingKnob]
     seconds: float
     share_of_run: float | None
+    hold_discount: float  # the median held / bisected max rate over the configurations held (1.0: none held)
     calls: ServingCalls
     server: ServingServer
     files: list[str]
