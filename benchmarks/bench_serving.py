@@ -152,9 +152,9 @@ def checks(out: Path, seconds: float) -> dict[str, Any]:
     ratio = rate / best_naive if best_naive else float("nan")
     print(f"  baselines: {json.dumps({k: b.get('max_rate') for k, b in base.items()})}; ratio {ratio:.2f}", flush=True)
     discount = float(serving.get("hold_discount") or 1.0)
-    unheld = [b.get("max_rate") or 0.0 for b in base.values() if not b.get("held")]
+    unheld = [b.get("max_rate") or 0.0 for b in base.values() if b.get("held") is None]
     if discount < 1.0 and unheld:  # like for like: a baseline never held, at what the holds showed of bisections
-        like = rate / max([*(b.get("max_rate") or 0.0 for b in base.values() if b.get("held")),
+        like = rate / max([*(b.get("max_rate") or 0.0 for b in base.values() if b.get("held") is not None),
                            *(r * discount for r in unheld)])
         print(f"  the baselines not held, discounted like the ranking ({discount:.3f}): ratio {like:.2f} "
               "(information; the check is the plain ratio)", flush=True)

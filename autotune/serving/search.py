@@ -151,13 +151,16 @@ class Measured:
     max_rate_ci: tuple[float, float]
     points: list[LoadPoint]
     stopped_by: str
-    #: A baseline's max rate held once for SUSTAIN_SECONDS on its own server: True / False, None when not tried
-    #: (not a baseline, or its share of the budget had no room).
-    held: bool | None = None
     #: The max rate its bisection found, before any hold (the short points alone).
     bisected: float | None = None
-    #: Its holds (SUSTAIN_SECONDS at a rate, undecided ones pooled), in the order run; also among ``points``.
+    #: Its holds (SUSTAIN_SECONDS at a rate, undecided ones pooled), in the order run; also among ``points``: the
+    #: pick's on a fresh server, a baseline's once on its own where its share had room.
     holds: list[LoadPoint] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool | None:
+        """Whether a hold passed: True, False when every one failed, None when none was run."""
+        return any(p.passed for p in self.holds) if self.holds else None
 
     def to_dict(self, target: Target) -> dict[str, Any]:
         return {"variant": target.variant, "environment": target.environment,
@@ -440,7 +443,6 @@ class ServingSearch:
         m.points.append(point)
         m.holds.append(point)
         m.max_rate, m.max_rate_ci = max_rate_of(m.points)
-        m.held = point.passed
         if not point.passed:
             self.notes.append(f"the {m.role} baseline ({m.config.label()}): {rate:.1f} requests/s did not hold for "
                               f"{point.seconds:g} s ({self._missed(point)}): its max rate is now the highest passing "
