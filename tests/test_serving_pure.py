@@ -518,6 +518,21 @@ def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_samp
     assert "so a batch saves little" in same
 
 
+def test_a_pick_that_is_the_batch_loop_as_it_is_says_the_search_did_not_beat_it(tmp_path: Path) -> None:
+    """Session 36's BERT-like run recommended the batch loop served as it is (max batch 8, a 6.8-ms wait), 1.52x
+    the naive server, and its report said nothing of the search's own configurations having served less."""
+    search = _slow_search(tmp_path)
+    naive = _bisected([_few(300.0, 400, 0)])
+    loop = Measured(ServingConfig(1, 1, 8, 6.786), "batch-loop", 356.0, 462.4, (462.4, 493.8), [], "converged")
+    other = Measured(ServingConfig(1, 1, 4, 1.0), "search", 346.0, 440.0, (440.0, 480.0), [], "converged")
+    search.measured += [naive, loop, other]
+    search._did_knobs_help(loop)
+    assert any("served as they are, served the most (1.54x the naive server)" in n for n in search.notes)
+    search.notes.clear()
+    search._did_knobs_help(other)
+    assert not any("served the most" in n for n in search.notes)
+
+
 def test_where_requests_cannot_share_a_call_no_batching_is_searched_and_the_report_says_why(tmp_path: Path) -> None:
     """The server said that merging two requests changes an answer (CLIP's (rows, rows) logits): the batch loop
     served as it is becomes a request per call, the grid's batching configurations are listed as pruned with that

@@ -950,6 +950,12 @@ class ServingSearch:
                     f"is {pick.max_rate / loop.max_rate:.2f}x that baseline ({loop.max_rate:.0f} requests/s)")
             if note not in self.notes:
                 self.notes.append(note)
+        if pick is not None and pick is loop and naive is not None and pick.max_rate >= 1.1 * naive.max_rate:
+            note = (f"the batch loop's own max batch and wait, served as they are, served the most "
+                    f"({pick.max_rate / naive.max_rate:.2f}x the naive server): no configuration the search "
+                    "confirmed beat it")
+            if note not in self.notes:
+                self.notes.append(note)
         if pick is None or naive is None or pick.max_rate >= 1.1 * naive.max_rate:
             return
         if self.merge_requests_why is not None:  # batching was never possible: the calibration says nothing here
