@@ -77,9 +77,9 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
     measured = [c for c in serving["configs"] if c["role"] != "pruned"]
     for c in measured:  # every confirmed configuration was loaded for real, open loop, with its points
         assert c["points"] and all(p["sent"] > 0 for p in c["points"])
-        # a baseline held where its share had room: one 10-s point at its max rate; the others are never held
-        assert c["held"] is None or (c["role"] in ("naive", "batch-loop")
-                                     and any(p["seconds"] == 10.0 for p in c["points"]))
+        # held or not after a 10-s point at least (the pick's holds; a baseline's where its share had room)
+        assert c["held"] is None or any(p["seconds"] >= 10.0 for p in c["points"])
+        assert c["bisected_max_rate"] is not None
     # the pick's curve, after its 10-s hold; on a busy machine a 45 s budget may not fit the hold, and then the
     # report says its max rate was not held
     assert serving["at_fraction"] or any("not held" in n or "did not hold" in n for n in serving["notes"])
