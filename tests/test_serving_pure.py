@@ -533,6 +533,28 @@ def test_a_pick_that_is_the_batch_loop_as_it_is_says_the_search_did_not_beat_it(
     assert not any("served the most" in n for n in search.notes)
 
 
+def test_a_held_pick_against_a_naive_server_never_held_is_also_said_on_equal_footing(tmp_path: Path) -> None:
+    """Session 36's run b5: the pick held 370 requests/s after holds at 497 and 398 failed; the naive server, never
+    held, read 373 on its 2-s points: "0.99x the naive server", and "batching did not beat it". At the 74% of their
+    bisected rates the holds held, the naive server serves about 278: the report says so, and does not claim the
+    knobs did not pay."""
+    search = _slow_search(tmp_path)
+    naive = _bisected([_few(373.0, 400, 0), _few(420.0, 401, 40)])
+    naive.bisected = 373.0
+    pick = _bisected([_few(496.9, 400, 0)], "search")
+    pick.bisected = 496.9
+    for rate, ok in ((496.9, False), (397.5, False), (369.9, True)):
+        point = _few(rate, 402, 0 if ok else 40)
+        pick.points.append(point)
+        pick.holds.append(point)
+    pick.max_rate = 369.9
+    search.measured += [naive, pick]
+    search._did_knobs_help(pick)
+    text = " ".join(search.notes)
+    assert "never held" in text and "about 278" in text and "1.33x that" in text
+    assert "did not beat" not in text
+
+
 def test_where_requests_cannot_share_a_call_no_batching_is_searched_and_the_report_says_why(tmp_path: Path) -> None:
     """The server said that merging two requests changes an answer (CLIP's (rows, rows) logits): the batch loop
     served as it is becomes a request per call, the grid's batching configurations are listed as pruned with that
