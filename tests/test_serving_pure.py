@@ -612,6 +612,7 @@ def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Pat
     three points, the batch loop's baseline kept; a budget that fits them all keeps them all."""
     from autotune.serving.search import (
         BRACKET_POINTS,
+        POINT_SLACK_S,
         WARMUP_SECONDS,
         Measured,
         ServingSearch,
@@ -619,7 +620,7 @@ def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Pat
         bisections_that_fit,
     )
 
-    each = 4.0 + WARMUP_SECONDS + BRACKET_POINTS * 2.0
+    each = 4.0 + WARMUP_SECONDS + BRACKET_POINTS * (2.0 + POINT_SLACK_S)  # each point with its last answers
     assert bisections_that_fit(2.5 * each, 4.0, 2.0, 5) == 2 and bisections_that_fit(100 * each, 4.0, 2.0, 5) == 5
     assert bisections_that_fit(1.0, 4.0, 2.0, 3) == 1 and bisections_that_fit(1.0, 4.0, 2.0, 0) == 0
     spec = SimpleNamespace(slo_ms=50.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
