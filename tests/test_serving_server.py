@@ -596,6 +596,7 @@ def test_a_pick_whose_rate_never_held_still_gets_its_curve_below_it(tmp_path: Pa
     reports them as fractions of that rate with a note saying the rate itself did not hold (the served detector's
     report had no percentiles under load at all, session 32)."""
     from autotune.serving import search as serving_search
+    from autotune.serving.processes import ServerProcess
     from autotune.serving.search import Measured, ServingConfig, ServingSearch, Target
     from autotune.serving.ship import copy_server
 
@@ -626,6 +627,18 @@ def test_a_pick_whose_rate_never_held_still_gets_its_curve_below_it(tmp_path: Pa
     late = ServingSearch(spec, target, cores=1)
     late._curve_unheld(pick, time.monotonic() - 60)
     assert late.curve == [] and not late.notes
+    # on the last hold's server, already up, the same points without starting another (after three failed holds
+    # the quickstart's stage had too little grace left for a fresh server, session 36)
+    warm = ServingSearch(spec, target, cores=1)
+    warm.bodies = search.bodies
+    warm.measured.append(pick)
+    with ServerProcess(art, ["--max-batch", "1", "--model-name", "model"]) as srv:
+        monkeypatch.setattr(serving_search, "ServerProcess", None)  # starting one would fail
+        warm._curve_unheld(pick, time.monotonic() + 60, srv)
+    assert warm._curve_fractions == [0.5, 0.8, 0.9] and all(p.ok == p.sent > 0 for p in warm.curve)
+    # a curve measured for a configuration that then lost its place is not reported as the recommendation's
+    warm.measured.append(Measured(ServingConfig(1, 1, 2, 0.0), "search", 60.0, 50.0, (50.0, 55.0), [], "converged"))
+    assert warm._section("ok", None, 30.0)["at_fraction"] == []
 
 
 @pytest.mark.worker

@@ -292,6 +292,7 @@ class ServingSearch:
         self.curve: list[LoadPoint] = []
         self._curve_fractions: list[float] = []
         self._held: Measured | None = None  # the configuration whose max rate held (its curve is self.curve)
+        self._curve_for: Measured | None = None  # whose curve self.curve is (a held pick's, or one that did not hold)
         self._hold_failed: set[ServingConfig] = set()  # configurations a hold showed below their bisected max
         self.merge_why: str | None = None  # the server's: why requests of different lengths are served apart
         self.output_dynamic_dims: dict[str, list[int]] = {}  # the server's: output dims that follow the length
@@ -720,7 +721,7 @@ class ServingSearch:
                 if self._measure_curve(pick, deadline):
                     break
                 pick = self._choose()
-            if self._held is None and pick is not None:
+            if self._held is None and pick is not None and self._curve_for is not pick:
                 self._curve_unheld(pick, deadline)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -745,6 +746,8 @@ class ServingSearch:
             full = self._sustain(pick, srv, late)
             self.hold_s += time.monotonic() - t0
             if full is None:
+                if self._choose() is pick:  # it stays the recommendation: its curve on this server, already warm
+                    self._curve_unheld(pick, deadline, srv)
                 return False
             self._below(pick, srv, deadline, {1.0: full})
             self._held = pick
@@ -767,23 +770,30 @@ class ServingSearch:
         self.curve_s += time.monotonic() - t0
         self.curve = [points[f] for f in CURVE_FRACTIONS if f in points]
         self._curve_fractions = [f for f in CURVE_FRACTIONS if f in points]
+        self._curve_for = pick
 
-    def _curve_unheld(self, pick: Measured, deadline: float) -> None:
-        """No pick's max rate held: the points below the recommendation's max rate all the same, on a fresh
-        server, so the report still says what a deployer sees at 50-90% of the rate it gives.
+    def _curve_unheld(self, pick: Measured, deadline: float, srv: ServerProcess | None = None) -> None:
+        """No pick's max rate held: the points below the recommendation's max rate all the same, on ``srv`` (the
+        last hold's, already warm) or a fresh server, so the report still says what a deployer sees at 50-90% of the
+        rate it gives.
 
         Why: a slow model's holds can fail on too few requests (the floor, :func:`short_bound`), and a pick whose
         hold failed is left at the highest rate that passed below it. Without these points the report had no
         percentiles under load to predict a deployment's (the served detector, 2026-11-28), though measuring them
-        costs a fresh server and 10-20 s."""
+        costs 10-20 s, and a fresh server's start on top: after three failed holds the quickstart's stage had 23 s
+        of its grace left, too few for a fresh server and the points (session 36)."""
         late = self._late(deadline)
-        need = STARTUP_ALLOWANCE_S + sum(_curve_point_seconds(pick.max_rate * f) for f in CURVE_FRACTIONS[:-1])
+        need = (0.0 if srv is not None else STARTUP_ALLOWANCE_S) + sum(
+            _curve_point_seconds(pick.max_rate * f) for f in CURVE_FRACTIONS[:-1])
         if pick.max_rate <= 0 or self._closed or time.monotonic() + need + LATE_MARGIN_S > late:
             return
         self.say(f"curve: {pick.config.label()} at 50-90% of {pick.max_rate:.1f} req/s (its max rate did not hold)")
-        with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
-            self._warm(srv, pick.max_rate)
+        if srv is not None:
             self._below(pick, srv, deadline, {})
+        else:
+            with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as fresh:
+                self._warm(fresh, pick.max_rate)
+                self._below(pick, fresh, deadline, {})
         self.notes.append(f"the curve's points below the max rate were measured though no hold passed: they are "
                           f"fractions of {pick.max_rate:.1f} requests/s, the rate the report gives")
 
@@ -845,6 +855,8 @@ class ServingSearch:
             if note not in self.notes:
                 self.notes.append(note)
         pick = self._held or self._choose()  # the one whose max rate held for SUSTAIN_SECONDS, if any did
+        if self._curve_for is not pick:  # a curve measured for a configuration that then lost its place: not this one's
+            self.curve, self._curve_fractions = [], []
         discount = self.hold_discount()
         if discount < 0.97:
             self.notes.append(f"the holds held {discount:.0%} of what the short points of their bisections passed "
