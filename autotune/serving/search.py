@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -365,6 +366,13 @@ class ServingSearch:
                 break
         return point
 
+    @staticmethod
+    def _record_hold(m: Measured, point: LoadPoint) -> None:
+        """A hold joins the configuration's points (its max rate is then the highest pass below every failure)."""
+        m.points.append(point)
+        m.holds.append(point)
+        m.max_rate, m.max_rate_ci = max_rate_of(m.points)
+
     def _missed(self, point: LoadPoint) -> str:
         """Why a hold did not pass: its percentile over the SLO, or within it but not surely."""
         if point.pct_ms > self.spec.slo_ms:
@@ -450,9 +458,7 @@ class ServingSearch:
         self.baseline_hold_s += time.monotonic() - t0
         if point is None:
             return
-        m.points.append(point)
-        m.holds.append(point)
-        m.max_rate, m.max_rate_ci = max_rate_of(m.points)
+        self._record_hold(m, point)
         if not point.passed:
             self.notes.append(f"the {m.role} baseline ({m.config.label()}): {rate:.1f} requests/s did not hold for "
                               f"{point.seconds:g} s ({self._missed(point)}): its max rate is now the highest passing "
@@ -820,9 +826,7 @@ class ServingSearch:
             if point is None:
                 continue
             tries += max(1, round(point.seconds / SUSTAIN_SECONDS))
-            pick.points.append(point)
-            pick.holds.append(point)
-            pick.max_rate, pick.max_rate_ci = max_rate_of(pick.points)
+            self._record_hold(pick, point)
             if point.passed:
                 # what held is the max rate: a bisection's short passes above it, under a failed hold, never held
                 above = [p for p in pick.points if not p.passed and p.rate > rate]
@@ -1047,17 +1051,15 @@ class ServingSearch:
 def _pooled(results: Sequence[Any]) -> Any:
     """Load results at one rate, one after another on one server, as one (``point_from`` reads it): the latencies
     in send order, the counts summed, the achieved rate over the whole."""
-    from types import SimpleNamespace
-
     if len(results) == 1:
         return results[0]
-    seconds = sum(float(getattr(r, "elapsed_s", 0.0) or 0.0) for r in results)
+    seconds = sum(float(r.elapsed_s) for r in results)
     ok = sum(int(r.ok) for r in results)
     return SimpleNamespace(
         latencies_ms=np.concatenate([np.asarray(r.latencies_ms, dtype=float) for r in results]),
         sent=sum(int(r.sent) for r in results), ok=ok, failed=sum(int(r.failed) for r in results),
         timed_out=sum(int(r.timed_out) for r in results), dropped=sum(int(r.dropped) for r in results),
-        achieved_rate=ok / seconds if seconds > 0 else float(np.mean([r.achieved_rate for r in results])),
+        achieved_rate=ok / seconds if seconds > 0 else 0.0,
         send_lag_p99_ms=max(float(getattr(r, "send_lag_p99_ms", 0.0) or 0.0) for r in results),
         errors=tuple(e for r in results for e in (getattr(r, "errors", ()) or ())))
 
