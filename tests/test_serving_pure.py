@@ -437,18 +437,28 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
 
         def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
             n, slow = chunks[len(tried)]
+            if n < 0:  # the user's Ctrl-C, mid-chunk
+                raise KeyboardInterrupt
             tried.append(round(rate, 3))
             return spread(rate, n, slow)
 
         search._load = load  # type: ignore[method-assign,assignment]
-        search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
+        try:
+            search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            pass
         return tried, pick, search
 
     tried, pick, search = hold([(400, 3), (401, 0)])  # undecided, then 801 requests with the same 3 slow: held
     assert tried == [8.0, 8.0] and pick.max_rate == 8.0
     held = pick.points[-1]
     assert held.passed and held.seconds == 2 * SUSTAIN_SECONDS and held.sent == 801 and held.kept == 721
+    assert pick.holds == [held] and len(pick.points) == 4  # the pooled point replaced the first chunk's
     assert not any("did not hold" in n for n in search.notes)
+    # interrupted during the second chunk: the first chunk's point stays, the undecided hold it was
+    tried, pick, search = hold([(400, 3), (-1, 0)])
+    assert tried == [8.0] and len(pick.holds) == 1 and pick.holds[0].sent == 400 and pick.holds[0] in pick.points
+    assert pick.held is False and pick.max_rate == 4.0  # not held yet: the highest pass below it
     # undecided twice: the rate is given up as not sure, and the last try goes 10% lower
     tried, pick, search = hold([(400, 3), (400, 1), (402, 0)])
     assert tried == [8.0, 8.0, 7.2] and pick.max_rate == pytest.approx(7.2)

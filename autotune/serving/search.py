@@ -342,10 +342,12 @@ class ServingSearch:
                  f"({'pass' if point.passed else 'fail'}), {point.ok}/{point.sent} ok" if point.kept else
                  f"  {point.rate:8.1f} req/s: no request in its {point.seconds:.0f} s (not a pass)")
 
-    def _hold(self, srv: ServerProcess, rate: float, until: float, chunks: int) -> LoadPoint | None:
+    def _hold(self, m: Measured, srv: ServerProcess, rate: float, until: float, chunks: int) -> LoadPoint | None:
         """``rate`` held on ``srv`` for SUSTAIN_SECONDS, and SUSTAIN_SECONDS more at a time, pooled, while the
         percentile reads within the SLO but its interval still reaches over it (up to ``chunks`` in all, each
-        ending LATE_MARGIN_S before ``until``); the pooled point, None when not even one chunk fits.
+        ending LATE_MARGIN_S before ``until``); the pooled point, None when not even one chunk fits. The pooled
+        point joins ``m``'s points and holds as each chunk ends (replacing the one before it), so an interrupt
+        during a later chunk keeps what the earlier ones measured.
 
         Why: a hold passes only when the percentile's whole 95% interval is within the SLO, and a 10-s point of a
         slow model holds a few hundred requests, whose p99 interval is wide. The quickstart's naive server read
@@ -359,18 +361,23 @@ class ServingSearch:
                 self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {rate:.1f} req/s")
             seed = self.seed + len(self.measured) * 101 + int(rate) + 7919 * len(results)
             results.append(self._load(srv, rate, SUSTAIN_SECONDS, seed))
-            point = point_from(_pooled(results), rate=rate, seconds=SUSTAIN_SECONDS * len(results),
-                               slo_ms=self.spec.slo_ms, percentile=self.q)
+            before, point = point, point_from(_pooled(results), rate=rate, seconds=SUSTAIN_SECONDS * len(results),
+                                              slo_ms=self.spec.slo_ms, percentile=self.q)
+            self._record_hold(m, point, replacing=before)
             self._say_point(point)
             if point.passed or point.clear or point.pct_ms > self.spec.slo_ms:
                 break
         return point
 
     @staticmethod
-    def _record_hold(m: Measured, point: LoadPoint) -> None:
-        """A hold joins the configuration's points (its max rate is then the highest pass below every failure)."""
-        m.points.append(point)
-        m.holds.append(point)
+    def _record_hold(m: Measured, point: LoadPoint, *, replacing: LoadPoint | None = None) -> None:
+        """A hold joins the configuration's points (its max rate is then the highest pass below every failure), in
+        place of ``replacing`` (the same hold's point before its last chunk was pooled in)."""
+        for seen in (m.points, m.holds):
+            if replacing is not None and any(p is replacing for p in seen):
+                seen[next(i for i, p in enumerate(seen) if p is replacing)] = point
+            else:
+                seen.append(point)
         m.max_rate, m.max_rate_ci = max_rate_of(m.points)
 
     def _missed(self, point: LoadPoint) -> str:
@@ -454,11 +461,12 @@ class ServingSearch:
         self.say(f"hold: {m.config.label()} at {m.max_rate:.1f} req/s for {SUSTAIN_SECONDS:g} s")
         t0 = time.monotonic()
         rate = m.max_rate
-        point = self._hold(srv, rate, deadline, HOLD_CHUNKS)
-        self.baseline_hold_s += time.monotonic() - t0
+        try:
+            point = self._hold(m, srv, rate, deadline, HOLD_CHUNKS)
+        finally:
+            self.baseline_hold_s += time.monotonic() - t0
         if point is None:
             return
-        self._record_hold(m, point)
         if not point.passed:
             self.notes.append(f"the {m.role} baseline ({m.config.label()}): {rate:.1f} requests/s did not hold for "
                               f"{point.seconds:g} s ({self._missed(point)}): its max rate is now the highest passing "
@@ -749,8 +757,10 @@ class ServingSearch:
         with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
             self._warm(srv, pick.max_rate)
             t0 = time.monotonic()
-            full = self._sustain(pick, srv, late)
-            self.hold_s += time.monotonic() - t0
+            try:
+                full = self._sustain(pick, srv, late)
+            finally:  # (an interrupted hold's time still counts in the stage's accounting)
+                self.hold_s += time.monotonic() - t0
             if full is None:
                 if self._choose() is pick:  # it stays the recommendation: its curve on this server, already warm
                     self._curve_unheld(pick, deadline, srv)
@@ -822,11 +832,10 @@ class ServingSearch:
                 self.notes.append(f"the max rate was not held for {SUSTAIN_SECONDS:g} s: the serving budget ran out")
                 return None
             self.say(f"hold: {pick.config.label()} at {rate:.1f} req/s for {SUSTAIN_SECONDS:g} s on a fresh server")
-            point = self._hold(srv, rate, late, min(HOLD_CHUNKS, SUSTAIN_TRIES - tries))
+            point = self._hold(pick, srv, rate, late, min(HOLD_CHUNKS, SUSTAIN_TRIES - tries))
             if point is None:
                 continue
             tries += max(1, round(point.seconds / SUSTAIN_SECONDS))
-            self._record_hold(pick, point)
             if point.passed:
                 # what held is the max rate: a bisection's short passes above it, under a failed hold, never held
                 above = [p for p in pick.points if not p.passed and p.rate > rate]
