@@ -1216,3 +1216,27 @@ def test_the_eager_comparison_says_screen_against_screen_when_the_headline_is_th
     assert f"{rec['measured_throughput'] / eager['throughput']:.2f}× the throughput of eager" in text
     assert f"p50 latency {own_p50:.1f} ms" in text or f"p50 latency {own_p50:.2f} ms" in text
     assert "99.0 ms vs" not in text  # the artifact's p50 is the headline's, not this comparison's
+
+
+def test_a_row_too_short_to_tell_a_steady_state_says_so_not_that_it_drifted() -> None:
+    """A row whose budget held fewer samples than a steady-state verdict needs was "no steady state ... the timings
+    kept drifting"; it did not drift, it was too short to tell. Its note, the recommendation's warning and the Why
+    section say so; a row that did drift keeps its words."""
+    import copy
+
+    from autotune.core.warmup.offline import SHORT_MIN
+    from autotune.report.analysis import _steadiness
+
+    doc = copy.deepcopy(make_document())
+    rec = doc["recommendation"]
+    row = next(c for c in doc["candidates"] if c["trial"] == rec["trial"])
+    for c in (rec, row):
+        c["classification"], c["samples"] = "no_steady_state", SHORT_MIN - 3
+    table = " ".join(console_table(doc, top=None).split())  # (the recommendation's sentence is wrapped)
+    assert f"too few samples ({SHORT_MIN - 3})" in table and "kept drifting" not in _steadiness(rec)
+    assert f"held {SHORT_MIN - 3} samples, too few to tell a steady state" in table
+    assert f"fewer than the {SHORT_MIN} a verdict needs" in _steadiness(rec)
+    for c in (rec, row):
+        c["samples"] = 40
+    assert "kept drifting" in _steadiness(rec)
+    assert "Warning: no steady state was reached." in " ".join(console_table(doc).split())

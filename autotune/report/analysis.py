@@ -14,6 +14,7 @@ from autotune.candidate import pessimistic_score
 from autotune.core.budget import SERVING_HOLD_GRACE
 from autotune.core.process_env import environment_of_variant
 from autotune.core.stats import BATCHES
+from autotune.core.warmup.offline import SHORT_MIN
 from autotune.report.canonical import normalise_report
 from autotune.report.format import (
     candidate_label,
@@ -32,6 +33,7 @@ from autotune.report.format import (
     relative_half_width,
     short_list,
     study_objective,
+    too_few_samples,
     wander_text,
 )
 from autotune.report.precision import cost_sentence, random_data_note
@@ -335,6 +337,11 @@ def _steadiness(c: Mapping[str, Any], screen: Mapping[str, Any] | None = None) -
         precision = f"{samples} samples{stopped}" + ("" if replaced else ", no CI recorded")
     else:
         precision = "no CI recorded"
+    few = too_few_samples(c)
+    if few is not None:
+        return (f"No steady state could be told: the measurement's budget held {few} samples, fewer than the "
+                f"{SHORT_MIN} a verdict needs, so the throughput is an average of the last half of them ({precision}); "
+                "a longer measure.max_seconds would say whether they settle.")
     if classification == "no_steady_state":
         return (
             f"No steady state was reached: the timings kept drifting, so the throughput is an "

@@ -35,6 +35,7 @@ from autotune.report.format import (
     no_steady_state,
     relative_half_width,
     short_list,
+    too_few_samples,
 )
 from autotune.report.precision import cost_sentence
 from autotune.report.schema import is_int, is_number
@@ -98,6 +99,8 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
             note = "violates: " + "; ".join(
                 violation_kind(v) for v in c.get("violations") or ["constraints"]
             )
+        elif too_few_samples(c) is not None:
+            note = f"too few samples ({too_few_samples(c)}) to tell a steady state"
         elif no_steady_state(c):
             note = "no steady state"
         if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
@@ -210,7 +213,10 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
     cost = cost_sentence(doc, rec)
     if cost is not None:
         text += " " + cost
-    if no_steady_state(rec):
+    if too_few_samples(rec) is not None:
+        text += (f" Warning: its measurement held {too_few_samples(rec)} samples, too few to tell a steady state "
+                 "(a longer measure.max_seconds would).")
+    elif no_steady_state(rec):
         text += " Warning: no steady state was reached."
     weights = (doc.get("workload") or {}).get("weights") or {}
     if weights.get("native") is False:

@@ -109,6 +109,18 @@ def no_steady_state(c: Mapping[str, Any]) -> bool:
     return c.get("classification") == "no_steady_state"
 
 
+def too_few_samples(c: Mapping[str, Any]) -> int | None:
+    """The samples of a row called ``no_steady_state`` because its budget held fewer than a verdict needs
+    (:data:`autotune.core.warmup.offline.SHORT_MIN`), else None: such a row did not drift, it was not long enough to
+    tell (a slow model's calls, or a traffic's passes, in a few seconds)."""
+    from autotune.core.warmup.offline import SHORT_MIN
+
+    samples = c.get("samples")
+    if no_steady_state(c) and isinstance(samples, int) and not isinstance(samples, bool) and samples < SHORT_MIN:
+        return samples
+    return None
+
+
 def bimodal_note(c: Mapping[str, Any]) -> str | None:
     """"bimodal: ..." when the row's warmup analysis found two alternating speeds (its mean is the mixture's)."""
     measurement = c.get("measurement")
