@@ -100,7 +100,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
                 violation_kind(v) for v in c.get("violations") or ["constraints"]
             )
         elif too_few_samples(c) is not None:
-            note = f"too few samples ({too_few_samples(c)}) to tell a steady state"
+            note = f"too few samples ({too_few_samples(c)})"
         elif no_steady_state(c):
             note = "no steady state"
         if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
