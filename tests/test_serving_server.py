@@ -133,6 +133,28 @@ WITH_CACHE = COUPLED.replace('OUTPUTS = ["e", "sim"]', 'OUTPUTS = ["e", "cache"]
     "import numpy as np", "import numpy as np\n\n\nclass DynamicCache:\n    pass")
 
 
+# torchvision's detectors in small: one dict per image, its detections' count the image's own, so a call of one image
+# has half the output leaves of the artifact's sample of two
+PER_IMAGE = '''
+import numpy as np
+BATCH_SIZE = 2
+INPUTS = ["images"]
+N_POSITIONAL = 1
+OUTPUTS = ["output_0_boxes", "output_0_scores", "output_1_boxes", "output_1_scores"]
+SAMPLE = [("float32", [2, 3], None)]
+
+
+def load():
+    def predict(images):
+        out = []
+        for row in np.asarray(images):
+            k = 1 + int(abs(row[0])) % 3
+            out.append({"boxes": np.full((k, 4), row.sum(), np.float32), "scores": np.full(k, row[0], np.float32)})
+        return out
+    return predict
+'''
+
+
 def _traffic(root: Path, lengths: list[int]) -> None:
     """traffic.npz beside load.py: one batch of 2 rows per length, each row padded with 0 after its own length."""
     arrays = {}
@@ -659,3 +681,32 @@ def test_an_output_that_is_not_a_tensor_is_left_out_and_the_tensors_are_served(t
             assert status == 200 and set(out) == {"e"} and np.array_equal(out["e"], x * 2)
     finally:
         assert _stop(served) == 0
+
+
+@pytest.mark.worker
+def test_a_model_with_one_output_entry_per_image_serves_one_image_requests(tmp_path: Path, serve_py: Path) -> None:
+    """A detector's artifact of batch 2 names the outputs of two images; a request of one image has half of them,
+    image by image, and failed with "IndexError: list index out of range" (SSDlite, session 37). It gets its own
+    image's outputs, as the first of the names; merged requests would change an answer (the per-image lists are
+    not split by rows), so each request is a call of its own; and calibration at batch 1 runs."""
+    art = _artifact(tmp_path / "det", PER_IMAGE)
+    np.savez(art / "traffic.npz", **{"b0.images": np.array([[1, 2, 3], [5, 0, 1]], np.float32)})
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--max-delay-ms", "50")
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["merge_requests"] is False and "the model returns an entry per row" in ready["merge_requests_why"]
+        xs = [np.array([[i, 1, 1]], np.float32) for i in range(4)] + [np.array([[2, 0, 0], [4, 1, 1]], np.float32)]
+        for x, (status, out) in zip(xs, _concurrently(lambda x: served.infer({"images": x}), xs), strict=True):
+            assert status == 200, out
+            for j, row in enumerate(x):
+                k = 1 + int(row[0]) % 3
+                assert np.array_equal(out[f"output_{j}_boxes"], np.full((k, 4), row.sum(), np.float32))
+                assert np.array_equal(out[f"output_{j}_scores"], np.full(k, row[0], np.float32))
+            assert set(out) == {f"output_{j}_{key}" for j in range(len(x)) for key in ("boxes", "scores")}
+    finally:
+        assert _stop(served) == 0
+    proc = subprocess.run([sys.executable, str(serve_py), "--artifact", str(art), "--calibrate", "--instances", "1",
+                           "--threads", "1", "--batches", "1,2", "--seconds", "0.2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set(json.loads(proc.stdout.strip().splitlines()[-1])["service_s"]) == {"1", "2"}

@@ -82,7 +82,7 @@ def batch_dims(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[np.ndarray
     one in the call; its second dim is a batch dim too, which a server that merges requests cannot cut back."""
     rows = len(solo)
     out: dict[int, list[int]] = {}
-    for k, m in enumerate(merged):
+    for k, m in enumerate(merged[:len(solo[0])]):  # (a model with an entry per row has more outputs merged)
         a, m = np.asarray(solo[0][k]), np.asarray(m)
         if a.ndim == m.ndim and m.ndim >= 1 and m.shape[0] == rows * a.shape[0]:
             out[k] = [d for d in range(1, m.ndim) if m.shape[d] != a.shape[d]]
@@ -109,6 +109,9 @@ def merge_disagrees(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[Seque
     over the batch) still gives each request another answer merged than alone (``lengths=False``)."""
     other = "a request of another length" if lengths else "another request of its shape"
     for j, (own, got) in enumerate(zip(solo, merged, strict=True)):
+        if len(own) != len(got):  # an entry per row (a detector's dict per image): the call's rows set the count
+            return (f"a request has {len(own)} outputs alone and {len(got)} merged with {other} (the model returns "
+                    "an entry per row of the call)")
         for i, (a, b) in enumerate(zip(own, got, strict=True)):
             a, b = np.asarray(a), np.asarray(b)
             k = f"{i} ({names[i]!r})" if i < len(names) else str(i)  # the output's index, and its name if given

@@ -138,9 +138,17 @@ def _served(leaves: Sequence[Any]) -> dict[int, np.ndarray]:
 
 def _call(module: Any, predict: Any, xs: Sequence[Any], keep: Sequence[int] | None = None) -> list[np.ndarray]:
     """predict on arrays in INPUTS order, in the form load.py's predict takes; the outputs as numpy arrays (those at
-    ``keep`` only, when given: the leaves a response carries, :func:`_served`)."""
+    ``keep`` only, when given: the leaves a response carries, :func:`_served`).
+
+    A call may have fewer leaves than the artifact's sample: a model that returns one entry per row (torchvision's
+    detectors, a dict of boxes, scores and labels per image) has three leaves for one image where its sample of two
+    had six, and the leaves come image by image, so they are the first of the sample's names. (Indexing past them
+    failed every one-image request and the serving search's calibration of an SSDlite artifact of batch 2 with
+    "IndexError: list index out of range", session 37.)"""
     leaves = _call_leaves(module, predict, xs)
-    return [_numpy(leaves[i]) for i in keep] if keep is not None else [_numpy(o) for o in leaves]
+    if keep is None:
+        return [_numpy(o) for o in leaves]
+    return [_numpy(leaves[i]) for i in keep if i < len(leaves)]
 
 
 def _call_leaves(module: Any, predict: Any, xs: Sequence[Any]) -> list[Any]:

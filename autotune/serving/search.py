@@ -308,6 +308,7 @@ class ServingSearch:
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
         self.request_rows = 1
         self._closed = getattr(spec, "arrivals_kind", spec.arrivals) == "closed"
+        self._promise = time.monotonic() + float(spec.time_budget_s)  # run() sets it: the stage's last moment
 
     # ---- load --------------------------------------------------------------------------------------------
 
@@ -444,7 +445,7 @@ class ServingSearch:
 
         if server is not None:
             return run(server)
-        with ServerProcess(self.target.artifact, self._server_args(config), cpus=self.server_cpus) as srv:
+        with self._server(config) as srv:
             self._warm(srv, start)
             return run(srv)
 
@@ -475,6 +476,17 @@ class ServingSearch:
     def _server_args(self, config: ServingConfig) -> list[str]:
         return [*config.args(), "--model-name", self.target.model_name]
 
+    def _left(self) -> float:
+        """Seconds to the stage's promise (its budget and grace, :meth:`_late`), less LATE_MARGIN_S: the most a
+        server's start or a calibration may take. (An SSDlite artifact compiled with torch.compile took the stage to
+        116 s of a 99-s promise in one failed calibration, whose own limit was 120 s, session 37.)"""
+        return max(1.0, self._promise - time.monotonic() - LATE_MARGIN_S)
+
+    def _server(self, config: ServingConfig) -> ServerProcess:
+        """A fresh server of ``config``, whose start may take what the stage's promise has left (:meth:`_left`)."""
+        return ServerProcess(self.target.artifact, self._server_args(config), cpus=self.server_cpus,
+                             start_timeout=min(180.0, self._left()))
+
     # ---- the steps ---------------------------------------------------------------------------------------
 
     def _calibrate(self, grid: Sequence[int], deadline: float) -> None:
@@ -485,8 +497,15 @@ class ServingSearch:
                 self.notes.append(f"layout {n}x{t} not calibrated: the calibration's share of the budget ran out")
                 continue
             self.say(f"calibrating {n} instance(s) x {t} thread(s) at batch {', '.join(map(str, grid))}")
-            cal = calibrate(self.target.artifact, instances=n, threads=t, batches=grid, seconds=per_layout,
-                            timeout=max(120.0, 10 * len(grid) * per_layout + 60), cpus=self.server_cpus)
+            wanted, left = max(120.0, 10 * len(grid) * per_layout + 60), self._left()
+            try:
+                cal = calibrate(self.target.artifact, instances=n, threads=t, batches=grid, seconds=per_layout,
+                                timeout=min(wanted, left), cpus=self.server_cpus)
+            except ServingError as exc:
+                if left < wanted and "took longer" in str(exc):
+                    raise ServingError(f"{exc}: what the serving budget had left (its time_budget_s with its "
+                                       "grace); the artifact's load and first calls take longer than that") from exc
+                raise
             self.calibrations[(n, t)] = cal
             self.calibration_s += cal.seconds
 
@@ -650,6 +669,7 @@ class ServingSearch:
     def run(self) -> dict[str, Any]:
         t0 = time.monotonic()
         deadline = t0 + float(self.spec.time_budget_s)
+        self._promise = self._late(deadline)
         self._layouts = layouts(self.spec, self.cores)
         grid = batch_grid(self.spec, self.target.batch_size)
         status, reason = "ok", None
@@ -669,7 +689,7 @@ class ServingSearch:
             n_runs = 1 + min(self.spec.confirm, len(others)) + int(loop != naive)  # the bisections planned
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
             share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
-            with ServerProcess(self.target.artifact, self._server_args(naive), cpus=self.server_cpus) as srv:
+            with self._server(naive) as srv:
                 self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
                 self.merge_requests_why, self.output_batch_dims = srv.merge_requests_why, srv.output_batch_dims
                 if srv.unserved_outputs:
@@ -754,7 +774,7 @@ class ServingSearch:
         """On a fresh server: the pick's max rate held for SUSTAIN_SECONDS (lowered until it holds), then the
         curve's 50% and 80% points of what held; whether it held."""
         late = self._late(deadline)
-        with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as srv:
+        with self._server(pick.config) as srv:
             self._warm(srv, pick.max_rate)
             t0 = time.monotonic()
             try:
@@ -807,7 +827,7 @@ class ServingSearch:
         if srv is not None:
             self._below(pick, srv, deadline, {})
         else:
-            with ServerProcess(self.target.artifact, self._server_args(pick.config), cpus=self.server_cpus) as fresh:
+            with self._server(pick.config) as fresh:
                 self._warm(fresh, pick.max_rate)
                 self._below(pick, fresh, deadline, {})
         self.notes.append(f"the curve's points below the max rate were measured though no hold passed: they are "
