@@ -710,3 +710,29 @@ def test_a_model_with_one_output_entry_per_image_serves_one_image_requests(tmp_p
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(json.loads(proc.stdout.strip().splitlines()[-1])["service_s"]) == {"1", "2"}
+
+
+@pytest.mark.worker
+def test_a_calibration_longer_than_the_stage_has_left_ends_within_its_promise(tmp_path: Path) -> None:
+    """An artifact whose load takes longer than the serving budget (a torch.compile artifact compiling at load:
+    SSDlite's stage ran 116 s of a 99-s promise in one failed calibration, whose own limit was 120 s, session 37):
+    the calibration is stopped at the stage's promise, the stage fails saying why, and no process is left."""
+    from autotune.serving.search import ServingSearch, Target
+    from autotune.serving.ship import copy_server
+
+    art = _artifact(tmp_path / "slow", QUICK.replace("def load():", "import time\ntime.sleep(60)\n\n\ndef load():"))
+    copy_server(art)
+    np.savez(art / "traffic.npz", **{"b0.x": np.ones((4, 3), np.float32)})
+    (art / "run.sh").write_text('if [ "${1:-}" = serve ]; then shift; exec "${PYTHON:-python}" '
+                                '"$(dirname "$0")/serve.py" "$@"; fi\nexit 2\n')
+    spec = SimpleNamespace(slo_ms=200.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=6.0, instances="auto", threads="auto", max_batch="auto",
+                           max_delay_ms=(0.0,), confirm=1, model_name="model")
+    target = Target(artifact=art, variant="onnx", environment="glibc", batch_size=1, threads=1, model_name="model",
+                    input_names=("x",))
+    t0 = time.monotonic()
+    section = ServingSearch(spec, target, cores=1).run()
+    assert time.monotonic() - t0 < 6.0 * 1.1 + 1.0, time.monotonic() - t0
+    assert section["status"] == "failed" and "what the serving budget had left" in section["reason"], section
+    leftover = subprocess.run(["pgrep", "-f", str(art)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", leftover.stdout
