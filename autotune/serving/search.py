@@ -308,7 +308,7 @@ class ServingSearch:
         self.bodies: list[tuple[bytes, dict[str, str]]] = []
         self.request_rows = 1
         self._closed = getattr(spec, "arrivals_kind", spec.arrivals) == "closed"
-        self._promise = time.monotonic() + float(spec.time_budget_s)  # run() sets it: the stage's last moment
+        self._promise = float("inf")  # the stage's last moment: run() sets it from the budget
 
     # ---- load --------------------------------------------------------------------------------------------
 
