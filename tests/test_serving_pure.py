@@ -650,3 +650,41 @@ def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Pat
     roomy.start_s = 4.0
     kept, _ = roomy._fit_confirmations(chosen, True, 500.0, naive, 5.0)
     assert kept == chosen and not roomy.notes
+
+
+def test_an_undecided_hold_with_no_pass_below_it_leaves_the_rate_not_held_rather_than_nothing(tmp_path: Path) -> None:
+    """A ViT's naive server passed 25.5 requests/s on a short point; its holds read p99 within the SLO with the
+    interval over it, and the budget ended there: every rate was then "failed" and the stage said "no
+    configuration met p99 <= 50 ms at any rate tried" (session 37). An undecided hold, with a sure short pass at
+    or above its rate and none below it, leaves its rate as the max rate, not held; the next hold still steps down;
+    a clear failure below the short pass does bring it to nothing. The load is scripted."""
+    def spread(rate: float, n: int, slow: int) -> SimpleNamespace:
+        res = _few_result(rate, n, 0)
+        res.latencies_ms[np.linspace(n * 0.2, n - 1, slow).astype(int) if slow else []] = 700.0
+        return res
+
+    def run(outcomes: list[tuple[int, int]]) -> tuple[list[float], Measured, ServingSearch]:
+        search = _slow_search(tmp_path)
+        pick = _bisected([_few(36.4, 400, 40), _few(25.5, 400, 0), _few(30.5, 400, 40)])
+        search.measured.append(pick)
+        tried: list[float] = []
+
+        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+            n, slow = outcomes[len(tried)]
+            tried.append(round(rate, 3))
+            return spread(rate, n, slow) if slow < 40 else _few_result(rate, n, slow)
+
+        search._load = load  # type: ignore[method-assign,assignment]
+        search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
+        return tried, pick, search
+
+    tried, pick, search = run([(400, 3), (400, 3), (400, 3)])  # undecided, pooled undecided, 10% down undecided
+    assert tried == [25.5, 25.5, 22.95] and pick.held is False
+    assert pick.max_rate == pytest.approx(22.95) and pick.max_rate_ci[1] == pytest.approx(25.5)  # up to the hold above
+    assert "its max rate is now still 25.5, not held" in " ".join(search.notes)
+    section = search._section("ok", None, 30.0)
+    assert section["status"] == "ok" and section["recommendation"]["max_rate"] == pytest.approx(22.95)
+    assert "did not hold for 10 s on a fresh server" in " ".join(section["notes"])
+    tried, pick, search = run([(400, 3), (400, 3), (400, 40)])  # then a clear failure below the short pass
+    assert tried == [25.5, 25.5, 22.95] and pick.max_rate == 0.0
+    assert search._section("ok", None, 30.0)["status"] == "failed"
