@@ -1240,3 +1240,22 @@ def test_a_row_too_short_to_tell_a_steady_state_says_so_not_that_it_drifted() ->
         c["samples"] = 40
     assert "kept drifting" in _steadiness(rec)
     assert "Warning: no steady state was reached." in " ".join(console_table(doc).split())
+
+
+def test_an_undecided_pick_is_undecided_against_the_leader_not_itself() -> None:
+    """The rounds could not separate eager+bf16@8 from the leader eager+bf16+jemalloc@8, and the simpler one was
+    picked: the recommendation read "Undecided against eager+bf16@8", the pick itself (a timm ViT, session 37)."""
+    import copy
+
+    from autotune.report.console import _recommendation_sentence
+
+    doc = copy.deepcopy(make_document())
+    rec = doc["recommendation"]
+    rec["decided_by"] = "showdown"
+    doc["showdown"] = {"verdict": {"leader": "eager+bf16+jemalloc@8", "pick": "eager+bf16@8", "margin": 0.02,
+                                   "undecided": ["eager+bf16@8"], "standings": []}}
+    text = " ".join(_recommendation_sentence(doc).split())
+    assert "Undecided against eager+bf16+jemalloc@8 (CI straddles" in text and "against eager+bf16@8" not in text
+    doc["showdown"]["verdict"].update(pick="eager+bf16+jemalloc@8", undecided=["eager+bf16@8", "onnx@8"])
+    text = " ".join(_recommendation_sentence(doc).split())
+    assert "Undecided against eager+bf16@8, onnx@8 (CI" in text

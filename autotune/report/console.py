@@ -203,9 +203,14 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
     shipped = shipped_sentence(doc)
     if shipped is not None:
         text += " " + shipped
-    open_keys = undecided_keys((doc.get("showdown") or {}).get("verdict") or {})
+    verdict = (doc.get("showdown") or {}).get("verdict") or {}
+    open_keys = undecided_keys(verdict)
     if rec.get("decided_by") == "showdown" and open_keys:
-        text += (f" Undecided against {', '.join(open_keys)} (CI straddles the margin when the rounds ran out): "
+        # against the others: when the pick is itself one the rounds could not separate from the leader (picked as
+        # the simplest), it is undecided against the leader ("Undecided against eager+bf16@8" named the pick itself)
+        others = [k for k in dict.fromkeys([str(verdict.get("leader") or ""), *open_keys])
+                  if k and k != verdict.get("pick")]
+        text += (f" Undecided against {', '.join(others)} (CI straddles the margin when the rounds ran out): "
                  "see the showdown line.")
     comparison = eager_comparison(doc, rec)
     if comparison:
