@@ -12,6 +12,7 @@ torch happens in the worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shutil
 import time
@@ -525,7 +526,7 @@ def _run_search(search: Search, recipe: Recipe, *, on_event: OnEvent | None) -> 
         if not search.space.variants:
             return SearchOutcome(rows=[], stopped_by="exhausted", wall_seconds=0.0, sampler="none",
                                  measured_this_run=0, trials=len(search.study.trials))
-        return search.run()
+        return dataclasses.replace(search.run(), space=tuple(search.space.combos()))
     finally:
         search.evaluate = evaluate
 

@@ -1259,3 +1259,27 @@ def test_an_undecided_pick_is_undecided_against_the_leader_not_itself() -> None:
     doc["showdown"]["verdict"].update(pick="eager+bf16+jemalloc@8", undecided=["eager+bf16@8", "onnx@8"])
     text = " ".join(_recommendation_sentence(doc).split())
     assert "Undecided against eager+bf16@8, onnx@8 (CI" in text
+
+
+def test_what_the_search_never_tried_is_said_by_runtime() -> None:
+    """A ViT's run over three runtimes, three precisions and four environments measured twelve eager rows in its
+    budget; the console never said that onnx and openvino had not been tried (session 37). The document keeps the
+    space and the untried combinations; the console, report.md and report.html say them by runtime."""
+    import copy
+
+    from autotune.report.sections import untried_summary
+
+    doc = copy.deepcopy(make_document())
+    assert untried_summary(doc) is None  # an older document, or a search that tried everything
+    tried = sorted({str(c["variant"]).split("+")[0] for c in doc["candidates"]})
+    doc["search"].update(stopped_by="time_budget", space=20,
+                         untried=[f"onnx+int8@{b}" for b in (1, 8)] + [f"openvino@{b}" for b in (1, 8, 32)]
+                         + [f"{tried[0]}+bf16@64"])
+    text = untried_summary(doc)
+    assert text is not None and text.startswith("Not tried: 6 of 20 combinations (the search's budget ran out")
+    assert "onnx (none of its 2)" in text and "openvino (none of its 3)" in text and f"1 more of {tried[0]}" in text
+    validate_report(doc)  # raises on a field of the wrong kind
+    flat = " ".join(console_table(doc).split())
+    assert "Not tried: 6 of 20 combinations" in flat
+    doc["search"]["stopped_by"] = "exhausted"
+    assert "the search stopped: exhausted" in (untried_summary(doc) or "")

@@ -185,6 +185,10 @@ def build_document(recipe: Recipe, workload: ValidatedWorkload, rows: list[dict[
         "pareto": pareto_front(rows, recipe.constraints),
         "notes": notes,
     }
+    if outcome.space:
+        tried = {(str(r.get("variant")), r.get("batch_size")) for r in rows}
+        doc["search"]["space"] = len(outcome.space)
+        doc["search"]["untried"] = [f"{v}@{b}" for v, b in outcome.space if (v, b) not in tried]
     if workload.info.get("data"):
         doc["data"] = cast("DataSection", workload.info["data"])
     return doc

@@ -39,7 +39,13 @@ from autotune.report.format import (
 )
 from autotune.report.precision import cost_sentence
 from autotune.report.schema import is_int, is_number
-from autotune.report.sections import showdown_cell, showdown_standings, showdown_summary, stop_summary
+from autotune.report.sections import (
+    showdown_cell,
+    showdown_standings,
+    showdown_summary,
+    stop_summary,
+    untried_summary,
+)
 from autotune.report.serving import serving_console_line
 from autotune.report.shipped import shipped_sentence
 from autotune.report.traffic import data_line, traffic_line, traffic_of
@@ -158,7 +164,8 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
     lines.extend(_wrap(_recommendation_sentence(doc)))
     time_line = budget_summary(doc)
     for extra in (traffic_line(rec) if rec is not None else None, data_line(doc), showdown_summary(doc, busy=not busy),
-                  stop_summary(doc), serving_console_line(doc), f"Time: {time_line}." if time_line else None):
+                  stop_summary(doc), untried_summary(doc), serving_console_line(doc),
+                  f"Time: {time_line}." if time_line else None):
         if extra:
             lines.extend(_wrap(extra))
     constraints = constraints_text(doc)

@@ -45,6 +45,7 @@ from autotune.report.sections import (
     showdown_summary,
     stop_summary,
     title,
+    untried_summary,
 )
 from autotune.report.serving import serving_view
 from autotune.report.traffic import (
@@ -321,9 +322,9 @@ def html_page(doc: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         if rows
         else "<p>No candidates were evaluated.</p>"
     )
-    stops = stop_summary(doc)
-    if stops:
-        parts.append(f"<p class='muted small'>{_h(stops)}</p>")
+    for line in (stop_summary(doc), untried_summary(doc)):
+        if line:
+            parts.append(f"<p class='muted small'>{_h(line)}</p>")
     traffic = traffic_rows(doc)
     if traffic:
         parts.append(

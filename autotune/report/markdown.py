@@ -31,6 +31,7 @@ from autotune.report.sections import (
     showdown_summary,
     stop_summary,
     title,
+    untried_summary,
 )
 from autotune.report.serving import serving_view
 from autotune.report.traffic import (
@@ -197,9 +198,9 @@ def markdown_text(doc: Mapping[str, Any], plot_files: Mapping[str, str] | None) 
         "",
     ]
     out += [_md_table(headers, rows) if rows else "No candidates were evaluated.", ""]
-    stops = stop_summary(doc)
-    if stops:
-        out += [_md_text(stops), ""]
+    for line in (stop_summary(doc), untried_summary(doc)):
+        if line:
+            out += [_md_text(line), ""]
     traffic = traffic_rows(doc)
     if traffic:
         out += ["### Candidates by input shape", "",

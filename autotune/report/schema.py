@@ -390,6 +390,8 @@ SEARCH_FIELDS: dict[str, tuple[Checker, bool]] = {
     "storage": (_nullable(_STR), False),
     "stopped_by": (_nullable(_STR), False),
     "measurements_stopped_by": (_nullable(_dict_of(_INT)), False),
+    "space": (_nullable(_INT), False),
+    "untried": (_nullable(_list_of(_STR)), False),
 }
 _SEARCH = _record(SEARCH_FIELDS)
 #: The deployable artifact's kinds (``autotune.worker.artifact.KINDS``' values) and the sections' statuses.

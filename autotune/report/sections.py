@@ -491,6 +491,28 @@ def _staged_from_text(staged: Any) -> str:
             f"nothing, as a deployment does{rest}.")
 
 
+def untried_summary(doc: Mapping[str, Any]) -> str | None:
+    """What the search never tried, by runtime (the variant's first part), e.g. "Not tried: 32 of 64 combinations:
+    onnx (none of its 16), openvino (none of its 16)" (None when it tried everything, or the space is unknown).
+
+    Why: a ViT's run with three runtimes, three precisions and four environments measured twelve eager rows in its
+    budget and recommended eager+bf16 as 1.49x eager; nothing said that onnx and openvino were never tried, and the
+    report read as if they had lost (session 37)."""
+    search = doc.get("search") or {}
+    untried, space = search.get("untried") or [], search.get("space")
+    if not untried or not is_int(space):
+        return None
+    runtime = lambda key: str(key).split("@")[0].split("+")[0]  # noqa: E731
+    counts: dict[str, int] = {}
+    for key in untried:
+        counts[runtime(key)] = counts.get(runtime(key), 0) + 1
+    tried = {runtime(c.get("variant")) for c in doc.get("candidates") or []}
+    parts = [f"{n} more of {r}" if r in tried else f"{r} (none of its {n})" for r, n in counts.items()]
+    why = ("the search's budget ran out: a larger search.time_budget_s would try them"
+           if search.get("stopped_by") == "time_budget" else f"the search stopped: {search.get('stopped_by')}")
+    return f"Not tried: {len(untried)} of {space} combinations ({why}): {', '.join(parts)}."
+
+
 def stop_summary(doc: Mapping[str, Any]) -> str | None:
     """How the measurements stopped, e.g. ``precision 12, budget 3`` (None when unknown)."""
     counts = (doc.get("search") or {}).get("measurements_stopped_by") or {}

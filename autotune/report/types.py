@@ -72,6 +72,8 @@ class SearchSection(TypedDict):
     stopped_by: str
     workers: WorkerStats
     measurements_stopped_by: dict[str, int]
+    space: NotRequired[int]  # the combinations the search could try (absent: not known, a rebuilt document)
+    untried: NotRequired[list[str]]  # those no row holds, as variant@batch
 
 
 class ProbeEntry(TypedDict):

@@ -92,6 +92,8 @@ class SearchOutcome:
     #: Wall seconds of each candidate this run measured (worker start, build, warm-up, timing): the tuner sizes
     #: the showdown's staging by them (a busy machine's are several times a quiet one's).
     candidate_seconds: tuple[float, ...] = ()
+    #: Every (variant, batch size) the search could have tried: what it did not try is reported (set by the tuner).
+    space: tuple[tuple[str, int], ...] = ()
 
 
 #: ``evaluate(trial, variant, batch)``; the bracket strategy also passes ``fidelity=`` (share of the full
