@@ -305,7 +305,7 @@ def _short_head(y: np.ndarray, start: int, min_len: int, tol: float) -> int:
     each leading value further from the level (the median of the tail's later three quarters) than ``tol`` and
     three robust sigmas of those values, while ``min_len`` values remain.
 
-    Why: on 12-29 values the changepoint search (segments of two or more) does not cut a transient of a few values,
+    Why: on 16-29 values the changepoint search (segments of two or more) does not cut a transient of a few values,
     and the practical test's window medians are made to shrug them off: a slowdown whose first three of 20 values
     read 1.50, 0.69 and 0.80 of the level was called flat from the first value."""
     n = y.size
@@ -543,6 +543,10 @@ def analyze(
             one-off spikes at the head of the tail -> start after them
         classify: start 0 -> flat; an earlier (merged) segment faster than the steady mean
             beyond tolerance -> slowdown; otherwise warmup
+        a short series (SHORT_MIN <= n < min_steady): min_steady = max(SHORT_TAIL_MIN, SHORT_TAIL * n); slow
+            spikes against the series' median, none in its first quarter; no mixture; after the start is found:
+            a last eighth off the level -> no_steady_state (_short_end_moved); leading values off the level are
+            dropped (_short_head), and the head decides warmup or slowdown; fewer than SHORT_MIN -> no_steady_state
         (first of all: a stationary mixture of two alternating levels, :mod:`.mixture`, is analysed
             by its block means, and its steady mean and CI are the mixture's: :func:`_analyze_mixture`)
         steady mean / median / CI from the raw values from the start on, recurring spikes
