@@ -479,9 +479,10 @@ class ServingSearch:
         if point is None:
             return
         if not point.passed:
+            now = (f"stays {rate:.1f}, not held (undecided, and no rate below it passed)" if m.max_rate >= rate else
+                   f"is now the highest passing rate below it ({m.max_rate:.1f}), not held")
             self.notes.append(f"the {m.role} baseline ({m.config.label()}): {rate:.1f} requests/s did not hold for "
-                              f"{point.seconds:g} s ({self._missed(point)}): its max rate is now the highest passing "
-                              f"rate below it ({m.max_rate:.1f}), not held")
+                              f"{point.seconds:g} s ({self._missed(point)}): its max rate {now}")
 
     def _server_args(self, config: ServingConfig) -> list[str]:
         return [*config.args(), "--model-name", self.target.model_name]
