@@ -12,10 +12,13 @@ in :mod:`autotune.report.traffic`, which the console shares too.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from autotune.core.contention import DISTURBED_CORES
+from autotune.core.variant_names import VariantSpec
+from autotune.errors import InputError
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
 from autotune.report.format import (
     DASH,
@@ -491,6 +494,14 @@ def _staged_from_text(staged: Any) -> str:
             f"nothing, as a deployment does{rest}.")
 
 
+def _compiler_of(variant: str) -> str:
+    """A variant's compiler or runtime (``compile`` of ``compile:max-autotune+bf16``), by the recipe's grammar."""
+    try:
+        return VariantSpec.parse(variant).compiler
+    except InputError:  # (a name from an older document): its first part
+        return variant.split("+")[0].split(":")[0]
+
+
 def untried_summary(doc: Mapping[str, Any]) -> str | None:
     """What the search never tried, by runtime (the variant's first part), e.g. "Not tried: 32 of 64 combinations:
     onnx (none of its 16), openvino (none of its 16)" (None when it tried everything, or the space is unknown).
@@ -502,11 +513,8 @@ def untried_summary(doc: Mapping[str, Any]) -> str | None:
     untried, space = search.get("untried") or [], search.get("space")
     if not untried or not is_int(space):
         return None
-    runtime = lambda key: str(key).split("@")[0].split("+")[0]  # noqa: E731
-    counts: dict[str, int] = {}
-    for key in untried:
-        counts[runtime(key)] = counts.get(runtime(key), 0) + 1
-    tried = {runtime(c.get("variant")) for c in doc.get("candidates") or []}
+    counts = Counter(_compiler_of(str(key).rpartition("@")[0]) for key in untried)
+    tried = {_compiler_of(str(c.get("variant"))) for c in doc.get("candidates") or []}
     parts = [f"{n} more of {r}" if r in tried else f"{r} (none of its {n})" for r, n in counts.items()]
     why = ("the search's budget ran out: a larger search.time_budget_s would try them"
            if search.get("stopped_by") == "time_budget" else f"the search stopped: {search.get('stopped_by')}")

@@ -154,17 +154,18 @@ class RateOutcome:
     stopped_by: str  # converged | points | time
 
 
+def bound_above(points: Sequence[LoadPoint], rate: float) -> float:
+    """The top of a max rate's interval: the lowest sure failure above ``rate``, else the lowest failure above it;
+    ``rate`` itself when none failed above it (the interval's top is what was shown, not more)."""
+    above = [p for p in points if not p.passed and p.rate > rate]
+    return min((p.rate for p in above if p.clear), default=min((p.rate for p in above), default=rate))
+
+
 def max_rate_of(points: Sequence[LoadPoint]) -> tuple[float, tuple[float, float]]:
     """The highest passing rate below every failing one, and the bracket up to the lowest sure failure."""
-    fails = [p.rate for p in points if not p.passed]
-    lowest_fail = min(fails) if fails else math.inf
-    passes = [p.rate for p in points if p.passed and p.rate < lowest_fail]
-    best = max(passes) if passes else 0.0
-    clear_fail = [p.rate for p in points if not p.passed and p.clear]
-    hi = min(clear_fail) if clear_fail else lowest_fail
-    if not math.isfinite(hi):
-        hi = best  # never failed: the interval's top is what was shown, not more
-    return best, (best, max(hi, best))
+    lowest_fail = min((p.rate for p in points if not p.passed), default=math.inf)
+    best = max((p.rate for p in points if p.passed and p.rate < lowest_fail), default=0.0)
+    return best, (best, bound_above(points, best))
 
 
 def find_max_rate(measure: Callable[[float, float], LoadPoint], *, start: float, deadline: float,
@@ -209,5 +210,5 @@ def as_dicts(points: Sequence[LoadPoint]) -> list[dict[str, Any]]:
     return [p.to_dict() for p in points]
 
 
-__all__ = ["LoadPoint", "RateOutcome", "as_dicts", "find_max_rate", "max_rate_of", "point_from",
+__all__ = ["LoadPoint", "RateOutcome", "as_dicts", "bound_above", "find_max_rate", "max_rate_of", "point_from",
            "point_seconds", "requests_to_bound", "short_bound"]

@@ -43,6 +43,7 @@ from autotune.serving.processes import Calibration, ServerProcess, ServingError,
 from autotune.serving.rate_search import (
     LoadPoint,
     as_dicts,
+    bound_above,
     find_max_rate,
     max_rate_of,
     point_from,
@@ -380,16 +381,15 @@ class ServingSearch:
         point, p99 32.4 ms on a 50-ms SLO; its 10-s hold read 44.8 ms, interval to 61.8, and the budget ended
         there: the report said "no configuration met p99 <= 50 ms at any rate tried", session 37.)"""
         for seen in (m.points, m.holds):
-            if replacing is not None and any(p is replacing for p in seen):
-                seen[next(i for i, p in enumerate(seen) if p is replacing)] = point
-            else:
+            at = next((i for i, p in enumerate(seen) if p is replacing), None) if replacing is not None else None
+            if at is None:
                 seen.append(point)
+            else:
+                seen[at] = point
         m.max_rate, m.max_rate_ci = max_rate_of(m.points)
         undecided = not point.passed and point.pct_ms <= self.spec.slo_ms
         if m.max_rate <= 0 and undecided and any(p.passed and p.rate >= point.rate for p in m.points):
-            above = [p for p in m.points if not p.passed and p.rate > point.rate]
-            bound = min((p.rate for p in above if p.clear), default=min((p.rate for p in above), default=point.rate))
-            m.max_rate, m.max_rate_ci = point.rate, (point.rate, max(bound, point.rate))
+            m.max_rate, m.max_rate_ci = point.rate, (point.rate, bound_above(m.points, point.rate))
 
     def _missed(self, point: LoadPoint) -> str:
         """Why a hold did not pass: its percentile over the SLO, or within it but not surely."""
@@ -869,9 +869,7 @@ class ServingSearch:
             tries += max(1, round(point.seconds / SUSTAIN_SECONDS))
             if point.passed:
                 # what held is the max rate: a bisection's short passes above it, under a failed hold, never held
-                above = [p for p in pick.points if not p.passed and p.rate > rate]
-                bound = min((p.rate for p in above if p.clear), default=min((p.rate for p in above), default=rate))
-                pick.max_rate, pick.max_rate_ci = rate, (rate, max(bound, rate))
+                pick.max_rate, pick.max_rate_ci = rate, (rate, bound_above(pick.points, rate))
                 return point
             self._hold_failed.add(pick.config)
             failed = rate
