@@ -216,6 +216,26 @@ def test_a_model_without_the_first_attention_gets_the_next_as_its_reference() ->
     assert any("does not support sdpa" in n for n in prog.notes)
 
 
+def test_a_model_with_none_of_the_recipes_attentions_runs_every_configuration_with_its_own() -> None:
+    """The default ``attention = ["sdpa"]`` on a Mamba: the reference falls back to eager (what transformers gives a
+    model without sdpa), and every configuration of the grid is measured with it, not skipped; the note says so
+    (the run recommended nothing before, session 38)."""
+    recipe = _recipe(concurrency=[1, 4], cache=["dynamic", "static"], rounds=0)
+    assert recipe.generate.attention == ("sdpa",)
+    client = _NoAttentionClient()
+    search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                            limit=None, limit_source="none")
+    prog = search.run()
+    assert prog.reference == "dynamic/eager/fp32"
+    assert [label for label, _ in client.calls if "sdpa" in label] == ["dynamic/sdpa/fp32"]
+    by = {(p.config.label(), p.concurrency): p for p in prog.points}
+    assert by[("static/eager/fp32", 4)].status == "ok" and by[("static/eager/fp32", 4)].check.passed  # type: ignore[union-attr]
+    assert not any(p.status == "skipped" for p in prog.points)
+    assert prog.pick is not None and prog.pick.config.label() == "static/eager/fp32"
+    assert any("supports none of the recipe's attentions (sdpa): every configuration uses its own, eager" in n
+               for n in prog.notes)
+
+
 def test_the_rounds_promote_a_contender_they_show_surely_faster() -> None:
     """The screen's pick was the reference; side by side another configuration was surely faster than it: that
     one is recommended (a Mamba's static cache, 1.15x, CI 1.05-1.29). Undecided, the pick stands."""

@@ -7,6 +7,7 @@ dynamic eager" is taken against it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 
 from autotune.core.recipe import GenerateConfig, GenerateSpec
@@ -31,11 +32,31 @@ def reference(spec: GenerateSpec) -> GenerateConfig:
     return reference_choices(spec)[0]
 
 
+#: The attention every transformers model has: its own modules, what ``from_config`` falls back to where sdpa is
+#: not supported. A model with no attention at all (Mamba, a state-space LM) accepts only this name.
+OWN_ATTENTION = "eager"
+
+
 def reference_choices(spec: GenerateSpec) -> list[GenerateConfig]:
-    """The reference's attention in the order tried: sdpa when the recipe lists it, then the recipe's others. The
-    next is tried only when the model does not support the one before (Mamba has no attention to set)."""
+    """The reference's attention in the order tried: sdpa when the recipe lists it, then the recipe's others, then
+    the model's own (:data:`OWN_ATTENTION`) where the recipe does not list it. The next is tried only when the model
+    does not support the one before: a Mamba under the default ``attention = ["sdpa"]`` recommended nothing,
+    "sdpa: MambaForCausalLM does not support it" (session 38), where a transformers user gets eager."""
     order = (["sdpa"] if "sdpa" in spec.attention else []) + [a for a in spec.attention if a != "sdpa"]
+    if OWN_ATTENTION not in order:
+        order.append(OWN_ATTENTION)
     return [GenerateConfig(attention=a) for a in order]
+
+
+def in_place_of(configs: list[GenerateConfig], attention: str) -> list[GenerateConfig]:
+    """``configs`` with every attention replaced by ``attention``, duplicates dropped (order kept): the grid of a
+    model that supports none of the recipe's attentions, measured with the one its reference runs."""
+    out: list[GenerateConfig] = []
+    for c in configs:
+        c = replace(c, attention=attention)
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def grid(spec: GenerateSpec) -> list[GenerateConfig]:

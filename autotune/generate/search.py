@@ -35,7 +35,14 @@ from autotune.core.recipe import GenerateSpec, Recipe
 from autotune.core.recipe.generate import bucket_length
 from autotune.errors import BatchSearchError
 from autotune.generate.agreement import TokenCheck, check_tokens
-from autotune.generate.configs import GenerateConfig, grid, lower_precision, reference_choices, simplicity
+from autotune.generate.configs import (
+    GenerateConfig,
+    grid,
+    in_place_of,
+    lower_precision,
+    reference_choices,
+    simplicity,
+)
 from autotune.generate.points import GenPoint, point_from, ratio_ci
 from autotune.runner import WorkerCrash
 
@@ -148,11 +155,15 @@ class GenerateSearch:
             prog.notes.append(f"the reference ({ref.label()}) failed at 1 sequence: {first.reason}")
             return prog
         prog.reference = ref.label()
-        if ref != configs[0]:
-            prog.notes.append(f"the reference is {ref.label()}: the model does not support "
-                              f"{', '.join(p.config.attention for p in prog.points if p.unsupported)} attention")
-        tried = {p.config for p in prog.points}
         missing = {p.config.attention for p in prog.points if p.unsupported}
+        if ref.attention not in spec.attention:  # none of the recipe's: every configuration with the model's own
+            configs = in_place_of(configs, ref.attention)
+            prog.notes.append(f"the model supports none of the recipe's attentions ({', '.join(spec.attention)}): "
+                              f"every configuration uses its own, {ref.attention}")
+        elif ref != configs[0]:
+            prog.notes.append(f"the reference is {ref.label()}: the model does not support "
+                              f"{', '.join(sorted(missing))} attention")
+        tried = {p.config for p in prog.points}
         self.on_point(prog)
         try:
             levels = self.concurrencies(ref)
