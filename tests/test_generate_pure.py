@@ -177,13 +177,62 @@ def test_the_search_checks_tokens_per_concurrency_and_tries_a_broken_configurati
                             limit=None, limit_source="none")
     prog = search.run()
     by = {(p.config.label(), p.concurrency): p for p in prog.points}
-    assert sum(1 for label, _ in client.calls if label.endswith("int4")) == 2  # dynamic and static, at c = 1 only
-    skipped = by[("dynamic/sdpa/int4", 4)]
-    assert skipped.status == "skipped" and "failed at 1 sequence" in skipped.reason
+    # the reference's curve first (1, then 4), then the others at its best level first: 4 sequences
+    assert client.calls[:3] == [("dynamic/sdpa/fp32", 1), ("dynamic/sdpa/fp32", 4), ("dynamic/sdpa/int8", 4)]
+    assert sum(1 for label, _ in client.calls if label.endswith("int4")) == 2  # dynamic and static, at c = 4 only
+    skipped = by[("dynamic/sdpa/int4", 1)]
+    assert skipped.status == "skipped" and "failed at 4 sequences" in skipped.reason
     assert by[("static/sdpa/fp32", 4)].status == "ok" and by[("static/sdpa/fp32", 4)].check.passed  # type: ignore[union-attr]
     # int8 is judged on its budget: one differing token at position 3 of 16 still passes a 50% budget
     assert by[("static/sdpa/int8", 4)].check.first_difference == (2, 3)  # type: ignore[union-attr]
     assert prog.pick is not None and prog.pick.config.cache == "static" and prog.pick.concurrency == 4
+
+
+class _CurveClient(_FakeClient):
+    """tokens/s grows with the concurrency (100 per sequence), and so does the inter-token latency (1 ms per
+    sequence): a latency limit makes the highest levels ineligible."""
+
+    def __init__(self, ref_oom_at: int = 0) -> None:
+        super().__init__()
+        self.ref_oom_at = ref_oom_at
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        if c == self.ref_oom_at and GenerateConfig.from_dict(config).cache == "dynamic":
+            self.calls.append((GenerateConfig.from_dict(config).label(), c))
+            return {"status": "oom", "reason": "out of memory (fake)"}
+        out = super().generate(recipe, config, c, **kw)
+        if out["status"] == "ok":
+            out["itl"] = [[c / 1000.0] * 5] * 3
+        return out
+
+
+def test_the_other_configurations_visit_the_levels_where_the_reference_yields_most_first() -> None:
+    """A budget spent from 1 sequence up ran out before a Pythia's 16-64 (session 38): the reference's curve comes
+    first, then every other configuration at its best eligible level, down, and the levels over the ITL limit
+    last."""
+    from autotune.generate.search import levels_by_yield
+
+    recipe = _recipe(concurrency=[1, 2, 4, 8, 16], cache=["dynamic", "static"], max_itl_ms=10, rounds=0)
+    client = _CurveClient()
+    search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                            limit=None, limit_source="none")
+    prog = search.run()
+    ref, other = [c for label, c in client.calls if label == "dynamic/sdpa/fp32"], \
+        [c for label, c in client.calls if label == "static/sdpa/fp32"]
+    assert ref == [1, 2, 4, 8, 16] and other == [8, 4, 2, 1, 16]
+    assert client.calls.index(("static/sdpa/fp32", 8)) == 5  # right after the curve
+    assert [p.concurrency for p in prog.points] == sorted(p.concurrency for p in prog.points)  # tables by level
+    assert prog.pick is not None and prog.pick.concurrency == 8  # 16 is over the limit
+    refs = {p.concurrency: p for p in prog.points if p.config.label() == "dynamic/sdpa/fp32"}
+    del refs[2]  # a level where the reference did not run goes last, with the ineligible ones
+    assert levels_by_yield([1, 2, 4, 8, 16], refs, search.eligible) == [8, 4, 1, 2, 16]
+    # where the reference itself did not run, the others are not measured: nothing to check their tokens against
+    client = _CurveClient(ref_oom_at=4)
+    prog = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                          limit=None, limit_source="none").run()
+    assert ("static/sdpa/fp32", 4) not in client.calls
+    assert any(p.concurrency == 4 and p.status == "skipped" and "reference did not run at 4" in p.reason
+               for p in prog.points)
 
 
 class _NoAttentionClient(_FakeClient):

@@ -81,6 +81,24 @@ class Progress:
     reference: str = ""  # the reference configuration's label, once one ran
 
 
+def levels_by_yield(levels: list[int], refs: dict[int, PointResult],
+                    eligible: Callable[[PointResult], bool]) -> list[int]:
+    """The concurrencies in the order the other configurations visit them: the reference's eligible levels by its
+    tokens/s, highest first, then the rest (over a latency limit, or where it did not run) by concurrency.
+
+    Why: a budget spent level by level from 1 sequence up stops before the levels that decide. A Pythia-shaped
+    model's boundary was 64 sequences, and its 300-s budget measured every configuration at 1, 2, 4 and 8 and then
+    ran out: the pick was at 8 sequences, with 16-64 never tried (session 38). The throughput pick is almost always
+    where the reference's own curve is highest; a latency limit moves it down, and the order follows."""
+    def key(c: int) -> tuple[int, float, int]:
+        r = refs.get(c)
+        if r is None or r.point is None or not eligible(r):
+            return (1, 0.0, c)
+        return (0, -r.point.tokens_per_s, c)
+
+    return sorted(levels, key=key)
+
+
 class GenerateSearch:
     def __init__(self, client: WorkerClient, recipe: Recipe, *, on_point: Callable[[Progress], None],
                  say: Callable[[str], None], limit: int | None, limit_source: str) -> None:
@@ -175,32 +193,43 @@ class GenerateSearch:
         # failed to build or run: not tried again at other concurrencies (an attention the reference found missing)
         broken: dict[GenerateConfig, str] = {p.config: f"failed at 1 sequence: {p.reason}"
                                              for p in prog.points if p.status == "failed"}
-        for c in levels:
+        def visit(config: GenerateConfig, c: int) -> None:
+            if c == 1 and config in tried:
+                return
+            if config.attention in missing:  # every configuration with it fails alike: said once
+                if c == 1:
+                    prog.points.append(PointResult(config, c, "skipped", f"the model does not support "
+                                                   f"attention {config.attention!r}"))
+                return
+            if config in broken:
+                prog.points.append(PointResult(config, c, "skipped", broken[config]))
+                return
+            if config != ref and c not in refs:
+                prog.points.append(PointResult(config, c, "skipped", f"the reference did not run at {c} sequences: "
+                                               "no tokens to check it against"))
+                return
+            predicted = self.costs.get(config, self.costs.get(ref, 0.0)) * (1.0 + 0.1 * math.log2(c))
+            if self.left() < predicted:
+                prog.points.append(PointResult(config, c, "skipped", "generate.time_budget_s spent"))
+                prog.stopped_by = "time_budget"
+                return
+            self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
+            result = self.measure(config, c)
+            if result.status == "failed":
+                broken[config] = f"failed at {c} sequence{'s' if c > 1 else ''}: {result.reason}"
+            if config == ref and result.status == "ok":
+                refs[c] = result
+            self._check(result, refs.get(c))
+            prog.points.append(result)
+            self.on_point(prog)
+
+        for c in levels:  # the reference's curve first: it ranks the levels, and checks every other point
+            visit(ref, c)
+        for c in levels_by_yield(levels, refs, self.eligible):
             for config in configs:
-                if c == 1 and config in tried:
-                    continue
-                if config.attention in missing:  # every configuration with it fails alike: said once
-                    if c == 1:
-                        prog.points.append(PointResult(config, c, "skipped", f"the model does not support "
-                                                       f"attention {config.attention!r}"))
-                    continue
-                if config in broken:
-                    prog.points.append(PointResult(config, c, "skipped", broken[config]))
-                    continue
-                predicted = self.costs.get(config, self.costs.get(ref, 0.0)) * (1.0 + 0.1 * math.log2(c))
-                if self.left() < predicted:
-                    prog.points.append(PointResult(config, c, "skipped", "generate.time_budget_s spent"))
-                    prog.stopped_by = "time_budget"
-                    continue
-                self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
-                result = self.measure(config, c)
-                if result.status == "failed":
-                    broken[config] = f"failed at {c} sequence{'s' if c > 1 else ''}: {result.reason}"
-                if config == ref and result.status == "ok":
-                    refs[c] = result
-                self._check(result, refs.get(c))
-                prog.points.append(result)
-                self.on_point(prog)
+                if config != ref:
+                    visit(config, c)
+        prog.points.sort(key=lambda r: r.concurrency)  # the tables read level by level, each as measured
         prog.pick = self.pick()
         if prog.pick is not None and self.left() > 0 and spec.rounds > 0:
             prog.rounds = self.rounds(prog.pick, refs)
