@@ -688,3 +688,16 @@ def test_an_undecided_hold_with_no_pass_below_it_leaves_the_rate_not_held_rather
     tried, pick, search = run([(400, 3), (400, 3), (400, 40)])  # then a clear failure below the short pass
     assert tried == [25.5, 25.5, 22.95] and pick.max_rate == 0.0
     assert search._section("ok", None, 30.0)["status"] == "failed"
+
+
+def test_a_load_points_schedule_holds_a_request_whatever_its_seed() -> None:
+    """Seed 101 draws no arrival in 8 s at 0.5 requests/s; such a point is no evidence, and a video model's naive
+    server ended its bisection at "0 requests/s" on it (session 38). The point takes the next seed's draw, fixed
+    before the run as every schedule is; a draw that holds requests is kept as it is."""
+    from autotune.serving import schedule
+    from autotune.serving.search import nonempty_poisson
+
+    assert schedule.poisson(0.5, 8.0, 101).size == 0
+    got = nonempty_poisson(0.5, 8.0, 101)
+    assert got.size > 0 and np.array_equal(got, schedule.poisson(0.5, 8.0, 102))
+    assert np.array_equal(nonempty_poisson(0.5, 8.0, 0), schedule.poisson(0.5, 8.0, 0))
