@@ -736,3 +736,53 @@ def test_a_calibration_longer_than_the_stage_has_left_ends_within_its_promise(tm
     assert section["status"] == "failed" and "what the serving budget had left" in section["reason"], section
     leftover = subprocess.run(["pgrep", "-f", str(art)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", leftover.stdout
+
+
+EOS_MODEL = '''
+import numpy as np
+BATCH_SIZE = 4
+INPUTS = ["ids"]
+N_POSITIONAL = 0
+OUTPUTS = ["logits"]
+SAMPLE = [("int64", [4, 5], [0, 30000])]
+
+
+def load():
+    def predict(ids):
+        ids = np.asarray(ids)
+        if not (ids == 102).any(axis=1).all():  # as BART's classifier: each row needs its <eos>
+            raise ValueError("Each example must contain at least one <eos> token.")
+        return {"logits": ids.sum(axis=1, keepdims=True).astype(np.float32)}
+    return predict
+
+
+def make_inputs(batch_size=None):
+    return {"ids": np.random.default_rng(0).integers(0, 30000, (batch_size or 4, 5))}
+'''
+
+
+@pytest.mark.worker
+def test_a_model_that_rejects_random_inputs_warms_up_and_calibrates_on_the_traffic(tmp_path: Path,
+                                                                                    serve_py: Path) -> None:
+    """A BART classifier's served artifact failed to start: its warm-up call was random ids with no <eos> in a row
+    ("Each example must contain at least one <eos> token", session 38). The instance warms up, and calibrates, on
+    the traffic saved in the artifact, its rows repeated to the calibrated batch size."""
+    from autotune.serving.instances import traffic_inputs
+
+    art = _artifact(tmp_path / "eos", EOS_MODEL)
+    ids = np.array([[101, 7, 102, 0, 0], [101, 9, 8, 6, 102]], np.int64)
+    np.savez(art / "traffic.npz", **{"b0.ids": ids, "b1.ids": ids[:1, :3]})
+    got = traffic_inputs(str(art), ["ids"], 5)
+    assert got is not None and np.array_equal(got[0], ids[[0, 1, 0, 1, 0]])
+    assert traffic_inputs(str(art), ["other"], 5) is None and traffic_inputs(str(tmp_path), ["ids"], 1) is None
+    proc = subprocess.run([sys.executable, str(serve_py), "--artifact", str(art), "--calibrate", "--instances", "1",
+                           "--threads", "1", "--batches", "1,4", "--seconds", "0.2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set(json.loads(proc.stdout.strip().splitlines()[-1])["service_s"]) == {"1", "4"}
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--max-delay-ms", "5")
+    try:
+        status, out = served.infer({"ids": ids})
+        assert status == 200 and isinstance(out, dict) and out["logits"].ravel().tolist() == [210.0, 226.0]
+    finally:
+        assert _stop(served) == 0

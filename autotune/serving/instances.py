@@ -30,6 +30,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+try:
+    from . import tensors
+except ImportError:  # a flat file in the artifact, beside its siblings
+    import tensors  # type: ignore[import-not-found,no-redef]
+
 _LEN = struct.Struct("<Q")
 PARENT_ENV = "AUTOTUNE_SERVE_PARENT"
 
@@ -200,6 +205,28 @@ def sample_inputs(sample: Sequence[Any], rows: int | None, seed: int = 0) -> lis
     return xs
 
 
+def traffic_inputs(artifact: str, names: Sequence[str], rows: int | None) -> list[np.ndarray] | None:
+    """The first batch of the traffic saved in the artifact (``traffic.npz``), its rows cut or repeated to ``rows``
+    (None: as saved), in ``names``' order; None where the artifact has no traffic or it lacks an input.
+
+    Why: random inputs are not inputs every model takes. A BART classifier needs an <eos> in every row, and its
+    served artifact failed to start on the random warm-up call ("Each example must contain at least one <eos>
+    token", session 38); the user's own traffic is what the server will be sent."""
+    path = os.path.join(artifact, "traffic.npz")
+    if not os.path.exists(path):
+        return None
+    try:
+        batches = tensors.read_traffic(path)
+    except (OSError, ValueError):
+        return None
+    if not batches or any(n not in batches[0] for n in names):
+        return None
+    first = batches[0]
+    have = int(first[names[0]].shape[0])
+    index = np.arange(rows or have) % have
+    return [np.ascontiguousarray(first[n][index]) for n in names]
+
+
 def _dynamic_dims(module: Any) -> list[list[int]]:
     """Per input, the non-batch dims that vary (load.py's DYNAMIC_DIMS, list or dict, and its PAD_DIMS)."""
     names = list(module.INPUTS)
@@ -226,7 +253,8 @@ def child_main(artifact: str, threads: int) -> int:
         module = load_artifact(artifact, threads)
         predict = module.load()
         sample = [(str(d), [int(s) for s in shape], list(b) if b else None) for d, shape, b in module.SAMPLE]
-        leaves = _call_leaves(module, predict, sample_inputs(sample, None))
+        traffic = traffic_inputs(artifact, [str(n) for n in module.INPUTS], None)
+        leaves = _call_leaves(module, predict, traffic if traffic is not None else sample_inputs(sample, None))
         served = _served(leaves)
         keep, warm = list(served), list(served.values())
         names = [str(o) for o in getattr(module, "OUTPUTS", None) or []]
@@ -247,10 +275,12 @@ def child_main(artifact: str, threads: int) -> int:
         except EOFError:
             return 0
         try:
-            if isinstance(payload, tuple) and payload[0] == "inputs":  # calibration: make_inputs(b)
+            if isinstance(payload, tuple) and payload[0] == "inputs":  # calibration: the traffic's rows, b of them
                 make = getattr(module, "make_inputs", None)
-                reply: Any = (_flat_inputs(module, make(payload[1])) if make is not None
-                              else sample_inputs(sample, payload[1]))
+                reply: Any = traffic_inputs(artifact, [str(n) for n in module.INPUTS], payload[1])
+                if reply is None:
+                    reply = (_flat_inputs(module, make(payload[1])) if make is not None
+                             else sample_inputs(sample, payload[1]))
             else:
                 reply = _call(module, predict, payload, keep)
         except Exception as e:
@@ -328,8 +358,9 @@ class Instance:
 
 
 async def calibrate(instances: Sequence[Instance], batches: Sequence[int], seconds: float) -> dict[str, Any]:
-    """Per batch size, every instance calls predict on make_inputs(b) back to back for ``seconds`` at once (as in
-    the server, through the frames); the median call and the p90/p50 spread of all calls."""
+    """Per batch size, every instance calls predict on b rows of the traffic (:func:`traffic_inputs`; else
+    make_inputs(b)) back to back for ``seconds`` at once (as in the server, through the frames); the median call and
+    the p90/p50 spread of all calls."""
     service: dict[str, float] = {}
     spread: dict[str, float] = {}
     counts: dict[str, int] = {}
