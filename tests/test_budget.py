@@ -26,6 +26,19 @@ def test_a_check_round_is_a_plain_process_and_the_tools_slice() -> None:
     assert check_round_seconds(2.5, seconds=1.5, warm_s=1.0, paired=True) == pytest.approx(plain + 1.5)
 
 
+def test_a_check_round_of_an_artifact_that_compiles_on_load_counts_the_compile() -> None:
+    """A torch.compile artifact is the code that builds it: each plain process compiles again. A BART's check was
+    sized as if it did not (68 s left, two paired rounds planned) and took 100 s, past the run's promise (session
+    38); with the load counted, no round fits and the check is skipped, as its note then says."""
+    from autotune.core.budget import check_rounds_that_fit
+
+    fast = check_round_seconds(5.0, seconds=1.5, warm_s=1.0, paired=True)
+    compiling = check_round_seconds(5.0, seconds=1.5, warm_s=1.0, paired=True, load_s=41.0)
+    assert compiling == pytest.approx(fast + 41.0)
+    assert check_rounds_that_fit(68.0, wanted=5, round_s=fast, staging_s=46.0) == (2, True)
+    assert check_rounds_that_fit(68.0, wanted=5, round_s=compiling, staging_s=46.0) == (0, False)
+
+
 def test_the_artifact_reserve_covers_build_and_check_but_never_more_than_its_cap() -> None:
     no_check = artifact_reserve(1000.0, startup_s=3.0, check_rounds=0, seconds=1.5, warm_s=1.0, build_s=6.0)
     assert no_check == pytest.approx(9.0)
