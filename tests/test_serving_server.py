@@ -786,3 +786,27 @@ def test_a_model_that_rejects_random_inputs_warms_up_and_calibrates_on_the_traff
         assert status == 200 and isinstance(out, dict) and out["logits"].ravel().tolist() == [210.0, 226.0]
     finally:
         assert _stop(served) == 0
+
+
+@pytest.mark.worker
+def test_a_server_not_ready_in_time_is_killed_at_once_and_says_what_bounded_it(tmp_path: Path) -> None:
+    """A server still loading when its start's time is up holds no request: it is killed at once, not asked to
+    drain for 15 s (a BART's torch.compile artifact, not ready within what the stage had left, then took the stage
+    13 s past its promise, session 38), and the error says what bounded the wait."""
+    from autotune.serving.processes import ServerProcess, ServingError
+    from autotune.serving.ship import copy_server
+
+    art = _artifact(tmp_path / "slow", QUICK.replace(
+        "def load():", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n\n\n"
+        "def load():"))
+    copy_server(art)
+    (art / "run.sh").write_text('if [ "${1:-}" = serve ]; then shift; exec "${PYTHON:-python}" '
+                                '"$(dirname "$0")/serve.py" "$@"; fi\nexit 2\n')
+    t0 = time.monotonic()
+    with pytest.raises(ServingError, match=r"not ready after 2 s \(what bounded it\)"):
+        with ServerProcess(art, ["--instances", "1", "--threads", "1"], start_timeout=2.0,
+                           timeout_why="what bounded it"):
+            pass
+    assert time.monotonic() - t0 < 4.0, time.monotonic() - t0
+    leftover = subprocess.run(["pgrep", "-f", str(art)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", leftover.stdout

@@ -118,8 +118,9 @@ class ServerProcess:
     """``run.sh serve`` with one configuration, on a free port of 127.0.0.1; a context manager."""
 
     def __init__(self, artifact: Path, args: Sequence[str], *, start_timeout: float = 180.0,
-                 cpus: frozenset[int] | None = None) -> None:
+                 cpus: frozenset[int] | None = None, timeout_why: str = "") -> None:
         self.artifact = artifact
+        self.timeout_why = timeout_why  # what bounded start_timeout, for the error
         self.cpus = cpus
         self.args = list(args)
         self.start_timeout = start_timeout
@@ -153,7 +154,9 @@ class ServerProcess:
                     raise ServingError(f"the server exited with {self.proc.returncode} before it was ready: "
                                        f"{self.tail()}")
                 if time.monotonic() - t0 > self.start_timeout:
-                    raise ServingError(f"the server was not ready after {self.start_timeout:.0f} s: {self.tail()}")
+                    why = f" ({self.timeout_why})" if self.timeout_why else ""
+                    raise ServingError(f"the server was not ready after {self.start_timeout:.0f} s{why}: "
+                                       f"{self.tail()}")
                 time.sleep(0.05)
             for _ in range(40):  # written atomically by serve.py, but be lenient with a reader racing it
                 with contextlib.suppress(ValueError, OSError):
@@ -170,7 +173,7 @@ class ServerProcess:
             if not self.port:
                 raise ServingError(f"the server's ready file {ready} has no port")
         except BaseException:
-            self.stop()
+            self.stop(graceful=False)
             raise
         self.started_s = time.monotonic() - t0
         return self
@@ -181,17 +184,21 @@ class ServerProcess:
             return " | ".join(text[-lines:]) or "(no output)"
         return "(no output)"
 
-    def stop(self) -> int | None:
-        """SIGTERM (the server answers what it holds and stops its instances), then SIGKILL to the group."""
+    def stop(self, *, graceful: bool = True) -> int | None:
+        """SIGTERM (the server answers what it holds and stops its instances), then SIGKILL to the group; only the
+        SIGKILL where ``graceful`` is False: a server that never got ready holds no request, and one still loading
+        a model that compiles may take the whole wait to stop (a BART's served torch.compile artifact, not ready
+        within what the stage had left, then took the stage 13 s past its promise, session 38)."""
         proc, self.proc = self.proc, None
         code = None
-        if proc is not None:
+        if proc is not None and graceful:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
                 code = proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
+        if proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything of its session still there
             with contextlib.suppress(subprocess.TimeoutExpired):

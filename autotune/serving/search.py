@@ -93,6 +93,9 @@ CURVE_RESERVE_S = 30.0
 #: requests left out as warm-up is 0.3 s of a 3-s point: every bisection's first point failed (session 27).
 WARMUP_SECONDS = 2.0
 WARMUP_FRACTION = 0.5
+#: The longest a fresh server may take to get ready (its load, its warm-up call, the merge check), where the
+#: stage's promise leaves more.
+SERVER_START_MAX_S = 180.0
 #: Seconds a fresh server takes to start and warm before a curve measured apart from a hold (the artifact's load and
 #: WARMUP_SECONDS; a few seconds for the models served so far).
 STARTUP_ALLOWANCE_S = 8.0
@@ -511,8 +514,11 @@ class ServingSearch:
 
     def _server(self, config: ServingConfig) -> ServerProcess:
         """A fresh server of ``config``, whose start may take what the stage's promise has left (:meth:`_left`)."""
+        left = self._left()
+        why = "" if left >= SERVER_START_MAX_S else ("what the serving stage had left of its time_budget_s and "
+                                                     "grace: the artifact's load and first calls take longer")
         return ServerProcess(self.target.artifact, self._server_args(config), cpus=self.server_cpus,
-                             start_timeout=min(180.0, self._left()))
+                             start_timeout=min(SERVER_START_MAX_S, left), timeout_why=why)
 
     # ---- the steps ---------------------------------------------------------------------------------------
 
