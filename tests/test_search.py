@@ -86,6 +86,27 @@ def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path,
     assert calls == [("eager", 32), ("frozen", 32), ("compile", 8)]
 
 
+def test_every_runtime_is_screened_plain_before_its_precisions_and_environments(tmp_path: Path,
+                                                                                fake_row: FakeRow) -> None:
+    """The variants come crossed depth first (eager with all its precisions and environments, then onnx, ...); a
+    ConvNeXt's budget spent itself on ten eager rows and never measured onnx or openvino (session 38). The first
+    measurements go breadth first: every runtime plain, then one modifier at a time, then combinations. (The
+    bracket strategy orders its screens by expected improvement per second, from its additive model.)"""
+    variants = ("eager", "eager+tcmalloc", "eager+bf16", "eager+bf16+tcmalloc", "onnx", "onnx+tcmalloc",
+                "onnx+int8", "openvino", "openvino+int8+tcmalloc")
+    space = SearchSpace(variants=variants, batch_sizes={v: (8,) for v in variants})
+    assert space.screen_order() == ("eager", "onnx", "openvino", "eager+tcmalloc", "eager+bf16", "onnx+tcmalloc",
+                                    "onnx+int8", "eager+bf16+tcmalloc", "openvino+int8+tcmalloc")
+    calls: list[str] = []
+
+    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
+        calls.append(v)
+        return {**fake_row(trial, "eager", b), "variant": v}
+
+    Search(space, settings(tmp_path, max_trials=3), evaluate).run()
+    assert calls == ["eager", "onnx", "openvino"]
+
+
 def test_max_trials_and_time_budget(tmp_path: Path, fake_row: FakeRow) -> None:
     out = Search(SPACE, settings(tmp_path, max_trials=4), lambda t, v, b: fake_row(t, v, b)).run()
     assert out.measured_this_run == 4 and out.stopped_by == "max_trials"

@@ -13,7 +13,8 @@ Algorithm::
     fail stale trials (a process that died while measuring: its heartbeat stopped, or it never beat)
     enqueue priors: every variant at its largest allowed batch (throughput; the probes' throughput peak
                     instead where the batch-boundary search saw one: SearchSpace.preferred) or its
-                    smallest (latency), eager first; both for pareto
+                    smallest (latency); both for pareto; breadth first (SearchSpace.screen_order: every
+                    runtime plain, then one precision, format or environment at a time, then combinations)
     loop until time budget spent | max_trials measured | every combination measured:
         fail stale trials, so what a dead process was measuring is measured again
         everything unmeasured is being measured by other workers → wait for them, ask nothing
@@ -77,7 +78,7 @@ class Search(StudySession):
     def _enqueue_priors(self, measured: Mapping[tuple[str, int], Any]) -> None:
         waiting = {planned_combo(t) for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
         picks: list[tuple[str, int]] = []
-        for v in self.space.variants:
+        for v in self.space.screen_order():
             sizes = self.space.batch_sizes.get(v, ())
             if not sizes:
                 continue
