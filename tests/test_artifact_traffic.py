@@ -95,8 +95,11 @@ for key in sorted({k.split("/")[0] for k in data.files}):
         results[f"{key}/{i}"] = o.detach().cpu().numpy() if hasattr(o, "detach") else np.asarray(o)
 demo = ns["make_inputs"]()
 demo_out = predict(**demo)
+first, saved = ns["traffic_batch"](), np.load(directory / "traffic.npz")
+predict(**first)
 np.savez(sys.argv[3], **results)
 print(json.dumps({"autotune": sys.modules.get("autotune") is not None, "torch": "torch" in sys.modules,
+                  "traffic_first": all(np.array_equal(np.asarray(first[n]), saved[f"b0.{n}"]) for n in ns["INPUTS"]),
                   "demo": sorted(demo), "demo_rows": int(next(iter(demo.values())).shape[0]),
                   "outputs": ns["OUTPUTS"], "n_demo_out": len(demo_out) if isinstance(demo_out, list) else -1}))
 """
@@ -154,6 +157,12 @@ def _deploy_and_check(tmp_path: Path, recipe_dir: Path, variant: str) -> dict[st
     assert proc.returncode == 0, proc.stderr[-4000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["autotune"] is False
+    # python load.py runs the saved traffic's first batch, not a random one (random ids are not inputs every model
+    # takes: a BART classifier needs an <eos> in every row, session 38)
+    assert info["traffic_first"] is True
+    main = subprocess.run([sys.executable, str(tmp_path / ARTIFACT_DIR / LOADER_NAME)], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert main.returncode == 0 and "outputs:" in main.stdout, main.stderr[-2000:]
     assert info["demo"] == ["attention_mask", "input_ids", "token_type_ids"] and info["outputs"] == ["logits"]
     got = np.load(tmp_path / "out.npz")
     model = build_model(recipe, device=torch.device("cpu"))

@@ -53,6 +53,7 @@ from autotune.report.snippets import (
     interface_lines,
     interface_of,
     leaves_lines,
+    main_batch_lines,
     numpy_make_inputs_lines,
     onnx_lines,
     openvino_lines,
@@ -60,6 +61,7 @@ from autotune.report.snippets import (
     torch_make_inputs_lines,
     torch_predict_lines,
     torch_prepare_lines,
+    traffic_batch_lines,
 )
 
 _OUTPUTS_ARE = {
@@ -159,7 +161,8 @@ def loader_script(doc: Mapping[str, Any]) -> str | None:
         if rec.get("cuda_graphs"):
             body.append("# autotune also captured a CUDA graph around the call: see report.md's reproduction code")
         body += ["", "", *torch_make_inputs_lines()]
-    tail = ["", "", 'if __name__ == "__main__":', "    predict = load()", "    batch = make_inputs()",
+    tail = ["", "", *traffic_batch_lines(), "", "", 'if __name__ == "__main__":', "    predict = load()",
+            *main_batch_lines(),
             f"    outputs = {call_line(iface)}",
             '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in outputs))']
     return "\n".join([*head, *body, *tail]) + "\n"

@@ -30,12 +30,14 @@ from autotune.report.snippets import (
     interface_doc_lines,
     interface_lines,
     interface_of,
+    main_batch_lines,
     onnx_lines,
     openvino_lines,
     torch_context,
     torch_make_inputs_lines,
     torch_predict_lines,
     torch_prepare_lines,
+    traffic_batch_lines,
 )
 
 _FLOAT_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double"}
@@ -248,8 +250,8 @@ def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any
         "def load():", '    """The model built above, called as autotune measured it."""',
         *torch_predict_lines(context=torch_context(rec, runtime_autocast=runtime_autocast), call=call, flat=False,
                              buckets=bool(buckets)),
-        "", "", *torch_make_inputs_lines(), "", "", 'if __name__ == "__main__":', "    predict = load()",
-        "    batch = make_inputs()", f"    outputs = {call_line(iface)}", "    synchronize()",
+        "", "", *torch_make_inputs_lines(), "", "", *traffic_batch_lines(), "", "", 'if __name__ == "__main__":',
+        "    predict = load()", *main_batch_lines(), f"    outputs = {call_line(iface)}", "    synchronize()",
         "    flat = list(outputs.values()) if isinstance(outputs, dict) else outputs",
         "    flat = flat if isinstance(flat, (list, tuple)) else [flat]",
         '    print("outputs:", ", ".join(str(tuple(o.shape)) for o in flat if hasattr(o, "shape")))']) + "\n"

@@ -239,6 +239,32 @@ def numpy_make_inputs_lines() -> list[str]:
     ]
 
 
+def traffic_batch_lines() -> list[str]:
+    """``traffic_batch()``: the first batch of the traffic saved beside the loader, in predict's form (None without
+    it); what ``python load.py`` runs. Random inputs are not inputs every model takes: a BART classifier needs an
+    <eos> in every row, and its artifact's ``run.sh`` failed on :func:`torch_make_inputs_lines`' batch."""
+    return [
+        "def traffic_batch():",
+        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), in predict\'s form;',
+        '    None without it."""',
+        "    import pathlib",
+        "",
+        "    import numpy",
+        "",
+        '    path = pathlib.Path(__file__).resolve().parent / "traffic.npz"',
+        "    if not path.exists():",
+        "        return None",
+        "    with numpy.load(path, allow_pickle=False) as data:",
+        '        xs = [data[f"b0.{name}"] if f"b0.{name}" in data.files else None for name in INPUTS]',
+        "    return None if any(x is None for x in xs) else _form(xs)",
+    ]
+
+
+def main_batch_lines() -> list[str]:
+    """The ``__main__`` block's batch: the saved traffic's first, else :func:`make_inputs`'."""
+    return ["    batch = traffic_batch()", "    if batch is None:", "        batch = make_inputs()"]
+
+
 def torch_make_inputs_lines() -> list[str]:
     """``make_inputs(batch_size=None)``: torch tensors on ``device`` from ``SAMPLE`` in predict's form."""
     return [
