@@ -104,7 +104,7 @@ class GenerateSpec:
     token_agreement: float = 0.9
     bucket: int = 16
     #: Latency limits on the p99 of time-to-first-token and of the inter-token latency (ms; None: no limit):
-    #: a configuration at a concurrency whose p99 CI's lower end is over a limit is not recommended.
+    #: a configuration at a concurrency whose measured p99 is over a limit is not recommended (the search's `eligible`).
     max_ttft_ms: float | None = None
     max_itl_ms: float | None = None
     #: Timed generate calls per point after the warm-up calls (each call one batch of ``concurrency`` prompts).
