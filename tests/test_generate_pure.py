@@ -235,6 +235,35 @@ def test_the_other_configurations_visit_the_levels_where_the_reference_yields_mo
                for p in prog.points)
 
 
+class _SlowClient(_FakeClient):
+    """Each point takes ``seconds`` of wall time, as a fresh process does."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        import time
+
+        time.sleep(self.seconds)
+        return super().generate(recipe, config, c, **kw)
+
+
+def test_the_grid_leaves_time_for_two_side_by_side_rounds() -> None:
+    """A Pythia's and a Phi-3's grids spent the whole budget and their rounds ran 0 and 1 of 3, "so the pick rests
+    on its screen" (session 38): the grid now stops where two rounds of the pick and the reference still fit."""
+    from autotune.generate.search import rounds_reserve
+
+    assert rounds_reserve(3, 10.0) == 40.0 and rounds_reserve(1, 10.0) == 0.0 and rounds_reserve(3, 0.0) == 0.0
+    recipe = _recipe(concurrency=[1, 4], cache=["dynamic", "static"], precisions=["fp32", "int8"], threads=[1, 2],
+                     time_budget_s=1.6, rounds=3)
+    prog = GenerateSearch(_SlowClient(0.1), recipe, on_point=lambda _p: None,  # type: ignore[arg-type]
+                          say=lambda _t: None, limit=None, limit_source="none").run()
+    assert prog.stopped_by == "time_budget"
+    assert any("kept for the side-by-side rounds" in p.reason for p in prog.points if p.status == "skipped")
+    assert prog.rounds is not None and prog.rounds["comparisons"], prog.rounds
+
+
 class _NoAttentionClient(_FakeClient):
     """A model with no attention to choose (Mamba): sdpa is refused as the worker refuses it, eager runs."""
 

@@ -46,6 +46,22 @@ from autotune.generate.configs import (
 from autotune.generate.points import GenPoint, point_from, ratio_ci
 from autotune.runner import WorkerCrash
 
+#: Side-by-side rounds the grid leaves time for (of ``generate.rounds``): two per contender is the fewest that
+#: compare (:meth:`GenerateSearch.rounds`).
+RESERVED_ROUNDS = 2
+
+
+def rounds_reserve(rounds: int, point_seconds: float) -> float:
+    """Seconds the grid leaves for the side-by-side rounds: RESERVED_ROUNDS rounds of the pick and the reference
+    (each a fresh process, timed like the reference's point at the level its curve ranks first); none when the recipe
+    asks for fewer than two rounds.
+
+    Why: a Pythia's and a Phi-3's grids spent the whole budget, and the rounds ran 0 and 1 of 3: "too few to compare,
+    so the pick rests on its screen" (session 38)."""
+    if rounds < 2 or point_seconds <= 0:
+        return 0.0
+    return RESERVED_ROUNDS * 2 * point_seconds
+
 
 @dataclass
 class PointResult:
@@ -209,8 +225,9 @@ class GenerateSearch:
                                                "no tokens to check it against"))
                 return
             predicted = self.costs.get(config, self.costs.get(ref, 0.0)) * (1.0 + 0.1 * math.log2(c))
-            if self.left() < predicted:
-                prog.points.append(PointResult(config, c, "skipped", "generate.time_budget_s spent"))
+            if self.left() - reserve < predicted:
+                kept = " (the rest kept for the side-by-side rounds)" if reserve > 0 else ""
+                prog.points.append(PointResult(config, c, "skipped", f"generate.time_budget_s spent{kept}"))
                 prog.stopped_by = "time_budget"
                 return
             self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
@@ -223,9 +240,12 @@ class GenerateSearch:
             prog.points.append(result)
             self.on_point(prog)
 
+        reserve = 0.0
         for c in levels:  # the reference's curve first: it ranks the levels, and checks every other point
             visit(ref, c)
-        for c in levels_by_yield(levels, refs, self.eligible):
+        order = levels_by_yield(levels, refs, self.eligible)
+        reserve = rounds_reserve(spec.rounds, refs[order[0]].seconds if order and order[0] in refs else 0.0)
+        for c in order:
             for config in configs:
                 if config != ref:
                     visit(config, c)
