@@ -802,11 +802,12 @@ def test_a_server_not_ready_in_time_is_killed_at_once_and_says_what_bounded_it(t
     copy_server(art)
     (art / "run.sh").write_text('if [ "${1:-}" = serve ]; then shift; exec "${PYTHON:-python}" '
                                 '"$(dirname "$0")/serve.py" "$@"; fi\nexit 2\n')
-    t0 = time.monotonic()
+    t0, stops = time.monotonic(), []
     with pytest.raises(ServingError, match=r"not ready after 2 s \(what bounded it\)"):
         with ServerProcess(art, ["--instances", "1", "--threads", "1"], start_timeout=2.0,
-                           timeout_why="what bounded it"):
+                           timeout_why="what bounded it", on_stop=stops.append):
             pass
     assert time.monotonic() - t0 < 4.0, time.monotonic() - t0
+    assert len(stops) == 1 and 0.0 <= stops[0] < 2.0  # the stop's seconds, told to the stage (its margin)
     leftover = subprocess.run(["pgrep", "-f", str(art)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", leftover.stdout

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,8 +118,10 @@ class ServerProcess:
     """``run.sh serve`` with one configuration, on a free port of 127.0.0.1; a context manager."""
 
     def __init__(self, artifact: Path, args: Sequence[str], *, start_timeout: float = 180.0,
-                 cpus: frozenset[int] | None = None, timeout_why: str = "") -> None:
+                 cpus: frozenset[int] | None = None, timeout_why: str = "",
+                 on_stop: Callable[[float], None] | None = None) -> None:
         self.artifact = artifact
+        self.on_stop = on_stop  # told the seconds each stop took
         self.timeout_why = timeout_why  # what bounded start_timeout, for the error
         self.cpus = cpus
         self.args = list(args)
@@ -191,6 +193,7 @@ class ServerProcess:
         within what the stage had left, then took the stage 13 s past its promise, session 38)."""
         proc, self.proc = self.proc, None
         code = None
+        t0 = time.monotonic()
         if proc is not None and graceful:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -203,6 +206,8 @@ class ServerProcess:
                 os.killpg(proc.pid, signal.SIGKILL)  # anything of its session still there
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+            if self.on_stop is not None:
+                self.on_stop(time.monotonic() - t0)
         return code
 
     def __exit__(self, *exc: object) -> None:

@@ -329,6 +329,7 @@ class ServingSearch:
         self.request_rows = 1
         self._closed = getattr(spec, "arrivals_kind", spec.arrivals) == "closed"
         self._promise = float("inf")  # the stage's last moment: run() sets it from the budget
+        self.slowest_stop_s = 0.0  # the longest a server of this stage took to stop (_margin)
 
     # ---- load --------------------------------------------------------------------------------------------
 
@@ -366,9 +367,9 @@ class ServingSearch:
     def _hold(self, m: Measured, srv: ServerProcess, rate: float, until: float, chunks: int) -> LoadPoint | None:
         """``rate`` held on ``srv`` for SUSTAIN_SECONDS, and SUSTAIN_SECONDS more at a time, pooled, while the
         percentile reads within the SLO but its interval still reaches over it (up to ``chunks`` in all, each
-        ending LATE_MARGIN_S before ``until``); the pooled point, None when not even one chunk fits. The pooled
-        point joins ``m``'s points and holds as each chunk ends (replacing the one before it), so an interrupt
-        during a later chunk keeps what the earlier ones measured.
+        ending the stage's margin (:meth:`_margin`) before ``until``); the pooled point, None when not even one
+        chunk fits. The pooled point joins ``m``'s points and holds as each chunk ends (replacing the one before
+        it), so an interrupt during a later chunk keeps what the earlier ones measured.
 
         Why: a hold passes only when the percentile's whole 95% interval is within the SLO, and a 10-s point of a
         slow model holds a few hundred requests, whose p99 interval is wide. The quickstart's naive server read
@@ -377,7 +378,7 @@ class ServingSearch:
         (session 36). More requests at the same rate narrow the interval; a rate 10% lower does not decide it."""
         results: list[Any] = []
         point: LoadPoint | None = None
-        while len(results) < chunks and time.monotonic() + SUSTAIN_SECONDS + LATE_MARGIN_S <= until:
+        while len(results) < chunks and time.monotonic() + SUSTAIN_SECONDS + self._margin() <= until:
             if results:
                 self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {rate:.1f} req/s")
             seed = self.seed + len(self.measured) * 101 + int(rate) + 7919 * len(results)
@@ -486,7 +487,7 @@ class ServingSearch:
         2-s points runs above what holds: the BERT-like pick passed 2-s points at 524 requests/s and held at none
         of 524, 491 and 442 (p99 186, 77 and 37 ms over 10 s, session 36). Set against a naive server judged on
         its 2-s points alone, the report's "1.28x the naive server" compared a held rate with an unheld one."""
-        if m.max_rate <= 0 or time.monotonic() + SUSTAIN_SECONDS + LATE_MARGIN_S > deadline:
+        if m.max_rate <= 0 or time.monotonic() + SUSTAIN_SECONDS + self._margin() > deadline:
             return
         self.say(f"hold: {m.config.label()} at {m.max_rate:.1f} req/s for {SUSTAIN_SECONDS:g} s")
         t0 = time.monotonic()
@@ -507,10 +508,10 @@ class ServingSearch:
         return [*config.args(), "--model-name", self.target.model_name]
 
     def _left(self) -> float:
-        """Seconds to the stage's promise (its budget and grace, :meth:`_late`), less LATE_MARGIN_S: the most a
-        server's start or a calibration may take. (An SSDlite artifact compiled with torch.compile took the stage to
-        116 s of a 99-s promise in one failed calibration, whose own limit was 120 s, session 37.)"""
-        return max(1.0, self._promise - time.monotonic() - LATE_MARGIN_S)
+        """Seconds to the stage's promise (its budget and grace, :meth:`_late`), less its margin (:meth:`_margin`):
+        the most a server's start or a calibration may take. (An SSDlite artifact compiled with torch.compile took
+        the stage to 116 s of a 99-s promise in one failed calibration, whose own limit was 120 s, session 37.)"""
+        return max(1.0, self._promise - time.monotonic() - self._margin())
 
     def _server(self, config: ServingConfig) -> ServerProcess:
         """A fresh server of ``config``, whose start may take what the stage's promise has left (:meth:`_left`)."""
@@ -518,7 +519,16 @@ class ServingSearch:
         why = "" if left >= SERVER_START_MAX_S else ("what the serving stage had left of its time_budget_s and "
                                                      "grace: the artifact's load and first calls take longer")
         return ServerProcess(self.target.artifact, self._server_args(config), cpus=self.server_cpus,
-                             start_timeout=min(SERVER_START_MAX_S, left), timeout_why=why)
+                             start_timeout=min(SERVER_START_MAX_S, left), timeout_why=why, on_stop=self._stopped)
+
+    def _stopped(self, seconds: float) -> None:
+        self.slowest_stop_s = max(self.slowest_stop_s, seconds)
+
+    def _margin(self) -> float:
+        """What the stage keeps clear of its last moment: LATE_MARGIN_S, and the slowest server stop seen so far
+        beyond it. (A served torch.compile BART's servers took long to stop, and the stage ended at 264.1 s of its
+        264-s promise, session 38.)"""
+        return LATE_MARGIN_S + self.slowest_stop_s
 
     # ---- the steps ---------------------------------------------------------------------------------------
 
@@ -783,7 +793,7 @@ class ServingSearch:
             # another configuration, whose max rate must hold in turn
             while (pick is not None and not self._closed and id(pick) not in held
                    and self._late(deadline) - time.monotonic() > (SUSTAIN_SECONDS + WARMUP_SECONDS + self.start_s
-                                                                  + LATE_MARGIN_S)):
+                                                                  + self._margin())):
                 held.add(id(pick))
                 if self._measure_curve(pick, deadline):
                     break
@@ -832,7 +842,7 @@ class ServingSearch:
             rate = pick.max_rate * f
             seconds = _curve_point_seconds(rate, (deadline - time.monotonic()) / (len(below) - i),
                                            resolve=requests_to_bound(self.q))
-            if time.monotonic() + seconds + LATE_MARGIN_S > late:
+            if time.monotonic() + seconds + self._margin() > late:
                 self.notes.append("the curve was cut short by the serving budget")
                 break
             points[f] = self._point(srv, rate, seconds)
@@ -854,7 +864,7 @@ class ServingSearch:
         late = self._late(deadline)
         need = (0.0 if srv is not None else STARTUP_ALLOWANCE_S) + sum(
             _curve_point_seconds(pick.max_rate * f) for f in CURVE_FRACTIONS[:-1])
-        if pick.max_rate <= 0 or self._closed or time.monotonic() + need + LATE_MARGIN_S > late:
+        if pick.max_rate <= 0 or self._closed or time.monotonic() + need + self._margin() > late:
             return
         self.say(f"curve: {pick.config.label()} at 50-90% of {pick.max_rate:.1f} req/s (its max rate did not hold)")
         if srv is not None:
@@ -881,7 +891,7 @@ class ServingSearch:
         rate = pick.max_rate
         tries = 0
         while tries < SUSTAIN_TRIES:
-            if time.monotonic() + SUSTAIN_SECONDS + LATE_MARGIN_S > late:
+            if time.monotonic() + SUSTAIN_SECONDS + self._margin() > late:
                 self.notes.append(f"the max rate was not held for {SUSTAIN_SECONDS:g} s: the serving budget ran out")
                 return None
             self.say(f"hold: {pick.config.label()} at {rate:.1f} req/s for {SUSTAIN_SECONDS:g} s on a fresh server")
