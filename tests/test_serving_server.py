@@ -811,3 +811,61 @@ def test_a_server_not_ready_in_time_is_killed_at_once_and_says_what_bounded_it(t
     assert len(stops) == 1 and 0.0 <= stops[0] < 2.0  # the stop's seconds, told to the stage (its margin)
     leftover = subprocess.run(["pgrep", "-f", str(art)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", leftover.stdout
+
+
+def test_split_cuts_only_the_dims_that_follow_the_length() -> None:
+    """A hidden size equal to a padded length is not a length: with the dims the merge check saw follow the input's
+    length, only those are cut (a BART's hidden 128 at a padded length of 128 came back cut to 20, session 38)."""
+    short, long = [np.zeros((1, 2, 4)), np.zeros((1, 3))], [np.zeros((1, 6, 4)), np.zeros((1, 3))]
+    assert tensors.following_dims(short, long) == [[1], []]
+    arrays, layout = tensors.combine([[np.ones((1, 2), np.int64)], [np.ones((1, 4), np.int64)]], [0])
+    h = np.zeros((2, 4, 4), np.float32)  # (rows, padded length 4, hidden 4)
+    assert tensors.split([h], layout)[0][0].shape == (1, 2, 2)  # the old cut: the hidden dim too
+    assert tensors.split([h], layout, [[1]])[0][0].shape == (1, 2, 4)
+    assert tensors.split([h], layout, [[1]])[1][0].shape == (1, 4, 4)
+
+
+HIDDEN4 = '''
+import time
+import numpy as np
+BATCH_SIZE = 4
+INPUTS = ["ids", "mask"]
+N_POSITIONAL = 0
+OUTPUTS = ["h"]
+SAMPLE = [("int64", [4, 6], [0, 100]), ("int64", [4, 6], [0, 2])]
+DYNAMIC_DIMS = [[0, 1], [0, 1]]
+
+
+def load():
+    def predict(ids, mask):
+        time.sleep(0.002)
+        return [np.repeat((np.asarray(ids) * np.asarray(mask))[..., None], 4, axis=2).astype(np.float32)]
+    return predict
+'''
+
+
+@pytest.mark.worker
+def test_a_hidden_size_equal_to_a_padded_length_is_served_whole(tmp_path: Path, serve_py: Path) -> None:
+    """Requests of lengths 2 and 4 merged into one call padded to 4, by a model whose hidden size is 4: the short
+    request gets its (1, 2, 4), not (1, 2, 2). The merge check (lengths 2 and 6 in the traffic) saw that only dim 1
+    follows the length."""
+    art = _artifact(tmp_path / "h4", HIDDEN4)
+    traffic = {"b0.ids": np.array([[5, 6]]), "b0.mask": np.ones((1, 2), np.int64),
+               "b1.ids": np.array([[1, 2, 3, 4, 5, 6]]), "b1.mask": np.ones((1, 6), np.int64)}
+    np.savez(art / "traffic.npz", **traffic)
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--max-delay-ms", "300", "--pad",
+                    '{"ids": 0, "mask": 0}')
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["merge_lengths"] is True, ready
+        reqs = [{"ids": np.array([[7, 8]]), "mask": np.ones((1, 2), np.int64)},
+                {"ids": np.array([[1, 2, 3, 4]]), "mask": np.ones((1, 4), np.int64)}]
+        results = _concurrently(lambda r: served.infer(r), reqs)
+        for r, (status, out) in zip(reqs, results, strict=True):
+            assert status == 200, out
+            assert isinstance(out, dict) and out["h"].shape == (1, r["ids"].shape[1], 4), out["h"].shape
+            assert np.array_equal(out["h"][..., 0], r["ids"].astype(np.float32))
+        stats = json.loads(served.request("GET", "/v2/models/model/stats")[2])
+        assert [2] == [s for s, _ in stats["batches"] if s > 1]  # the two were one call
+    finally:
+        assert _stop(served) == 0

@@ -54,13 +54,20 @@ def combine(requests: Sequence[Sequence[np.ndarray]], pads: Sequence[Any]) -> tu
     return out, Layout(rows, tuple(padded))
 
 
-def split(outputs: Sequence[np.ndarray], layout: Layout) -> list[list[np.ndarray]]:
+def split(outputs: Sequence[np.ndarray], layout: Layout,
+          length_dims: Sequence[Sequence[int]] | None = None) -> list[list[np.ndarray]]:
     """Each request's rows of every output, dims of a padded length cut back to the request's own length
-    (an output without the batch's rows goes whole to every request)."""
+    (an output without the batch's rows goes whole to every request).
+
+    ``length_dims``: per output, the dims known to follow the input's length (:func:`following_dims`); only those
+    are cut. Without it, any dim of a padded length is. Why: a size can equal a padded length by chance. A BART's
+    ``encoder_last_hidden_state`` of hidden size 128, merged at a padded length of 128, was cut to ``(1, 20, 20)``
+    (session 38): at another padded length the cut would have gone unnoticed."""
     total = sum(layout.rows)
     parts: list[list[np.ndarray]] = [[] for _ in layout.rows]
-    for o in outputs:
+    for k, o in enumerate(outputs):
         offset = 0
+        known = length_dims[k] if length_dims is not None and k < len(length_dims) else None
         for j, n in enumerate(layout.rows):
             part = o[offset:offset + n] if o.ndim >= 1 and o.shape[0] == total else o
             offset += n
@@ -68,10 +75,20 @@ def split(outputs: Sequence[np.ndarray], layout: Layout) -> list[list[np.ndarray
                 index: list[slice] = []
                 for d in range(1, part.ndim):
                     own = next((lengths[j] for length, lengths in layout.padded if length == part.shape[d]), None)
-                    index.append(slice(0, own))
+                    index.append(slice(0, own if known is None or d in known else None))
                 part = part[(slice(None), *index)]
             parts[j].append(part)
     return parts
+
+
+def following_dims(short: Sequence[np.ndarray], long: Sequence[np.ndarray]) -> list[list[int]]:
+    """Per output, the non-batch dims whose size differs between a short request's answer and a long one's (each
+    alone): the dims that follow the input's length, the only ones :func:`split` may cut."""
+    out: list[list[int]] = []
+    for a, b in zip(short, long, strict=False):
+        a, b = np.asarray(a), np.asarray(b)
+        out.append([d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]] if a.ndim == b.ndim else [])
+    return out
 
 
 def batch_dims(solo: Sequence[Sequence[np.ndarray]], merged: Sequence[np.ndarray]) -> dict[int, list[int]]:
@@ -147,4 +164,5 @@ def answer_moved(alone: np.ndarray, beside: np.ndarray) -> str | None:
     return "changes" if a.size and not np.array_equal(a, b) else None
 
 
-__all__ = ["MERGE_TOLERANCE", "Layout", "answer_moved", "batch_dims", "combine", "merge_disagrees", "split"]
+__all__ = ["MERGE_TOLERANCE", "Layout", "answer_moved", "batch_dims", "combine", "following_dims", "merge_disagrees",
+           "split"]

@@ -102,6 +102,9 @@ class Server:
         self.merge_why: str | None = None
         # per output, the dims (0: the batch) whose size differed between the traffic's shortest and longest request
         self.output_dynamic_dims: dict[str, list[int]] = {}
+        #: per output, the dims that follow the input's length (the merge check's short and long requests): the only
+        #: ones a merged call's outputs are cut back in; None (unchecked): any dim of a padded length
+        self.length_dims: list[list[int]] | None = None
         # whether two requests may share a call at all (_check_merging: an output that couples a call's rows), why
         # not, and per output the non-batch dims whose size followed the call's rows
         self.merge_requests = True
@@ -220,7 +223,10 @@ class Server:
         try:
             arrays, layout = tensors.combine(list(requests), pads)
             merged = list(await inst.call(arrays))
-            why = tensors.merge_disagrees(solo, tensors.split(merged, layout), lengths=lengths, names=names)
+            follow = tensors.following_dims(solo[0], solo[-1]) if lengths else None
+            why = tensors.merge_disagrees(solo, tensors.split(merged, layout, follow), lengths=lengths, names=names)
+            if lengths and why is None:
+                self.length_dims = follow  # what the server's own merged calls cut back
         except instances.InstanceError as e:
             why = f"the merged call failed: {e}"
         return solo, merged, why
@@ -290,7 +296,7 @@ class Server:
                 arrays, layout = tensors.combine([r.xs for r in group], [s.pad for s in self.iface.inputs])
                 outputs = await inst.call(arrays)
                 self.batches.append((sum(layout.rows), time.perf_counter() - t0))
-                for r, part in zip(group, tensors.split(outputs, layout), strict=True):
+                for r, part in zip(group, tensors.split(outputs, layout, self.length_dims), strict=True):
                     if not r.future.done():
                         r.future.set_result(part)
         except Exception as e:

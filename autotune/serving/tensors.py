@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 try:
-    from ..core.merging import MERGE_TOLERANCE, Layout, batch_dims, combine, merge_disagrees, split
+    from ..core.merging import (
+        MERGE_TOLERANCE,
+        Layout,
+        batch_dims,
+        combine,
+        following_dims,
+        merge_disagrees,
+        split,
+    )
     from .v2 import ProtocolError, datatype_of
 except ImportError:  # flat files in the artifact
     from merging import (  # type: ignore[import-not-found,no-redef]
@@ -29,6 +37,7 @@ except ImportError:  # flat files in the artifact
         Layout,
         batch_dims,
         combine,
+        following_dims,
         merge_disagrees,
         split,
     )
@@ -217,4 +226,5 @@ def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[
 
 
 __all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",
-           "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "trim", "two_of_a_shape"]
+           "following_dims", "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "trim",
+           "two_of_a_shape"]
