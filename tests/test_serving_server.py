@@ -818,7 +818,7 @@ def test_split_cuts_only_the_dims_that_follow_the_length() -> None:
     length, only those are cut (a BART's hidden 128 at a padded length of 128 came back cut to 20, session 38)."""
     short, long = [np.zeros((1, 2, 4)), np.zeros((1, 3))], [np.zeros((1, 6, 4)), np.zeros((1, 3))]
     assert tensors.following_dims(short, long) == [[1], []]
-    arrays, layout = tensors.combine([[np.ones((1, 2), np.int64)], [np.ones((1, 4), np.int64)]], [0])
+    _, layout = tensors.combine([[np.ones((1, 2), np.int64)], [np.ones((1, 4), np.int64)]], [0])
     h = np.zeros((2, 4, 4), np.float32)  # (rows, padded length 4, hidden 4)
     assert tensors.split([h], layout)[0][0].shape == (1, 2, 2)  # the old cut: the hidden dim too
     assert tensors.split([h], layout, [[1]])[0][0].shape == (1, 2, 4)
