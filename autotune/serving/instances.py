@@ -207,7 +207,8 @@ def sample_inputs(sample: Sequence[Any], rows: int | None, seed: int = 0) -> lis
 
 def traffic_inputs(artifact: str, names: Sequence[str], rows: int | None) -> list[np.ndarray] | None:
     """The first batch of the traffic saved in the artifact (``traffic.npz``), its rows cut or repeated to ``rows``
-    (None: as saved), in ``names``' order; None where the artifact has no traffic or it lacks an input.
+    (None: as saved, :func:`with_rows`), in ``names``' order; None where the artifact has no traffic or it lacks an
+    input.
 
     Why: random inputs are not inputs every model takes. A BART classifier needs an <eos> in every row, and its
     served artifact failed to start on the random warm-up call ("Each example must contain at least one <eos>
@@ -221,10 +222,14 @@ def traffic_inputs(artifact: str, names: Sequence[str], rows: int | None) -> lis
         return None
     if not batches or any(n not in batches[0] for n in names):
         return None
-    first = batches[0]
-    have = int(first[names[0]].shape[0])
+    return with_rows([batches[0][n] for n in names], rows)
+
+
+def with_rows(xs: Sequence[np.ndarray], rows: int | None) -> list[np.ndarray]:
+    """``xs`` (one batch, dim 0 its rows) with its rows cut or repeated in turn to ``rows`` (None: as they are)."""
+    have = int(xs[0].shape[0])
     index = np.arange(rows or have) % have
-    return [np.ascontiguousarray(first[n][index]) for n in names]
+    return [np.ascontiguousarray(x[index]) for x in xs]
 
 
 def _dynamic_dims(module: Any) -> list[list[int]]:
@@ -253,7 +258,7 @@ def child_main(artifact: str, threads: int) -> int:
         module = load_artifact(artifact, threads)
         predict = module.load()
         sample = [(str(d), [int(s) for s in shape], list(b) if b else None) for d, shape, b in module.SAMPLE]
-        traffic = traffic_inputs(artifact, [str(n) for n in module.INPUTS], None)
+        traffic = traffic_inputs(artifact, [str(n) for n in module.INPUTS], None)  # read once: calibration too
         leaves = _call_leaves(module, predict, traffic if traffic is not None else sample_inputs(sample, None))
         served = _served(leaves)
         keep, warm = list(served), list(served.values())
@@ -277,10 +282,9 @@ def child_main(artifact: str, threads: int) -> int:
         try:
             if isinstance(payload, tuple) and payload[0] == "inputs":  # calibration: the traffic's rows, b of them
                 make = getattr(module, "make_inputs", None)
-                reply: Any = traffic_inputs(artifact, [str(n) for n in module.INPUTS], payload[1])
-                if reply is None:
-                    reply = (_flat_inputs(module, make(payload[1])) if make is not None
-                             else sample_inputs(sample, payload[1]))
+                reply: Any = (with_rows(traffic, payload[1]) if traffic is not None
+                              else _flat_inputs(module, make(payload[1])) if make is not None
+                              else sample_inputs(sample, payload[1]))
             else:
                 reply = _call(module, predict, payload, keep)
         except Exception as e:

@@ -198,10 +198,13 @@ class Server:
             if tried is None:
                 return
             solo, _, why = tried
-            self.output_dynamic_dims = {
-                name: [d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]]
-                for name, a, b in zip(names, solo[0], solo[1], strict=False) if np.ndim(a) == np.ndim(b)}
-            if why is not None:
+            follow = tensors.following_dims(solo[0], solo[1])
+            self.output_dynamic_dims = {name: dims for name, dims, a, b in zip(names, follow, solo[0], solo[1],
+                                                                               strict=False)
+                                        if np.ndim(a) == np.ndim(b)}
+            if why is None:
+                self.length_dims = follow  # what the server's own merged calls cut back
+            else:
                 self.merge_lengths, self.merge_why = False, why
                 _log(f"requests of different lengths are served in separate calls: {why}")
 
@@ -225,8 +228,6 @@ class Server:
             merged = list(await inst.call(arrays))
             follow = tensors.following_dims(solo[0], solo[-1]) if lengths else None
             why = tensors.merge_disagrees(solo, tensors.split(merged, layout, follow), lengths=lengths, names=names)
-            if lengths and why is None:
-                self.length_dims = follow  # what the server's own merged calls cut back
         except instances.InstanceError as e:
             why = f"the merged call failed: {e}"
         return solo, merged, why
