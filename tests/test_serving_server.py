@@ -869,3 +869,52 @@ def test_a_hidden_size_equal_to_a_padded_length_is_served_whole(tmp_path: Path, 
         assert [2] == [s for s, _ in stats["batches"] if s > 1]  # the two were one call
     finally:
         assert _stop(served) == 0
+
+
+# A torch.compile artifact in small: the first call at each new shape is slow (a compile), and every call's shape
+# is written to a file, so the test sees which shapes the server called before it said ready.
+SHAPE_LOG = DYNAMIC.replace(
+    "def load():\n    def predict(ids, mask):\n        time.sleep(0.002)",
+    "import os\nSEEN = set()\n\n\ndef load():\n    def predict(ids, mask):\n        shape = tuple(np.shape(ids))\n"
+    "        if shape not in SEEN:\n            SEEN.add(shape)\n            time.sleep(0.05)\n"
+    "            with open(os.path.join(os.path.dirname(__file__), 'shapes.log'), 'a') as f:\n"
+    "                f.write(f'{os.getpid()} {shape[0]} {shape[1]}\\n')")
+
+
+@pytest.mark.worker
+def test_a_fresh_server_calls_every_batch_size_and_the_traffics_extremes_before_ready(tmp_path: Path,
+                                                                                      serve_py: Path) -> None:
+    """A served torch.compile artifact compiled again at each new batch size and length it met, and a fresh server's
+    first requests paid it (a BART's batched configurations failed their first points at p99 0.7-1.0 s, session
+    38). Before it says ready, each instance calls predict at every batch size up to the max batch on the traffic's
+    shortest request and at 1, 2 and the max on its longest; then a request of those shapes is no new shape."""
+    art = _artifact(tmp_path / "compiles", SHAPE_LOG)
+    assert "SEEN.add(shape)" in SHAPE_LOG
+    _traffic(art, [3, 6, 9])  # rows trim to lengths 1..9: the shortest request is 1 long, the longest 9
+    served = _start(serve_py, tmp_path, "--artifact", str(art), "--instances", "2", "--threads", "1",
+                    "--max-batch", "4", "--max-delay-ms", "5", "--pad", '{"ids": 0, "mask": 0}')
+    try:
+        ready = json.loads(next(tmp_path.glob("ready-*.json")).read_text())
+        assert ready["warmed"]["calls"] == 7 and ready["warmed"]["failed"] == [], ready["warmed"]
+        lines = [line.split() for line in (art / "shapes.log").read_text().splitlines()]
+        by_pid: dict[str, set[tuple[int, int]]] = {}
+        for pid, rows, length in lines:
+            by_pid.setdefault(pid, set()).add((int(rows), int(length)))
+        assert len(by_pid) == 2  # both instances
+        for seen in by_pid.values():
+            assert {(1, 1), (2, 1), (3, 1), (4, 1), (1, 9), (2, 9), (4, 9)} <= seen, seen
+        status, out = served.infer({"ids": np.arange(1, 10).reshape(1, 9), "mask": np.ones((1, 9), np.int64)})
+        assert status == 200 and isinstance(out, dict) and out["h"].shape == (1, 9)
+        assert len((art / "shapes.log").read_text().splitlines()) == len(lines)  # no new shape
+    finally:
+        assert _stop(served) == 0
+
+
+def test_the_warm_up_sizes_and_calls() -> None:
+    """Every size up to 16, then powers of two and the largest; a traffic of one length: its first request alone."""
+    assert tensors.warm_batches(1) == [1] and tensors.warm_batches(16) == list(range(1, 17))
+    assert tensors.warm_batches(64) == [1, 2, 4, 8, 16, 32, 64] and tensors.warm_batches(24) == [1, 2, 4, 8, 16, 24]
+    batches = [{"x": np.arange(6, dtype=np.float32).reshape(2, 3)}]
+    calls = tensors.warm_calls(batches, ["x"], {"x": 0.0}, 3)
+    assert [c[0].shape for c in calls] == [(1, 3), (2, 3), (3, 3)]
+    assert np.array_equal(calls[2][0], np.repeat(batches[0]["x"][:1], 3, axis=0))

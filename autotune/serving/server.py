@@ -110,6 +110,7 @@ class Server:
         self.merge_requests = True
         self.merge_requests_why: str | None = None
         self.output_batch_dims: dict[str, list[int]] = {}
+        self.warmed: dict[str, Any] = {}  # the warm-up before ready (_warm_shapes): calls, seconds, failures
         self.batcher: batcher.Batcher | None = None
         self.pending: dict[int, _Pending] = {}
         self.ids = itertools.count(1)
@@ -150,15 +151,71 @@ class Server:
                 if self.unserved:
                     _log(f"outputs left out of the responses (not tensors, no v2 datatype): {', '.join(self.unserved)}")
                 iface = tensors.Interface.from_info(info, self.opts.pad, self.opts.dynamic_dims)
-                await self._check_merging(iface)
-                self._ready_up(iface, port)
-                await stop
+                preparing = asyncio.ensure_future(self._prepare(iface))  # a SIGTERM meanwhile stops it
+                await asyncio.wait([preparing, stop], return_when=asyncio.FIRST_COMPLETED)
+                if not preparing.done():
+                    preparing.cancel()
+                else:
+                    preparing.result()
+                    self._ready_up(iface, port)
+                    await stop
             stop.cancel()
         finally:
             await self._shutdown()
         return code
 
-    async def _check_merging(self, iface: tensors.Interface) -> None:
+    async def _prepare(self, iface: tensors.Interface) -> None:
+        """What runs between the instances' start and ready: the merge check, then the warm-up."""
+        traffic = self._traffic()
+        await self._check_merging(iface, traffic)
+        await self._warm_shapes(iface, traffic)
+
+    def _traffic(self) -> list[dict[str, np.ndarray]] | None:
+        """The traffic saved in the artifact (``traffic.npz``), None where there is none or it cannot be read (the
+        log says why: requests are then merged unchecked)."""
+        path = os.path.join(self.opts.artifact, "traffic.npz")
+        if not os.path.exists(path):
+            return None
+        try:
+            return tensors.read_traffic(path)
+        except (OSError, ValueError) as e:
+            _log(f"the merge check could not read {path}: {e}; requests are merged")
+            return None
+
+    async def _warm_shapes(self, iface: tensors.Interface, traffic: list[dict[str, np.ndarray]] | None) -> None:
+        """Before ready, every instance calls predict once at each call size the server can make up to its max
+        batch, on the traffic's shortest request, and at a few sizes on its longest (:func:`tensors.warm_calls`;
+        without a traffic, load.py's inputs at each size), so that the first requests do not pay what a new shape
+        costs: a torch.compile artifact compiles again for a new batch size or length (a BART's 8-15 s each, and
+        a fresh server's first requests then waited up to a second, session 38), OpenVINO takes 3x its call for a
+        shape it has not seen. A call that fails here is logged; such requests will fail as they come."""
+        t0 = time.monotonic()
+        largest = (self.opts.max_batch or iface.batch_size or 1) if self.merge_requests else 1
+        pad = {s.name: s.pad for s in iface.inputs}
+        calls: list[Any] = []
+        if traffic:
+            try:
+                calls = tensors.warm_calls(traffic, iface.names, pad, largest)
+            except (KeyError, ValueError) as e:
+                _log(f"the warm-up could not use the traffic: {e}")
+        failed: list[str] = []
+
+        async def warm(inst: instances.Instance) -> None:
+            todo = calls or [("inputs", k) for k in tensors.warm_batches(largest)]
+            for call in todo:
+                shape = f"batch {call[1]}" if isinstance(call, tuple) else str([list(a.shape) for a in call])
+                try:
+                    await inst.call(await inst.call(call) if isinstance(call, tuple) else call)
+                except instances.InstanceError as e:
+                    failed.append(f"{shape}: {e}")
+
+        await asyncio.gather(*(warm(inst) for inst in self.instances))
+        self.warmed = {"calls": len(calls) or len(tensors.warm_batches(largest)),
+                       "seconds": round(time.monotonic() - t0, 3), "failed": failed[:3]}
+        _log(f"warmed up at {self.warmed['calls']} call shape(s), batch 1 to {largest}, in "
+             f"{self.warmed['seconds']:.1f} s" + (f"; {len(failed)} failed, first: {failed[0]}" if failed else ""))
+
+    async def _check_merging(self, iface: tensors.Interface, traffic: list[dict[str, np.ndarray]] | None) -> None:
         """Before the first request, on the traffic saved in the artifact: two requests of one shape, each alone
         and then merged into one call, must get the same answers, else no two requests share a call; then the
         traffic's shortest and longest request likewise, padded, else only requests of one length share a call
@@ -168,18 +225,16 @@ class Server:
         Why both: padding is not the only way merging changes an answer. An output may couple a call's rows
         (transformers' CLIPModel: ``logits_per_image`` is ``(rows, rows)``), and merged requests then got a row
         of another request's scores, ``(1, 4)`` where alone it is ``(1, 1)`` (session 34)."""
-        path = os.path.join(self.opts.artifact, "traffic.npz")
-        if max(self.opts.max_batch or 0, iface.batch_size or 1) < 2 or not os.path.exists(path):
+        if max(self.opts.max_batch or 0, iface.batch_size or 1) < 2 or not traffic:
             return
         pads = [s.pad for s in iface.inputs]
         try:
-            traffic = tensors.read_traffic(path)
             pad = {s.name: s.pad for s in iface.inputs}
             same = tensors.two_of_a_shape(traffic, iface.names, pad)
             pair = tensors.shortest_and_longest(traffic, iface.names, pad) if any(s.dynamic for s in iface.inputs) \
                 else None
-        except (OSError, ValueError, KeyError) as e:
-            _log(f"the merge check could not read {path}: {e}; requests are merged")
+        except (ValueError, KeyError) as e:
+            _log(f"the merge check could not use the traffic: {e}; requests are merged")
             return
         names = [o[0] for o in iface.outputs]
         if same is not None:
@@ -246,7 +301,8 @@ class Server:
                 json.dump({"port": port, "pid": os.getpid(), "merge_lengths": self.merge_lengths,
                            "merge_why": self.merge_why, "output_dynamic_dims": self.output_dynamic_dims,
                            "merge_requests": self.merge_requests, "merge_requests_why": self.merge_requests_why,
-                           "output_batch_dims": self.output_batch_dims, "unserved_outputs": self.unserved}, f)
+                           "output_batch_dims": self.output_batch_dims, "unserved_outputs": self.unserved,
+                           "warmed": self.warmed}, f)
             os.replace(tmp, o.ready_file)
         _log(f"ready: model {o.model_name!r}, {o.instances} instance(s) x {o.threads} thread(s), max batch "
              f"{self.max_batch}, max delay {o.max_delay_ms} ms"

@@ -225,6 +225,38 @@ def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[
     return [only[n] for n in names], [only[n] for n in names]
 
 
+def warm_batches(max_batch: int) -> list[int]:
+    """The call sizes a fresh server warms up at: every size up to 16, beyond it the powers of two and the largest.
+
+    Why every size: a torch.compile artifact of static shapes compiles again for each new batch size (torch's
+    recompile limit is 8 a frame), and one of dynamic shapes specializes a batch of 1 and compiles its dynamic
+    graph on the second shape it meets; each compile of a BART took 8-15 s, which the first requests of a fresh
+    server paid (p99 0.7-1.0 s, session 38)."""
+    if max_batch <= 16:
+        return list(range(1, max_batch + 1))
+    return sorted({*(2 ** i for i in range(max_batch.bit_length()) if 2 ** i <= max_batch), max_batch})
+
+
+def warm_calls(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any],
+               max_batch: int) -> list[list[np.ndarray]]:
+    """The calls a fresh server makes before it says ready, each one array per input in ``names`` order: the
+    traffic's shortest request repeated to every size of :func:`warm_batches`, and its longest at 1, 2 and
+    ``max_batch`` rows (a dynamic graph compiled on those serves every length between); the traffic's first request
+    alone where its rows are of one length. Empty for a traffic without rows."""
+    pair = shortest_and_longest(batches, names, pad)
+    if pair is not None:
+        requests = list(pair)
+    else:
+        one = two_of_a_shape(batches, names, pad)
+        requests = [one[0]] if one is not None else []
+    pads = [pad.get(n, 0) for n in names]
+    calls: list[list[np.ndarray]] = []
+    for i, request in enumerate(requests):
+        sizes = warm_batches(max_batch) if i == 0 else sorted({k for k in (1, 2, max_batch) if k <= max_batch})
+        calls.extend(combine([request] * k, pads)[0] for k in sizes)
+    return calls
+
+
 __all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",
            "following_dims", "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "trim",
-           "two_of_a_shape"]
+           "two_of_a_shape", "warm_batches", "warm_calls"]
