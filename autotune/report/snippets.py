@@ -112,10 +112,12 @@ def interface_doc_lines(iface: Mapping[str, Any], *, batch: int, outputs_are: st
                      f"{shape} on the build example")
     ranges = [f"{x['name']} [{x['range'][0]}, {x['range'][1]})" for x in inputs if x.get("range")]
     like = "the data's first batch" if iface.get("source") == "factory" else f"a batch of {batch}"
-    lines += _wrapped(f"make_inputs(batch_size=None): random inputs shaped like {like} (floats standard normal"
+    lines += _wrapped("make_inputs(batch_size=None): the first batch of the traffic saved beside this file "
+                      "(traffic.npz), its rows repeated in turn to batch_size; without it, random inputs shaped like "
+                      f"{like} (floats standard normal"
                       + (", integers uniform in the range " + ("seen in the data" if iface.get("source") == "factory"
                                                               else "of the recipe") + ": " + ", ".join(ranges)
-                         if ranges else "") + "), in the form predict takes.")
+                         if ranges else "") + "); in the form predict takes.")
     return [doc_text(line) for line in lines]
 
 
@@ -224,7 +226,11 @@ def numpy_make_inputs_lines() -> list[str]:
         "",
         "",
         "def make_inputs(batch_size=None):",
-        '    """A random batch like the one autotune measured (see the module docstring), in predict\'s form."""',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the module',
+        '    docstring), else random."""',
+        "    xs = _traffic_rows(batch_size)",
+        "    if xs is not None:",
+        "        return _form(xs)",
         "    xs = []",
         "    for dtype, shape, bounds in SAMPLE:",
         "        shape = [batch_size or shape[0], *shape[1:]]",
@@ -240,13 +246,14 @@ def numpy_make_inputs_lines() -> list[str]:
 
 
 def traffic_batch_lines() -> list[str]:
-    """``traffic_batch()``: the first batch of the traffic saved beside the loader, in predict's form (None without
-    it); what ``python load.py`` runs. Random inputs are not inputs every model takes: a BART classifier needs an
-    <eos> in every row, and its artifact's ``run.sh`` failed on :func:`torch_make_inputs_lines`' batch."""
+    """``_traffic_rows(batch_size)`` and ``traffic_batch()``: the first batch of the traffic saved beside the loader
+    (None without it), what ``python load.py`` runs and ``make_inputs`` returns. Random inputs are not inputs every
+    model takes: a BART classifier needs an <eos> in every row, and its artifact's ``run.sh`` failed on a random
+    batch, as did a plain process timing it on ``make_inputs()`` (session 38)."""
     return [
-        "def traffic_batch():",
-        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), in predict\'s form;',
-        '    None without it."""',
+        "def _traffic_rows(batch_size=None):",
+        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), numpy arrays in INPUTS',
+        '    order, its rows repeated in turn to batch_size (None: as saved); None without it."""',
         "    import pathlib",
         "",
         "    import numpy",
@@ -256,7 +263,18 @@ def traffic_batch_lines() -> list[str]:
         "        return None",
         "    with numpy.load(path, allow_pickle=False) as data:",
         '        xs = [data[f"b0.{name}"] if f"b0.{name}" in data.files else None for name in INPUTS]',
-        "    return None if any(x is None for x in xs) else _form(xs)",
+        "    if any(x is None for x in xs):",
+        "        return None",
+        "    if batch_size:",
+        "        index = numpy.arange(batch_size) % xs[0].shape[0]",
+        "        xs = [numpy.ascontiguousarray(x[index]) for x in xs]",
+        "    return xs",
+        "",
+        "",
+        "def traffic_batch():",
+        '    """The first batch of the traffic autotune measured, in predict\'s form; None without it."""',
+        "    xs = _traffic_rows()",
+        "    return None if xs is None else _form(xs)",
     ]
 
 
@@ -269,7 +287,11 @@ def torch_make_inputs_lines() -> list[str]:
     """``make_inputs(batch_size=None)``: torch tensors on ``device`` from ``SAMPLE`` in predict's form."""
     return [
         "def make_inputs(batch_size=None):",
-        '    """A random batch like the one autotune measured (see the module docstring), in predict\'s form."""',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the module',
+        '    docstring), else random."""',
+        "    xs = _traffic_rows(batch_size)",
+        "    if xs is not None:",
+        "        return _form([torch.as_tensor(x, device=device) for x in xs])",
         "    gen = torch.Generator().manual_seed(0)",
         "    xs = []",
         "    for dtype, shape, bounds in SAMPLE:",
