@@ -226,8 +226,8 @@ def numpy_make_inputs_lines() -> list[str]:
         "",
         "",
         "def make_inputs(batch_size=None):",
-        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the module',
-        '    docstring), else random."""',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the',
+        '    module docstring), else random."""',
         "    xs = _traffic_rows(batch_size)",
         "    if xs is not None:",
         "        return _form(xs)",
@@ -252,8 +252,8 @@ def traffic_batch_lines() -> list[str]:
     batch, as did a plain process timing it on ``make_inputs()`` (session 38)."""
     return [
         "def _traffic_rows(batch_size=None):",
-        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), numpy arrays in INPUTS',
-        '    order, its rows repeated in turn to batch_size (None: as saved); None without it."""',
+        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), numpy arrays in',
+        '    INPUTS order, its rows repeated in turn to batch_size (None: as saved); None without it."""',
         "    import pathlib",
         "",
         "    import numpy",
@@ -287,8 +287,8 @@ def torch_make_inputs_lines() -> list[str]:
     """``make_inputs(batch_size=None)``: torch tensors on ``device`` from ``SAMPLE`` in predict's form."""
     return [
         "def make_inputs(batch_size=None):",
-        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the module',
-        '    docstring), else random."""',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the',
+        '    module docstring), else random."""',
         "    xs = _traffic_rows(batch_size)",
         "    if xs is not None:",
         "        return _form([torch.as_tensor(x, device=device) for x in xs])",
