@@ -107,6 +107,28 @@ def test_every_runtime_is_screened_plain_before_its_precisions_and_environments(
     assert calls == ["eager", "onnx", "openvino"]
 
 
+def test_the_leading_runtime_gets_its_modifiers_first(tmp_path: Path, fake_row: FakeRow) -> None:
+    """After the plain screens, a tier's variants go in the order their runtime ranks so far: an EfficientNet whose
+    onnx ran 3.8x eager screened eager's precisions and environments first, and its budget ended before onnx or
+    openvino got a modifier (session 39). Then the next tier, ranked again by what the last one showed."""
+    variants = ("eager", "eager+bf16", "eager+tcmalloc", "onnx", "onnx+int8", "onnx+tcmalloc", "openvino",
+                "openvino+int8", "eager+bf16+tcmalloc", "onnx+int8+tcmalloc", "openvino+int8+tcmalloc")
+    space = SearchSpace(variants=variants, batch_sizes={v: (8,) for v in variants})
+    assert space.screen_tiers() == (("eager", "onnx", "openvino"),
+                                    ("eager+bf16", "eager+tcmalloc", "onnx+int8", "onnx+tcmalloc", "openvino+int8"),
+                                    ("eager+bf16+tcmalloc", "onnx+int8+tcmalloc", "openvino+int8+tcmalloc"))
+    speed = {"eager": 100.0, "onnx": 380.0, "openvino": 200.0, "openvino+int8": 900.0}
+    calls: list[str] = []
+
+    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
+        calls.append(v)
+        return {**fake_row(trial, "eager", b), "variant": v, "throughput": speed.get(v, speed[v.split("+")[0]])}
+
+    Search(space, settings(tmp_path, max_trials=9), evaluate).run()
+    assert calls == ["eager", "onnx", "openvino", "onnx+int8", "onnx+tcmalloc", "openvino+int8", "eager+bf16",
+                     "eager+tcmalloc", "openvino+int8+tcmalloc"]  # openvino leads after its int8
+
+
 def test_max_trials_and_time_budget(tmp_path: Path, fake_row: FakeRow) -> None:
     out = Search(SPACE, settings(tmp_path, max_trials=4), lambda t, v, b: fake_row(t, v, b)).run()
     assert out.measured_this_run == 4 and out.stopped_by == "max_trials"

@@ -21,6 +21,16 @@ from autotune.core.variant_names import VariantSpec
 from autotune.errors import InputError
 
 
+def plain_name(variant: str) -> str:
+    """``variant``'s runtime or compiler alone, every modifier dropped (``onnx+int8+tcmalloc`` -> ``onnx``); the
+    name up to its first ``+`` for a name the variant grammar does not read."""
+    try:
+        spec = VariantSpec.parse(variant)
+    except InputError:
+        return variant.split("+")[0]
+    return VariantSpec(compiler=spec.compiler, compile_mode=spec.compile_mode).name
+
+
 def modifier_count(variant: str) -> int:
     """How many modifiers ``variant`` adds to its compiler and mode (:meth:`SearchSpace.screen_order`); 0 for a name
     the variant grammar does not read."""
@@ -73,6 +83,13 @@ class SearchSpace:
         plain first, then one modifier at a time, then their combinations: the search learns from the big
         differences first, and a short budget still compares the runtimes."""
         return tuple(sorted(self.variants, key=modifier_count))  # sorted() is stable: the recipe's order within
+
+    def screen_tiers(self) -> tuple[tuple[str, ...], ...]:
+        """:meth:`screen_order` cut into its tiers: the plain variants, those of one modifier, of two, ..."""
+        tiers: dict[int, list[str]] = {}
+        for v in self.screen_order():
+            tiers.setdefault(modifier_count(v), []).append(v)
+        return tuple(tuple(tiers[k]) for k in sorted(tiers))
 
     def distributions(self) -> dict[str, CategoricalDistribution]:
         return {
