@@ -55,7 +55,7 @@ from optuna.trial import TrialState
 from autotune.candidate import best_row, pessimistic_score
 from autotune.core.budget import worth_starting
 from autotune.study.bracket_loop import run_bracket
-from autotune.study.rows import measured_rows, planned_combo
+from autotune.study.rows import measured_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
 from autotune.study.space import SearchOutcome, plain_name
 from autotune.study.storage import let_go_of_interrupted_frames
