@@ -129,6 +129,17 @@ def test_the_leading_runtime_gets_its_modifiers_first(tmp_path: Path, fake_row: 
                      "eager+tcmalloc", "openvino+int8+tcmalloc"]  # openvino leads after its int8
 
 
+def test_a_tiers_precisions_go_before_its_environments() -> None:
+    """Within a runtime's tier, a precision before a memory format before a process environment (the variants come
+    crossed with the environments innermost: onnx+jemalloc before onnx+int8)."""
+    from autotune.study.space import modifier_kind, plain_name
+
+    names = ["onnx+jemalloc", "onnx+channels_last", "onnx+int8", "onnx", "weird-name"]
+    assert [modifier_kind(n) for n in names] == [3, 1, 0, 4, 4]
+    assert sorted(names[:3], key=modifier_kind) == ["onnx+int8", "onnx+channels_last", "onnx+jemalloc"]
+    assert plain_name("openvino+int8+tcmalloc") == "openvino" and plain_name("weird+x") == "weird"
+
+
 def test_max_trials_and_time_budget(tmp_path: Path, fake_row: FakeRow) -> None:
     out = Search(SPACE, settings(tmp_path, max_trials=4), lambda t, v, b: fake_row(t, v, b)).run()
     assert out.measured_this_run == 4 and out.stopped_by == "max_trials"

@@ -15,7 +15,8 @@ Algorithm::
             where the batch-boundary search saw one: SearchSpace.preferred) or its smallest (latency); both
             for pareto; breadth first, a tier at a time (SearchSpace.screen_tiers: every runtime plain, then
             one precision, format or environment at a time, then combinations), a tier's variants ordered by
-            how their runtime ranks so far (its best row; the recipe's order among equals)
+            how their runtime ranks so far (its best row), then by the kind of their modifier (a precision
+            first, a process environment last: space.modifier_kind), the recipe's order among equals
     loop until time budget spent | max_trials measured | every combination measured:
         fail stale trials, so what a dead process was measuring is measured again
         everything unmeasured is being measured by other workers → wait for them, ask nothing
@@ -57,7 +58,7 @@ from autotune.core.budget import worth_starting
 from autotune.study.bracket_loop import run_bracket
 from autotune.study.rows import measured_rows
 from autotune.study.session import IN_FLIGHT_POLL_S, StudySession
-from autotune.study.space import SearchOutcome, plain_name
+from autotune.study.space import SearchOutcome, modifier_kind, plain_name
 from autotune.study.storage import let_go_of_interrupted_frames
 
 #: Repeated suggestions tolerated before an unmeasured combination is enqueued by hand.
@@ -104,7 +105,8 @@ class Search(StudySession):
             if not todo:
                 continue
             rank = self._runtime_rank(measured)
-            for combo in sorted(dict.fromkeys(todo), key=lambda c: rank.get(plain_name(c[0]), float("inf"))):
+            for combo in sorted(dict.fromkeys(todo),
+                                key=lambda c: (rank.get(plain_name(c[0]), float("inf")), modifier_kind(c[0]))):
                 self.study.enqueue_trial({"variant": combo[0], "batch_size": combo[1]})
             return True
         return False
