@@ -174,6 +174,8 @@ class Search(StudySession):
             return run_bracket(self)
         t0 = self.clock()
         self.fail_stale()
+        # the first tier now, even with no time to measure it: another worker sees what the study starts with
+        self._enqueue_priors(self.measured())
         measured_now = 0
         spent: list[float] = []  # seconds per candidate measured by this run (worth_starting)
         repeats = 0
