@@ -347,8 +347,8 @@ def unmeasured_note(variants: tuple[str, ...], outcome: SearchOutcome) -> str | 
     shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
     return (f"never measured: {shown} (the search's time budget ran out before "
             f"{'it' if len(missing) == 1 else 'they'} came up; the search screens every runtime plain first, then "
-            "one precision or environment at a time, in search.variants' order: raise search.time_budget_s, or "
-            "list first the variants you expect to win)")
+            "one precision, format or environment at a time, the leading runtime's first: raise "
+            "search.time_budget_s, or leave out of search.variants what you expect to lose)")
 
 
 def _staging_estimate(recipe: Recipe, outcome: SearchOutcome) -> float:
