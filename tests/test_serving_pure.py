@@ -646,6 +646,12 @@ def test_confirmations_are_cut_to_what_the_budget_left_can_bracket(tmp_path: Pat
     kept, share = tight._fit_confirmations(chosen, True, 2.2 * (4.0 + WARMUP_SECONDS + 3 * point_s), naive, 5.0)
     assert kept == chosen[:1] and share > 5.0
     assert "2 of the 3 configurations the simulation ranked next were not confirmed" in " ".join(tight.notes)
+    assert "to get ready" not in " ".join(tight.notes)  # a 4-s start is not what held them back
+    slow = ServingSearch(spec, target, cores=1)
+    slow.start_s, slow.calibration_s = 18.0, 43.0  # a torch.compile artifact's (ModernBERT, session 39)
+    slow._fit_confirmations(chosen, True, 40.0, naive, 5.0)
+    assert "a fresh server of this artifact takes 18 s to get ready" in " ".join(slow.notes), slow.notes
+    assert "the calibration took 43 s" in " ".join(slow.notes)
     roomy = ServingSearch(spec, target, cores=1)
     roomy.start_s = 4.0
     kept, _ = roomy._fit_confirmations(chosen, True, 500.0, naive, 5.0)

@@ -99,6 +99,9 @@ SERVER_START_MAX_S = 180.0
 #: Seconds a fresh server takes to start and warm before a curve measured apart from a hold (the artifact's load and
 #: WARMUP_SECONDS; a few seconds for the models served so far).
 STARTUP_ALLOWANCE_S = 8.0
+#: A fresh server slower than this to get ready is named where it left configurations unconfirmed (a ModernBERT's
+#: torch.compile artifact: 18 s a server, 43 s of calibration, of a 120-s serving budget, session 39).
+SLOW_START_S = 5.0
 #: A batch's cost per sample at least this many times below a single call's is a saving worth naming.
 BATCH_SAVES = 1.2
 #: The points a bisection needs to bracket a max rate (a pass, a failure, one between): what a confirmation costs
@@ -655,6 +658,11 @@ class ServingSearch:
             dropped = len(chosen) - keep
             room = (f"the {left_s:.0f} s left fit {fit} bisection(s) of a fresh server and {BRACKET_POINTS} points "
                     "each" if left_s >= 1 else "the serving budget was spent")
+            if self.start_s >= SLOW_START_S:  # what a larger serving.time_budget_s has to pay for, said
+                room += (f" (a fresh server of this artifact takes {self.start_s:.0f} s to get ready: its load, the "
+                         f"merge check and the warm-up at every call size, where a torch.compile artifact compiles"
+                         + (f"; the calibration took {self.calibration_s:.0f} s" if self.calibration_s >= 1 else "")
+                         + ")")
             self.notes.append(
                 f"{dropped} of the {len(chosen)} configurations the simulation ranked next "
                 f"{'was' if dropped == 1 else 'were'} not confirmed: {room}, and a bracketed max rate says more than "
