@@ -918,3 +918,29 @@ def test_the_warm_up_sizes_and_calls() -> None:
     calls = tensors.warm_calls(batches, ["x"], {"x": 0.0}, 3)
     assert [c[0].shape for c in calls] == [(1, 3), (2, 3), (3, 3)]
     assert np.array_equal(calls[2][0], np.repeat(batches[0]["x"][:1], 3, axis=0))
+
+
+@pytest.mark.worker
+def test_a_sigterm_during_the_warm_up_stops_the_server_there(tmp_path: Path, serve_py: Path) -> None:
+    """A torch.compile artifact's warm-up can take minutes (a compile per call size); a SIGTERM meanwhile stops the
+    server at once, exit 0, with no instance left, rather than after the warm-up."""
+    art = _artifact(tmp_path / "slow-warm", SHAPE_LOG.replace("time.sleep(0.05)", "time.sleep(1.0)"))
+    _traffic(art, [3, 6, 9])
+    ready = tmp_path / "ready.json"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([sys.executable, str(serve_py), "--port", "0", "--ready-file", str(ready), "--artifact",
+                             str(art), "--max-batch", "8", "--pad", '{"ids": 0, "mask": 0}'], cwd=tmp_path, env=env)
+    try:
+        end = time.monotonic() + 60
+        while not (art / "shapes.log").exists() or len((art / "shapes.log").read_text().splitlines()) < 6:
+            assert proc.poll() is None and time.monotonic() < end, "the warm-up did not start"
+            time.sleep(0.05)
+        kids = _children(proc.pid)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert time.monotonic() - t0 < 6.0  # at most the call running, then the instance's stop
+        assert not ready.exists() and not any(Path(f"/proc/{pid}").exists() for pid in kids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
