@@ -30,11 +30,18 @@ def test_first_call_and_warmup_are_reported_apart() -> None:
         else:
             busy(0.0005)
 
+    t0, cpu0 = time.perf_counter(), time.process_time()
     m = measure_callable(fn, batch_size=4, device=CPU,
                          settings=MeasureSettings(mode="latency", ci_target=0.02, max_seconds=5.0))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert m.first_call_seconds >= 0.05
     assert m.classification == "warmup", m.analysis
-    assert m.warmup_iterations is not None and 40 <= m.warmup_iterations <= 80
+    assert m.warmup_iterations is not None and m.warmup_iterations >= 40
+    # Where the warmup ends is what the timings show only when the spinning callable had its core: preempted by the
+    # other test process of `make test-fast`, the scheduler's slices read as a later level change (976 iterations,
+    # session 39), as in test_budget_stops_a_never_settling_callable.
+    if cpu >= 0.9 * wall:
+        assert m.warmup_iterations <= 80, (m.warmup_iterations, cpu / wall)
     assert abs(m.median_seconds - 0.0005) / 0.0005 < 0.25
     assert m.throughput == 4 / m.mean_seconds
     lo, hi = m.throughput_ci
