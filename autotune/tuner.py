@@ -296,7 +296,8 @@ def _check(recipe: Recipe, doc: ReportDocument, out: Path, *, wanted: int, plan:
                              seed=recipe.search.seed, deadline=plan.last_phase_end)
     if checked is not None and (rounds < wanted or not paired):
         checked["rounds_requested"] = wanted
-        cut = f"{len(checked.get('throughputs') or [])} of {wanted} rounds" if rounds < wanted else f"{wanted} rounds"
+        ran = checked.get("compared", len(checked.get("throughputs") or []))
+        cut = f"{ran} of {wanted} rounds" if rounds < wanted else f"{wanted} rounds"
         checked["budget_note"] = (f"{cut}{'' if paired else ', without the tool side by side'}: the time budget "
                                   f"had {max(left, 0.0):.0f} s left of its promise ({plan.total_s:g} s + "
                                   f"{OVERRUN:.0%})")

@@ -446,6 +446,14 @@ ARTIFACT_CHECK_FIELDS: dict[str, tuple[Checker, bool]] = {
     # fewer rounds than asked for, or none (status skipped): the time budget (autotune.core.budget)
     "rounds_requested": (_nullable(_POSITIVE_INT), False),
     "budget_note": (_nullable(_STR), False),
+    # per round: another process used CPU while one side was timed (autotune.core.contention); the headline is then
+    # the median of the "compared" undisturbed rounds (autotune.artifact_check.compared_rounds)
+    "disturbed": (_nullable(_list_of(_BOOL)), False),
+    "compared": (_nullable(_NN_INT), False),
+    "foreign_cores": (_nullable(_list_of(_nullable(_NN_NUMBER))), False),
+    "consumers": (_nullable(_list_of(_record({"name": (_STR, True), "pid": (_NN_INT, False),
+                                              "round": (_NN_INT, False), "side": (_STR, False),
+                                              "cores": (_NN_NUMBER, False)}))), False),
 }
 _PROFILE_ROW = _record(
     {

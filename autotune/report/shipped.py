@@ -37,6 +37,34 @@ def shipped_sentence(doc: Mapping[str, Any]) -> str | None:
     return text + (f" (The time budget allowed {cut}.)" if isinstance(cut, str) and cut else "")
 
 
+def _which(check: Mapping[str, Any], rounds: Any) -> str:
+    """The rounds the median is of: all of them, or the undisturbed ones ("the 5 undisturbed of 7")."""
+    compared = check.get("compared")
+    if isinstance(compared, int) and isinstance(rounds, int) and compared < rounds:
+        return f"the {compared} undisturbed of {rounds}"
+    return str(rounds)
+
+
+def _disturbance(check: Mapping[str, Any]) -> str:
+    """What disturbed the check's rounds, when any were: how many, left out or not, and who used the CPU (the
+    busiest process the kernel named). Empty for a quiet check."""
+    disturbed = check.get("disturbed")
+    if not isinstance(disturbed, list) or not any(disturbed):
+        return ""
+    hit = sum(1 for d in disturbed if d)
+    compared = check.get("compared")
+    left_out = isinstance(compared, int) and compared < len(disturbed)
+    foreign = [f for f in check.get("foreign_cores") or [] if is_number(f)]
+    consumers = [c for c in check.get("consumers") or [] if isinstance(c, Mapping) and c.get("name")]
+    busiest = max(consumers, key=lambda c: float(c.get("cores") or 0.0), default=None)
+    who = (f"; {busiest['name']} (pid {busiest.get('pid')}) used {float(busiest.get('cores') or 0):.2f} cores"
+           if busiest is not None else "")
+    most = f", up to {max(foreign):.2f} cores used by other processes" if foreign and max(foreign) > 0 else ""
+    return (f"; {hit} of {len(disturbed)} rounds disturbed{most}{who}"
+            + (", left out" if left_out else ": too few quiet rounds to leave them out, so the figure is a busy "
+               "machine's"))
+
+
 def _sentence(doc: Mapping[str, Any], check: Mapping[str, Any], rate: float) -> str:
     rounds = check.get("rounds")
     ci = check.get("ci")
@@ -45,9 +73,9 @@ def _sentence(doc: Mapping[str, Any], check: Mapping[str, Any], rate: float) -> 
     headline = isinstance(rec, Mapping) and rec.get("throughput_source") == "artifact"
     text = (f"As shipped: {'the figures above are' if headline else 'its artifact served'} "
             + ("its artifact's, " if headline else "")
-            + f"{fmt_rate(rate)} samples/s (median of {rounds} fresh plain processes running load.py in run.sh's "
-            f"environment{spread}; p50 {fmt_ms(check.get('p50_ms'))} ms, p99 {fmt_ms(check.get('p99_ms'))} ms per "
-            "batch)")
+            + f"{fmt_rate(rate)} samples/s (median of {_which(check, rounds)} fresh plain processes running load.py in "
+            f"run.sh's environment{spread}; p50 {fmt_ms(check.get('p50_ms'))} ms, p99 {fmt_ms(check.get('p99_ms'))} "
+            f"ms per batch{_disturbance(check)})")
     ratio, reported = check.get("ratio"), check.get("reported")
     tol = float(check.get("tolerance") or 0.05)
     tolerance = f"±{100 * tol:.0f}%"

@@ -215,6 +215,10 @@ class ArtifactCheckSection(TypedDict, total=False):
     wall_seconds: float
     rounds_requested: int  # when the time budget allowed fewer rounds (or none: status skipped)
     budget_note: str  # what the budget cut, in words
+    disturbed: list[bool]  # per round: another process used CPU beside a timed side (autotune.core.contention)
+    compared: int  # the rounds the headline is the median of: the undisturbed ones, when at least 2
+    foreign_cores: list[float | None]  # per plain process: others' CPU seconds per second of its timed window
+    consumers: list[dict[str, Any]]  # the processes seen using CPU in disturbed rounds: name, pid, round, side, cores
 
 
 class BudgetSection(TypedDict):
