@@ -22,8 +22,8 @@ an artifact ends by timing it the way a deployment runs it, and the report state
     throughput = median over used; CI = exp(mean log t -+ t_{0.975,n-1} sd / sqrt(n))  (n >= 2)
     p50, p99   = median over the used rounds of each process's percentiles (per call = per batch)
     ratio      = throughput / the report's throughput (measured minutes earlier: the machine may have moved)
-    paired     = exp(mean over used of log(throughput_r / tool_r)), t interval: the artifact against the tool side by side,
-                 which a drift of the machine between the run and the check does not bias
+    paired     = exp(mean over used of log(throughput_r / tool_r)), t interval: the artifact against the tool side
+                 by side, which a drift of the machine between the run and the check does not bias
     verdict    = on the paired ratio: agrees     its CI within 1 -+ 5%
                                       slower / faster   its CI wholly beyond 5%
                                       undecided  otherwise (a mean within 5% is not agreement while the interval
@@ -40,8 +40,10 @@ The check runs after the artifact is in place and before serving, with no worker
 competes for the cores. Something else may: on a 2-core AVX2 EPYC a demo's check read 260, 407, 410 and 320
 samples/s, the tool's worker beside it 329, 401, 413 and 343 (the machine, both sides at once), and the median, 363,
 was the headline where a plain process a minute later ran 430 (session 40). So each round says whether it was
-disturbed and by whom, and the headline leaves the disturbed rounds out when enough quiet ones remain. A failure (the loader raises, the process dies, a timeout) is reported and never loses
-the run. On an accelerator (CUDA, XPU) the plain process synchronises the device the way the tool's timer does
+disturbed and by whom, and the headline leaves the disturbed rounds out when enough quiet ones remain.
+
+A failure (the loader raises, the process dies, a timeout) is reported and never loses the run. On an
+accelerator (CUDA, XPU) the plain process synchronises the device the way the tool's timer does
 (:data:`autotune.core.artifact_child.TIME_PASSES`): the throughput from calls launched back to back with the
 window closed by a synchronise, the percentiles from calls each synchronised. Until session 32 such artifacts were
 not checked at all, and a hand-timed frozen@16 on an H200 ran at 0.82 of its report.
