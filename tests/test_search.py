@@ -107,6 +107,23 @@ def test_every_runtime_is_screened_plain_before_its_precisions_and_environments(
     assert calls == ["eager", "onnx", "openvino"]
 
 
+def test_the_slow_builds_are_screened_after_the_quick_ones_of_their_tier(tmp_path: Path, fake_row: FakeRow) -> None:
+    """On an AVX2 EPYC the quickstart's compile screen took 38 s where the others took 9, and openvino, listed after
+    it, was never measured (session 40): torch.compile and export go after the builds of seconds in each tier."""
+    variants = ("eager", "compile", "compile:max-autotune", "export", "onnx", "openvino", "compile+bf16", "onnx+int8")
+    space = SearchSpace(variants=variants, batch_sizes={v: (16,) for v in variants})
+    assert space.screen_tiers() == (("eager", "onnx", "openvino", "compile", "compile:max-autotune", "export"),
+                                    ("onnx+int8", "compile+bf16"))
+    calls: list[str] = []
+
+    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
+        calls.append(v)
+        return {**fake_row(trial, "eager", b), "variant": v}
+
+    Search(space, settings(tmp_path, max_trials=3), evaluate).run()
+    assert calls == ["eager", "onnx", "openvino"]
+
+
 def test_the_leading_runtime_gets_its_modifiers_first(tmp_path: Path, fake_row: FakeRow) -> None:
     """After the plain screens, a tier's variants go in the order their runtime ranks so far: an EfficientNet whose
     onnx ran 3.8x eager screened eager's precisions and environments first, and its budget ended before onnx or
