@@ -13,7 +13,10 @@ spec are :mod:`autotune.artifact_timing`'s, which ``autotune compare --rerun`` u
 
 Rounds are interleaved: round 1 of every run directory, then round 2, ... so drift on this shared machine lands
 on every run alike. Prints a markdown table: reported throughput, the plain process's per round, and the ratio
-plain / reported (median of the rounds); the issue's bar is 0.93-1.07.
+plain / reported (median of the rounds); the issue's bar is 0.93-1.07. A round another process disturbed (more than a
+tenth of a core of foreign CPU over its timed window, as the plain process reads the kernel:
+``autotune.core.contention``) is marked ``*`` and left out of the median when two quiet rounds remain, as the run's own
+artifact check does.
 
     python benchmarks/bench_deployment_agreement.py demo-out bert-out timm-out --rounds 3 --seconds 3
 """
@@ -24,7 +27,9 @@ import argparse
 import statistics
 from pathlib import Path
 
-from autotune.artifact_timing import artifact_target, time_artifact
+from autotune.artifact_check import compared_rounds
+from autotune.artifact_timing import artifact_target, plain_process
+from autotune.core.contention import DISTURBED_CORES
 
 
 def main() -> None:
@@ -34,15 +39,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
     targets = [artifact_target(r.resolve()) for r in args.runs]
-    plain: dict[Path, list[float]] = {t.run_dir: [] for t in targets}
+    plain: dict[Path, list[tuple[float, bool]]] = {t.run_dir: [] for t in targets}
     for _ in range(args.rounds):
         for t in targets:
-            plain[t.run_dir].append(time_artifact(t, seconds=args.seconds))
-    print("| run | recommendation | reported (samples/s) | plain process per round | ratio (median) |")
+            out = plain_process(t, seconds=args.seconds)
+            foreign = out.get("foreign_cores")
+            busy = isinstance(foreign, float) and foreign > DISTURBED_CORES
+            plain[t.run_dir].append((float(out["throughput"]), busy))
+    print("| run | recommendation | reported (samples/s) | plain process per round (* disturbed) | ratio (median) |")
     print("|---|---|---|---|---|")
     for t in targets:
-        ratio = statistics.median(plain[t.run_dir]) / t.reported
-        rounds = ", ".join(f"{v:.1f}" for v in plain[t.run_dir])
+        got = plain[t.run_dir]
+        used = compared_rounds([d for _, d in got])
+        ratio = statistics.median(got[i][0] for i in used) / t.reported
+        rounds = ", ".join(f"{v:.1f}{'*' if d else ''}" for v, d in got)
         print(f"| {t.run_dir.name} | {t.label} | {t.reported:.1f} | {rounds} | {ratio:.3f} |")
 
 
