@@ -49,14 +49,14 @@ def blocks(x: np.ndarray, m: int) -> np.ndarray:
     return np.array([float(b.mean()) for b in np.array_split(x, m)])
 
 
-def real(root: Path) -> dict[str, object]:
+def real(root: Path, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     rows: dict[int, list[bool]] = defaultdict(list)
     unlabelled: dict[int, list[str]] = defaultdict(list)
     for labels_path in sorted(root.rglob("labels.json")):
         labels = json.loads(labels_path.read_text())
         for name, meta in sorted(labels.items()):
             x = load_trace(labels_path.parent / name)[1:]
-            for m in SIZES:
+            for m in sizes:
                 a = analyze(blocks(x, m))
                 if meta["label"] != "steady":
                     unlabelled[m].append(a.classification)
@@ -64,7 +64,7 @@ def real(root: Path) -> dict[str, object]:
                 ok = a.steady_median is not None and abs(a.steady_median / meta["reference"] - 1) <= 0.05
                 rows[m].append(ok)
     out: dict[str, object] = {}
-    for m in SIZES:
+    for m in sizes:
         got = rows[m]
         print(f"real, {m:2d} values: steady and within 5%: {sum(got)}/{len(got)} ({sum(got) / len(got):.0%}); "
               f"labelled no_steady_state: {dict(sorted(_count(unlabelled[m]).items()))}")
@@ -79,7 +79,7 @@ def _count(items: list[str]) -> dict[str, int]:
     return dict(c)
 
 
-def synthetic(count: int, seed: int) -> dict[str, object]:
+def synthetic(count: int, seed: int, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     rng = np.random.default_rng(seed)
     steady_ok: dict[int, list[bool]] = defaultdict(list)
     caught: dict[int, list[bool]] = defaultdict(list)
@@ -91,7 +91,7 @@ def synthetic(count: int, seed: int) -> dict[str, object]:
                                 cv=float(np.exp(rng.uniform(np.log(0.002), np.log(0.04)))),
                                 phi=float(rng.uniform(0.0, 0.9)), seed=int(rng.integers(0, 2**31)),
                                 skewed=bool(rng.random() < 0.3))
-        for m in SIZES:
+        for m in sizes:
             a = analyze(blocks(trace.values, m))
             if trace.cls in ("no_steady_state", "slowdown"):
                 ok = a.classification in ("no_steady_state", "slowdown")
@@ -103,13 +103,13 @@ def synthetic(count: int, seed: int) -> dict[str, object]:
                 steady_ok[m].append(ok)
             by_shape[(shape, m)].append(ok)
     out: dict[str, object] = {}
-    for m in SIZES:
+    for m in sizes:
         s, c = steady_ok[m], caught[m]
         print(f"synthetic, {m:2d} values: steady shapes steady within 2%: {sum(s)}/{len(s)} ({sum(s) / len(s):.0%}); "
               f"drift/slowdown/no-steady shapes caught: {sum(c)}/{len(c)} ({sum(c) / len(c):.0%})")
         out[str(m)] = {"steady_within_2": sum(s), "of_steady": len(s), "caught": sum(c), "of_drifting": len(c)}
     print("by shape (all sizes): " + "; ".join(
-        f"{shape} {sum(v for m in SIZES for v in by_shape[(shape, m)])}/{sum(len(by_shape[(shape, m)]) for m in SIZES)}"
+        f"{shape} {sum(v for m in sizes for v in by_shape[(shape, m)])}/{sum(len(by_shape[(shape, m)]) for m in sizes)}"
         for shape in SHAPES))
     return out
 
@@ -120,8 +120,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=SEED, help="the synthetic traces' seed")
     ap.add_argument("--real", type=Path, default=REAL, help="labelled per-call traces (every labels.json below)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--sizes", type=lambda v: tuple(int(x) for x in v.split(",")), default=SIZES,
+                    help="values per series, comma-separated (default 12,16,20,24,29; 32,40,48,56 score the series "
+                         "between a short one and two minimum tails)")
     args = ap.parse_args()
-    result = {"real": real(args.real), "synthetic": synthetic(args.count, args.seed)}
+    result = {"real": real(args.real, args.sizes), "synthetic": synthetic(args.count, args.seed, args.sizes)}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
