@@ -553,7 +553,8 @@ def analyze(
         classify: start 0 -> flat; an earlier (merged) segment faster than the steady mean
             beyond tolerance -> slowdown; otherwise warmup
         a short series (SHORT_MIN <= n < SHORT_UNDER * min_steady):
-            min_steady = max(SHORT_TAIL_MIN, SHORT_TAIL * n); slow spikes against the series' median, none in its first quarter; no mixture; after the start is found:
+            min_steady = max(SHORT_TAIL_MIN, SHORT_TAIL * n); slow spikes against the series' median, none
+            in its first quarter; no mixture; after the start is found:
             a last eighth off the level -> no_steady_state (_short_end_moved); leading values off the level are
             dropped (_short_head), and the head decides warmup or slowdown; fewer than SHORT_MIN -> no_steady_state
         (first of all: a stationary mixture of two alternating levels, :mod:`.mixture`, is analysed
