@@ -21,12 +21,20 @@ from autotune.core.variant_names import VariantSpec
 from autotune.errors import InputError
 
 
+def _parsed(variant: str) -> VariantSpec | None:
+    """``variant`` read by the variant grammar, or None for a name it does not read (a stored study may hold one from
+    an older version): the helpers below then answer for a plain name."""
+    try:
+        return VariantSpec.parse(variant)
+    except InputError:
+        return None
+
+
 def plain_name(variant: str) -> str:
     """``variant``'s runtime or compiler alone, every modifier dropped (``onnx+int8+tcmalloc`` -> ``onnx``); the
     name up to its first ``+`` for a name the variant grammar does not read."""
-    try:
-        spec = VariantSpec.parse(variant)
-    except InputError:
+    spec = _parsed(variant)
+    if spec is None:
         return variant.split("+")[0]
     return VariantSpec(compiler=spec.compiler, compile_mode=spec.compile_mode).name
 
@@ -36,9 +44,8 @@ def modifier_kind(variant: str) -> int:
     format, 2 threads, CUDA graphs or buckets, 3 a process environment; 4 for none (or a name the grammar does not
     read). Why this order: lower precision moved throughput most in the families run here (bf16 1.5x a ViT's,
     int8 rejected or 2x), a process environment least (0.75-1.3x)."""
-    try:
-        spec = VariantSpec.parse(variant)
-    except InputError:
+    spec = _parsed(variant)
+    if spec is None:
         return 4
     kinds = (spec.precision != "fp32", spec.memory_format != "contiguous",
              spec.threads is not None or spec.cuda_graphs or spec.buckets, spec.environment != DEFAULT)
@@ -48,9 +55,8 @@ def modifier_kind(variant: str) -> int:
 def modifier_count(variant: str) -> int:
     """How many modifiers ``variant`` adds to its compiler and mode (:meth:`SearchSpace.screen_order`); 0 for a name
     the variant grammar does not read."""
-    try:
-        spec = VariantSpec.parse(variant)
-    except InputError:
+    spec = _parsed(variant)
+    if spec is None:
         return 0
     return sum((spec.precision != "fp32", spec.memory_format != "contiguous", spec.cuda_graphs,
                 spec.threads is not None, spec.buckets, spec.environment != DEFAULT))
@@ -64,10 +70,8 @@ SLOW_BUILDS = frozenset({"compile", "export"})
 def slow_build(variant: str) -> bool:
     """Whether ``variant``'s build is a compile of tens of seconds (:data:`SLOW_BUILDS`); False for a name the
     variant grammar does not read."""
-    try:
-        return VariantSpec.parse(variant).compiler in SLOW_BUILDS
-    except InputError:
-        return False
+    spec = _parsed(variant)
+    return spec is not None and spec.compiler in SLOW_BUILDS
 
 
 @dataclass(frozen=True)
