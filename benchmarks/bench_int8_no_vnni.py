@@ -158,14 +158,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", default="clusters,images,text")
     parser.add_argument("--cpu", default="Haswell-v4", help="qemu's CPU model: AVX2 without VNNI")
+    parser.add_argument("--native-only", action="store_true",
+                        help="no emulation: on a CPU without VNNI the native run is the case itself (minutes, not 10)")
     args = parser.parse_args()
-    qemu = shutil.which("qemu-x86_64")
-    if qemu is None:
-        sys.exit("qemu-x86_64 not found: apt-get install qemu-user")
+    qemu = None if args.native_only else shutil.which("qemu-x86_64")
+    if qemu is None and not args.native_only:
+        sys.exit("qemu-x86_64 not found: apt-get install qemu-user (or --native-only on a CPU without VNNI)")
     from autotune.worker.variants.isa import cpu_capability
 
-    print(f"host: {cpu_capability()}; emulated: qemu-x86_64 -cpu {args.cpu} (AVX2, no AVX-512, no VNNI); "
-          f"torch {torch.__version__}")
+    emulated = "none (--native-only)" if qemu is None else f"qemu-x86_64 -cpu {args.cpu} (AVX2, no AVX-512, no VNNI)"
+    print(f"host: {cpu_capability()}; emulated: {emulated}; torch {torch.__version__}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -174,8 +176,9 @@ def main() -> None:
             with torch.inference_mode():
                 eager_acc = sum(int((r.argmax(-1) == y).sum()) for r, y in zip(spec["reference"], spec["labels"],
                                                                                  strict=True)) / 256
-            runs = {"native": _child(spec, work / f"{task}-native.npz", []),
-                    "AVX2 (qemu)": _child(spec, work / f"{task}-qemu.npz", [qemu, "-cpu", args.cpu])}
+            runs = {"native": _child(spec, work / f"{task}-native.npz", [])}
+            if qemu is not None:
+                runs["AVX2 (qemu)"] = _child(spec, work / f"{task}-qemu.npz", [qemu, "-cpu", args.cpu])
             for model in spec["models"]:
                 for cpu, outputs in runs.items():
                     s = _score(spec, outputs, model["key"])
