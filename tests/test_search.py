@@ -86,6 +86,18 @@ def test_priors_measure_every_variant_at_its_largest_batch_first(tmp_path: Path,
     assert calls == [("eager", 32), ("frozen", 32), ("compile", 8)]
 
 
+def _first_screens(space: SearchSpace, tmp_path: Path, fake_row: FakeRow, trials: int) -> list[str]:
+    """The variants a search over ``space`` measures in its first ``trials`` trials, in order (every row alike)."""
+    calls: list[str] = []
+
+    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
+        calls.append(v)
+        return {**fake_row(trial, "eager", b), "variant": v}
+
+    Search(space, settings(tmp_path, max_trials=trials), evaluate).run()
+    return calls
+
+
 def test_every_runtime_is_screened_plain_before_its_precisions_and_environments(tmp_path: Path,
                                                                                 fake_row: FakeRow) -> None:
     """The variants come crossed depth first (eager with all its precisions and environments, then onnx, ...); a
@@ -97,14 +109,7 @@ def test_every_runtime_is_screened_plain_before_its_precisions_and_environments(
     space = SearchSpace(variants=variants, batch_sizes={v: (8,) for v in variants})
     assert space.screen_order() == ("eager", "onnx", "openvino", "eager+tcmalloc", "eager+bf16", "onnx+tcmalloc",
                                     "onnx+int8", "eager+bf16+tcmalloc", "openvino+int8+tcmalloc")
-    calls: list[str] = []
-
-    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
-        calls.append(v)
-        return {**fake_row(trial, "eager", b), "variant": v}
-
-    Search(space, settings(tmp_path, max_trials=3), evaluate).run()
-    assert calls == ["eager", "onnx", "openvino"]
+    assert _first_screens(space, tmp_path, fake_row, 3) == ["eager", "onnx", "openvino"]
 
 
 def test_the_slow_builds_are_screened_after_the_quick_ones_of_their_tier(tmp_path: Path, fake_row: FakeRow) -> None:
@@ -114,14 +119,7 @@ def test_the_slow_builds_are_screened_after_the_quick_ones_of_their_tier(tmp_pat
     space = SearchSpace(variants=variants, batch_sizes={v: (16,) for v in variants})
     assert space.screen_tiers() == (("eager", "onnx", "openvino", "compile", "compile:max-autotune", "export"),
                                     ("onnx+int8", "compile+bf16"))
-    calls: list[str] = []
-
-    def evaluate(trial: int, v: str, b: int, **_kw: Any) -> dict[str, Any]:
-        calls.append(v)
-        return {**fake_row(trial, "eager", b), "variant": v}
-
-    Search(space, settings(tmp_path, max_trials=3), evaluate).run()
-    assert calls == ["eager", "onnx", "openvino"]
+    assert _first_screens(space, tmp_path, fake_row, 3) == ["eager", "onnx", "openvino"]
 
 
 def test_the_leading_runtime_gets_its_modifiers_first(tmp_path: Path, fake_row: FakeRow) -> None:
