@@ -212,10 +212,13 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(showdown_run: Re
     recipe = load_recipe(showdown_run.recipe)
     doc = json.loads((out / "report.json").read_text())
     rec, section = doc["recommendation"], doc["artifact"]
-    # the artifact timed as shipped: its load.py in 2 plain processes, against the run's figure
+    # the artifact timed as shipped: its load.py in 2 plain processes, against the run's figure; a round another
+    # process disturbed (this suite's other test process, say) is replaced by one more at most, and left out
     check = doc["artifact_check"]
     assert check["status"] == "ok", check.get("reason")
-    assert check["rounds"] == 2 and len(check["throughputs"]) == 2 and check["calls"] > 0
+    assert 2 <= check["rounds"] <= 3 and len(check["throughputs"]) == len(check["disturbed"]) == check["rounds"]
+    quiet = check["disturbed"].count(False)
+    assert check["compared"] == (quiet if quiet >= 2 else check["rounds"]) and check["calls"] > 0
     # the headline is the artifact's (issue 30); the run's own figure stays beside it
     assert rec["throughput_source"] == "artifact" and rec["throughput"] == check["throughput"]
     assert check["reported"] == rec["measured_throughput"]
@@ -237,7 +240,7 @@ def test_autotune_run_writes_the_artifact_of_its_recommendation(showdown_run: Re
         assert "Busy machine" in doc["showdown"]["verdict"]["text"]
     assert "As shipped: the figures above are its artifact's" in (out / "report.md").read_text()
     # the tool's own staged worker beside it, round by round: the paired ratio decides the verdict
-    assert len(check["tool_throughputs"]) == 2 and check["paired_ci"] is not None
+    assert len(check["tool_throughputs"]) == check["rounds"] and check["paired_ci"] is not None
     assert check["verdict"] in ("agrees", "slower", "faster", "undecided")
     lo, hi = check["paired_ci"]
     assert (check["verdict"] == "agrees") == (lo >= 0.95 and hi <= 1.05)
