@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.compare_rounds import t_quantile_975
-from autotune.core.contention import DISTURBED_CORES
 from autotune.core.device_names import device_type, is_accelerator
 from autotune.errors import AutotuneError, InputError
 
@@ -173,7 +172,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
                 if side == "plain":
                     run = plain_process(target, seconds=seconds, warm_s=WARM_SECONDS)
                     runs.append(run)
-                    hit = hit or _foreign(run.get("foreign_cores")) > DISTURBED_CORES
+                    hit = hit or bool(run.get("disturbed"))
                     consumers.extend({"round": len(disturbed), "side": "plain", **c}
                                      for c in run.get("consumers") or [])
                 elif runner is not None:
@@ -239,11 +238,6 @@ def compared_rounds(disturbed: list[bool]) -> list[int]:
 
     quiet = [i for i, d in enumerate(disturbed) if not d]
     return quiet if len(quiet) >= MIN_CHECK_ROUNDS else list(range(len(disturbed)))
-
-
-def _foreign(value: Any) -> float:
-    """A round's foreign CPU (cores) as a number; 0 where the kernel could not say."""
-    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def skipped_section(rounds: int, reason: str) -> dict[str, Any]:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from autotune.artifact_check import compared_rounds
 from autotune.artifact_timing import artifact_target, plain_process
-from autotune.core.contention import DISTURBED_CORES
 
 
 def main() -> None:
@@ -43,9 +42,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for t in targets:
             out = plain_process(t, seconds=args.seconds)
-            foreign = out.get("foreign_cores")
-            busy = isinstance(foreign, float) and foreign > DISTURBED_CORES
-            plain[t.run_dir].append((float(out["throughput"]), busy))
+            plain[t.run_dir].append((float(out["throughput"]), bool(out.get("disturbed"))))
     print("| run | recommendation | reported (samples/s) | plain process per round (* disturbed) | ratio (median) |")
     print("|---|---|---|---|---|")
     for t in targets:

@@ -75,7 +75,7 @@ else:
 #: synchronise (the worker's event-timed blocks), then a second window of calls each synchronised for the per-call
 #: percentiles (the worker's ``per_call``).
 #: On a CPU one window gives both. Around the timed window it reads what else used the CPU (:data:`CONTENTION`):
-#: ``foreign_cores`` and, above :data:`~autotune.core.contention.DISTURBED_CORES`, the ``consumers``.
+#: ``foreign_cores``, ``disturbed`` and, when disturbed, the ``consumers``.
 TIME_PASSES = r"""
 import time
 clock = time.perf_counter
@@ -105,12 +105,11 @@ while clock() < end:
     one_pass(False)
 if sync is not None:
     sync()
-ticks0, busy0, own0, w0 = process_ticks(), machine_busy_seconds(), time.process_time(), clock()
+ticks0 = process_ticks()  # outside the window, as the worker's slice reads them
+window = CpuWindow.start()
 n, t = timed(sync is None)
-w1, own1, busy1, ticks1 = clock(), time.process_time(), machine_busy_seconds(), process_ticks()
-foreign = None if busy0 is None or busy1 is None else max(0.0, busy1 - busy0 - (own1 - own0)) / (w1 - w0)
-consumers = (top_consumers(ticks0, ticks1, w1 - w0, exclude={os.getpid()})
-             if foreign is not None and foreign > DISTURBED_CORES else [])
+load = window.stop()
+consumers = top_consumers(ticks0, process_ticks(), load.wall_seconds, exclude={os.getpid()}) if load.disturbed else []
 if sync is not None:
     timed(True)
 lat.sort()
@@ -118,7 +117,7 @@ q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
 print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat), "p50_ms": q(0.5),
                   "p90_ms": q(0.9), "p99_ms": q(0.99), "mean_ms": sum(lat) / len(lat) * 1e3,
                   "rows_per_call": sum(rows) / len(rows), "synchronised": sync is not None,
-                  "foreign_cores": foreign, "consumers": consumers}))
+                  "foreign_cores": load.foreign_cores, "disturbed": load.disturbed, "consumers": consumers}))
 """
 
 #: What else used the CPU while the plain process timed: :mod:`autotune.core.contention`'s own functions, their
@@ -126,11 +125,12 @@ print(json.dumps({"throughput": n * sum(rows) / t, "passes": n, "calls": len(lat
 #: same way. Why: a demo's check on a 2-core AVX2 EPYC read 260, 407, 410 and 320 samples/s (the tool's worker beside
 #: it 329, 401, 413, 343: the machine, not the artifact), so its headline, the median, came out 363 where a plain
 #: process a minute later ran 430 (session 40).
-CONTENTION = ("import os, time\nfrom typing import Any\n"
+CONTENTION = ("import os, time\nfrom dataclasses import dataclass\nfrom typing import Any, Self\n"
               f"PROC_STAT = {contention.PROC_STAT!r}\nPROC = {contention.PROC!r}\n"
               f"CONSUMER_CORES = {contention.CONSUMER_CORES!r}\nDISTURBED_CORES = {contention.DISTURBED_CORES!r}\n"
               '_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100\n'
-              + "".join(inspect.getsource(f) for f in (contention.machine_busy_seconds, contention.process_ticks,
+              + "".join(inspect.getsource(f) for f in (contention.machine_busy_seconds, contention.CpuLoad,
+                                                       contention.CpuWindow, contention.process_ticks,
                                                        contention.top_consumers)))
 
 #: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never

@@ -17,7 +17,9 @@ What disturbed a window, when the kernel can say: :func:`process_ticks` reads ev
 ``/proc/PID/stat``, and :func:`top_consumers` names the ones that used the most between two readings (by their
 kernel name, ``comm``, and pid: never the command line, which may hold a password).
 
-numpy-free and torch-free: the worker and the parent both import it.
+numpy-free and torch-free: the worker and the parent both import it, and the artifact check's plain process runs the
+source of its readers (:data:`autotune.core.artifact_child.CONTENTION`), so those need only the standard library and no
+postponed annotations.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 PROC_STAT = "/proc/stat"
 PROC = "/proc"
@@ -86,7 +88,8 @@ class CpuWindow:
     machine: float | None
 
     @classmethod
-    def start(cls) -> CpuWindow:
+    def start(cls) -> Self:  # (Self, not the class's name: the plain process runs this source without postponed
+        # annotations, autotune.core.artifact_child.CONTENTION)
         return cls(time.perf_counter(), time.process_time(), machine_busy_seconds())
 
     def stop(self) -> CpuLoad:
