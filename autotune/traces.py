@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from autotune.core.warmup import WarmupAnalysis
 
 __all__ = [
+    "EXTRA_SHAPES",
     "HELD_OUT_SEED",
     "REAL_MARGIN",
     "SHAPES",
@@ -226,6 +227,8 @@ SHAPES = (
     "late_drift",
     "regime",
 )
+#: Shapes outside :data:`SHAPES`, so that the suites scored since before they existed stay the same traces.
+EXTRA_SHAPES = ("burst",)
 
 
 @dataclass(frozen=True)
@@ -319,8 +322,8 @@ def synthetic_trace(
     ``iterations_per_value`` is only recorded (the values are block means of that many
     iterations: the detector's units).
     """
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    if shape not in SHAPES + EXTRA_SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES + EXTRA_SHAPES)}")
     if n < 200:
         raise ValueError("synthetic traces need n >= 200")
     rng = np.random.default_rng(seed)
@@ -400,6 +403,20 @@ def synthetic_trace(
         total = rng.uniform(0.1, 0.4) * (1 if rng.random() < 0.7 else -1)
         base[s:] *= 1.0 + total * (t[s:] - s) / (n - s)
         cls, start, true_level = "no_steady_state", None, None
+    elif shape == "burst":
+        # one level (after a warmup step, half of the time) that a neighbour slows 1-3 times for 0.5-4% of the
+        # trace; each burst comes after the level has held at least as long as it lasts, and none in the last 20%
+        w = warmup_len(3, 0.2) if rng.random() < 0.5 else 0
+        if w:
+            base[:w] *= rng.uniform(1.15, 3.0)
+        for _ in range(int(rng.integers(1, 4))):
+            length = int(rng.integers(max(3, n // 200), n // 25 + 1))
+            first = w + length
+            last = int(n * 0.8) - length
+            if last > first:
+                at = int(rng.integers(first, last))
+                base[at : at + length] *= rng.uniform(1.05, 1.5)
+        cls, start = ("warmup", w) if w else ("flat", 0)
     elif shape == "regime":
         levels = level * (1.0 + np.cumsum(rng.uniform(max(0.08, 3 * cv), 0.5, size=4)))
         levels = np.concatenate(([level], levels))

@@ -39,7 +39,9 @@ def test_first_call_and_warmup_are_reported_apart() -> None:
     assert m.warmup_iterations is not None and m.warmup_iterations >= 40
     # Where the warmup ends is what the timings show only when the spinning callable had its core: preempted by the
     # other test process of `make test-fast`, the scheduler's slices read as a later level change (976 iterations,
-    # session 39), as in test_budget_stops_a_never_settling_callable.
+    # session 39), as in test_budget_stops_a_never_settling_callable. A neighbour's burst of 45 ms within the level (91
+    # values at 6%) once moved the start to 1,986 with the core held (session 40's CI): the analysis absorbs bursts now
+    # (test_warmup.py's test_a_burst_of_ninety_values_within_a_level_is_not_where_the_steady_state_starts).
     if cpu >= 0.9 * wall:
         assert m.warmup_iterations <= 80, (m.warmup_iterations, cpu / wall)
     assert abs(m.median_seconds - 0.0005) / 0.0005 < 0.25

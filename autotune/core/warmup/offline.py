@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,33 +171,91 @@ class _Segment:
         return self.end - self.start
 
 
-def _walk_back(segs: list[_Segment], same: Equivalence, max_transient: int) -> int:
+#: A run of segments off the level, between the tail and an earlier stretch at the tail's level at least as long as
+#: the run, is a burst (a neighbour, an interrupt storm), not a level change, when it lasts at most this share of the
+#: tail.
+TRANSIENT_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """Where the steady tail starts, the mean of its segments at its level, and the bursts absorbed into it."""
+
+    start: int
+    level: float
+    bursts: tuple[tuple[int, int], ...]
+
+
+def _burst_before(segs: list[_Segment], i: int, at_level: Callable[[_Segment], bool], level: float,
+                  max_transient: int, limit: float) -> int | None:
+    """Index of the last segment at the level before a burst that ends with ``segs[i]``; None: a level change.
+
+    The burst runs back over segments off the level to a stretch at the level at least as long as
+    the burst so far (a shorter stretch is a lull within the burst, and part of it). One of at most
+    ``max_transient`` values needs only some level before it, either way; a longer one must be
+    slower than ``level`` throughout (a neighbour only ever slows a process down: a faster
+    stretch is another mode of the machine) and last at most ``limit`` values.
+    """
+    pos, burst, slower = i, 0, True
+    while True:
+        while pos >= 0 and not at_level(segs[pos]):
+            burst += segs[pos].length
+            slower = slower and segs[pos].mean > level
+            pos -= 1
+        if pos < 0 or (burst > max_transient and (not slower or burst > limit)):
+            return None
+        top, stretch = pos, 0
+        while pos >= 0 and at_level(segs[pos]):
+            stretch += segs[pos].length
+            pos -= 1
+        if stretch >= burst or burst <= max_transient:
+            return top
+        burst += stretch
+
+
+def _walk_back(segs: list[_Segment], same: Equivalence, max_transient: int) -> _Tail:
     """Start of the steady tail: merge earlier segments into the final one while equivalent.
 
-    A short segment that is not equivalent but sits between the tail and an equivalent
-    segment is a transient (a burst of slow iterations longer than a spike) and is absorbed.
+    A run of segments that are not equivalent but sit between the tail and an earlier stretch of
+    equivalent segments is a transient (a burst of slow iterations longer than a spike) and is
+    absorbed (:func:`_burst_before`) when it lasts at most ``max_transient`` values, or when the
+    stretch before it is at least as long as it and it is at most :data:`TRANSIENT_SHARE` of the
+    tail after it. Why not a fixed number of values: a burst has a duration in seconds, so its
+    length in values grows as the iterations get shorter (a 50 ms neighbour is 100 values of
+    0.5 ms), while a level held before it for as long as it lasted, and after it for four times as
+    long, says that the level never changed. A long excursion (a level A, then B for longer than A
+    lasted, or for more than a quarter of what follows, then A again) is a level change, and the
+    tail starts after it.
+
+    The tail's level, which each earlier segment is compared with, is the mean of its equivalent
+    segments only: a burst absorbed is part of the tail but not of its level (two bursts of 1.3x
+    would otherwise lift the level by a few percent and part it from the stretch before them).
     """
     tail_start = segs[-1].start
-    tail_sum = segs[-1].mean * segs[-1].length
-    tail_len = segs[-1].length
+    level_sum = segs[-1].mean * segs[-1].length
+    level_len = segs[-1].length
+    tail_len = level_len
+    bursts: list[tuple[int, int]] = []
     i = len(segs) - 2
     while i >= 0:
-        tail_mean = tail_sum / tail_len
-        s = segs[i]
-        if same(s.mean, s.length, tail_mean, tail_len):
-            tail_start, tail_sum, tail_len = s.start, tail_sum + s.mean * s.length, tail_len + s.length
+        level_mean = level_sum / level_len
+
+        def at_level(s: _Segment, mean: float = level_mean, n: int = level_len) -> bool:
+            return same(s.mean, s.length, mean, n)
+
+        if at_level(segs[i]):
+            s = segs[i]
+            tail_start, level_sum, level_len = s.start, level_sum + s.mean * s.length, level_len + s.length
+            tail_len += s.length
             i -= 1
             continue
-        if s.length <= max_transient and i >= 1:
-            p = segs[i - 1]
-            if same(p.mean, p.length, tail_mean, tail_len):
-                tail_start = p.start
-                tail_sum += s.mean * s.length + p.mean * p.length
-                tail_len += s.length + p.length
-                i -= 2
-                continue
-        break
-    return tail_start
+        top = _burst_before(segs, i, at_level, level_mean, max_transient, TRANSIENT_SHARE * tail_len)
+        if top is None:
+            break
+        bursts.append((segs[top + 1].start, segs[i].end))
+        tail_len += segs[i].end - segs[top + 1].start
+        i = top  # the stretch at the level before the burst is merged next
+    return _Tail(tail_start, level_sum / level_len, tuple(reversed(bursts)))
 
 
 def _merge_earlier(segs: list[_Segment], tail_start: int, same: Equivalence) -> list[_Segment]:
@@ -542,7 +600,9 @@ def analyze(
                  on a grid of <= max_grid points, then placed exactly within one grid step
         walk back from the final segment, merging each earlier segment whose mean is within
             max(rel_tolerance * mean, 3 * long-run SE of the difference) of the merged tail;
-            a short non-equivalent segment between equivalent ones is a transient, merged too
+            a run of non-equivalent segments between equivalent ones is a transient, merged too, when it is at
+            most max(5, n / 200) values, or slower than the level, after a stretch at the level at least as
+            long, and at most TRANSIENT_SHARE of the tail after it (a neighbour's burst: :func:`_walk_back`)
         tail shorter than max(min_steady, end_fraction * n), or still trending at its end
             (drift): the practical test (_practical_start): the earliest start whose tail's
             quarter medians stay within tol of its median, without a trend beyond tol and
@@ -632,15 +692,19 @@ def analyze(
     bounds = [0, *cps, n]
     segs = [_Segment(a, b, float(y[a:b].mean())) for a, b in itertools.pairwise(bounds)]
     max_transient = max(5, n // 200)
-    tail_start = _walk_back(segs, same, max_transient)
+    tail = _walk_back(segs, same, max_transient)
+    tail_start = tail.start
+    y_level = y.copy()  # the bursts the tail absorbed at its level: they are no trend and no wander
+    for a, b in tail.bursts:
+        y_level[a:b] = tail.level
     earlier = _merge_earlier(segs, tail_start, same)
     changepoints = [s.start for s in earlier[1:]] + ([tail_start] if tail_start > 0 else [])
 
     min_len = max(min_steady, math.ceil(end_fraction * n))
-    stairs = _staircase(earlier, float(y[tail_start:].mean()), max_transient)
-    start = _start_after_drift(y, tail_start, min_len, tau, rel_tolerance, stairs)
+    stairs = _staircase(earlier, float(y_level[tail_start:].mean()), max_transient)
+    start = _start_after_drift(y_level, tail_start, min_len, tau, rel_tolerance, stairs)
     sigma_local = sigma * math.sqrt(tau)  # local (rolling-median) noise: a stall of seconds is not noise
-    if start is not None and _wanders(y[start:], rel_tolerance, sigma_local):
+    if start is not None and _wanders(y_level[start:], rel_tolerance, sigma_local):
         start = None  # segments within noise of each other, but the tail's level wanders beyond the margin
     practical = False
     wander: float | None = None
@@ -670,7 +734,7 @@ def analyze(
 
     keep = ~one_off[start:]
     steady = x[start:][keep]
-    level = float(y[start:].mean())  # spike-free, comparable with the segment means
+    level = float(y_level[start:].mean())  # spike- and burst-free, comparable with the segment means
     if start == 0:
         cls = "flat"
     elif practical:
