@@ -405,3 +405,29 @@ def test_an_encoder_decoder_model_is_refused_with_the_field() -> None:
         check_generative(t5, where="r.toml")
     check_generative(GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2)).eval(),
                      where="r.toml")
+
+
+class _ThreadsClient(_FakeClient):
+    """Reports the threads a worker ran with: the config's, else a default of 2 (a 2-core machine)."""
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        out = super().generate(recipe, config, c, **kw)
+        out["threads"] = GenerateConfig.from_dict(config).threads or 2
+        return out
+
+
+def test_the_reference_at_the_default_thread_count_is_measured_once() -> None:
+    """``threads = [1, 2]`` on a 2-core machine: ``dynamic/sdpa/fp32@2t`` is the reference itself (torch's default is
+    2 threads in its worker), measured once, and a note says so; the others keep the threads the recipe gave."""
+    recipe = _recipe(concurrency=[1, 4], cache=["dynamic", "static"], threads=[1, 2], rounds=0)
+    client = _ThreadsClient()
+    prog = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                          limit=None, limit_source="none").run()
+    labels = {label for label, _ in client.calls}
+    assert labels == {"dynamic/sdpa/fp32", "dynamic/sdpa/fp32@1t", "static/sdpa/fp32@1t", "static/sdpa/fp32@2t"}
+    assert any("dynamic/sdpa/fp32@2t is the reference here" in n for n in prog.notes)
+    # a worker whose default differs from every listed count: nothing folded
+    plain = _FakeClient()
+    GenerateSearch(plain, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                   limit=None, limit_source="none").run()
+    assert "dynamic/sdpa/fp32@2t" in {label for label, _ in plain.calls}

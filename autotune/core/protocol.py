@@ -340,6 +340,7 @@ class GenerateOutcome(Outcome, total=False):
     model: dict[str, Any]  # model_type, layers, parameters, vocab_size
     notes: list[str]
     files: list[str]
+    threads: int  # torch's intra-op threads the calls ran with (the config's, else the worker's default)
 
 
 class ArtifactResult(TypedDict):

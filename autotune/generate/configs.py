@@ -72,6 +72,21 @@ def grid(spec: GenerateSpec) -> list[GenerateConfig]:
     return out
 
 
+def without_reference_twin(configs: list[GenerateConfig], ref: GenerateConfig,
+                           default_threads: int | None) -> tuple[list[GenerateConfig], GenerateConfig | None]:
+    """``configs`` without the reference's twin: the reference with its threads set to what torch's default is in
+    a worker (``default_threads``), which runs exactly as the reference does; and that twin, or None.
+
+    Why: ``threads = [1, 2]`` on a 2-core machine asked for ``dynamic/sdpa/fp32@2t`` beside the reference, whose
+    torch default is 2 threads there: the same process measured twice, at every level, out of the budget (a Qwen2
+    run's twins read 1,252 and 1,017 tokens/s at 4 sequences, session 41: what the machine's noise makes of one
+    configuration). The other configurations keep the threads the recipe gave them."""
+    if not default_threads or ref.threads:
+        return configs, None
+    twin = replace(ref, threads=default_threads)
+    return ([c for c in configs if c != twin], twin) if twin in configs else (configs, None)
+
+
 def from_label(label: str) -> GenerateConfig:
     """Inverse of :meth:`GenerateConfig.label` (for report.json read back)."""
     return GenerateConfig.from_label(label)

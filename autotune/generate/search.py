@@ -42,6 +42,7 @@ from autotune.generate.configs import (
     lower_precision,
     reference_choices,
     simplicity,
+    without_reference_twin,
 )
 from autotune.generate.points import GenPoint, point_from, ratio_ci
 from autotune.runner import WorkerCrash
@@ -126,6 +127,7 @@ class GenerateSearch:
         self.started = time.monotonic()
         self.costs: dict[GenerateConfig, float] = {}
         self.ref = reference_choices(self.spec)[0]  # the one that ran at 1 sequence (run)
+        self.default_threads: int | None = None  # torch's threads in a worker left at its default (measure)
 
     # ------------------------------------------------------------------ the pieces
     def left(self) -> float:
@@ -146,6 +148,8 @@ class GenerateSearch:
         raw: Any = res
         if raw.get("model"):
             self.progress.model = dict(raw["model"])
+        if config.threads == 0 and raw.get("threads"):
+            self.default_threads = int(raw["threads"])
         point = point_from(config.label(), c, raw)
         if self.limit is not None and point.peak_memory_bytes is not None and point.peak_memory_bytes > self.limit:
             return PointResult(config, c, "rejected", f"peak {point.peak_memory_bytes / 2**20:,.0f} MiB is over the "
@@ -197,6 +201,10 @@ class GenerateSearch:
         elif ref != configs[0]:
             prog.notes.append(f"the reference is {ref.label()}: the model does not support "
                               f"{', '.join(sorted(missing))} attention")
+        configs, twin = without_reference_twin(configs, ref, self.default_threads)
+        if twin is not None:
+            prog.notes.append(f"{twin.label()} is the reference here: torch's default in a worker is "
+                              f"{twin.threads} threads, so it was measured once, as {ref.label()}")
         tried = {p.config for p in prog.points}
         self.on_point(prog)
         try:

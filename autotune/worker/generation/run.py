@@ -81,7 +81,7 @@ def run_generate(req: GenerateRequest, *, device: torch.device, backend: devices
     backend.reset_peak_memory()
     baseline = backend.current_memory_bytes()
     out: GenerateOutcome = {"status": "ok", "reason": "", "model": facts, "notes": notes,
-                            "baseline_bytes": baseline}
+                            "baseline_bytes": baseline, "threads": torch.get_num_threads()}
     if req["action"] == "probe":
         budget = req.get("memory_budget_bytes")
         capped = backend.device_memory and backend.limit_memory(budget)
