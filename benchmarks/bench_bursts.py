@@ -16,15 +16,18 @@ Scored here:
   last 20%. Right: the class (``flat`` or ``warmup``), the steady start within ``max(5, 2% of n)`` values of the
   label, and the steady median within 1% of the level.
 * **live** (``--live K``): the stepped callable of ``tests/test_measure.py`` measured K times by the timing loop in
-  latency mode; right when the reported warmup is 59 +- 21 iterations.
+  latency mode; right when the reported warmup is 59 +- 21 iterations. ``--neighbour``: beside a process that copies
+  64-MiB buffers for 50 ms every 1.3 s (real bursts, of the length that broke session 40's CI).
 
-    python benchmarks/bench_bursts.py [--count 200] [--seed S] [--live 20]
+    python benchmarks/bench_bursts.py [--count 200] [--seed S] [--live 20 [--neighbour]]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -64,7 +67,20 @@ def _busy(seconds: float) -> None:
         pass
 
 
-def live(times: int) -> dict[str, object]:
+_NEIGHBOUR = """
+import sys, time
+burst, period = float(sys.argv[1]), float(sys.argv[2])
+a = bytearray(64 << 20)
+while True:
+    end = time.perf_counter() + burst
+    while time.perf_counter() < end:
+        b = bytes(a)  # memory traffic: what slows the other core a few percent, not a stolen core
+    time.sleep(period - burst)
+"""
+
+
+def _stepped(times: int) -> list[int | None]:
+    """The stepped callable measured ``times`` times: each measurement's reported warmup."""
     import torch
 
     from autotune.worker.timing import MeasureSettings, measure_callable
@@ -80,6 +96,19 @@ def live(times: int) -> dict[str, object]:
         m = measure_callable(fn, batch_size=4, device=torch.device("cpu"),
                              settings=MeasureSettings(mode="latency", ci_target=0.02, max_seconds=5.0))
         found.append(m.warmup_iterations)
+    return found
+
+
+def live(times: int, neighbour: bool = False) -> dict[str, object]:
+    spinners = []
+    if neighbour:  # one process copying 64 MiB buffers for 50 ms every 1.3 s: short slow stretches, a core kept
+        spinners = [subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, "0.05", "1.3"])]
+    try:
+        found = _stepped(times)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
     right = sum(w is not None and abs(w - 59) <= 21 for w in found)
     return {"runs": times, "right": right, "warmups": found}
 
@@ -89,13 +118,16 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--live", type=int, default=0, help="measure the stepped callable this many times")
+    ap.add_argument("--neighbour", action="store_true",
+                    help="with --live: a process copying memory for 50 ms every 1.3 s beside the measured loop")
     args = ap.parse_args()
     if args.count > 0:
         print(f"synthetic bursts, seed {args.seed}:")
         for k, v in synthetic(args.count, args.seed).items():
             print(f"  {k}: {v:.3f}" if isinstance(v, float) else f"  {k}: {v}")
     if args.live:
-        print("live, the stepped callable of tests/test_measure.py:", live(args.live))
+        print("live, the stepped callable of tests/test_measure.py" + (" beside a bursting neighbour" if
+              args.neighbour else "") + ":", live(args.live, args.neighbour))
 
 
 if __name__ == "__main__":
