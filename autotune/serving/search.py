@@ -800,8 +800,7 @@ class ServingSearch:
             # the pick must hold its max rate; one that does not is lowered, and may then lose its place to
             # another configuration, whose max rate must hold in turn
             while (pick is not None and not self._closed and id(pick) not in held
-                   and self._late(deadline) - time.monotonic() > (SUSTAIN_SECONDS + WARMUP_SECONDS + self.start_s
-                                                                  + self._margin())):
+                   and self._late(deadline) - time.monotonic() > self._hold_need()):
                 held.add(id(pick))
                 if self._measure_curve(pick, deadline):
                     break
@@ -818,6 +817,10 @@ class ServingSearch:
         except Exception as exc:  # like the artifact step: the stage fails with its reason, the run stands
             status, reason = "failed", f"the serving search failed: {type(exc).__name__}: {exc}"
         return self._section(status, reason, time.monotonic() - t0)
+
+    def _hold_need(self) -> float:
+        """Seconds a hold on a fresh server takes: the server's start, its warm-up, the hold, the stage's margin."""
+        return SUSTAIN_SECONDS + WARMUP_SECONDS + self.start_s + self._margin()
 
     def _late(self, deadline: float) -> float:
         """The hold's and the curve's last moment: the stage's deadline plus its grace (SERVING_HOLD_GRACE)."""
@@ -905,9 +908,8 @@ class ServingSearch:
         if not rivals:
             return
         rival = max(rivals, key=lambda m: m.max_rate)
-        bisected = rival.max_rate
-        need = SUSTAIN_SECONDS + WARMUP_SECONDS + self.start_s + self._margin()
-        if time.monotonic() + need > deadline:
+        bisected = rival.bisected or rival.max_rate
+        if time.monotonic() + self._hold_need() > deadline:
             self.notes.append(f"{rival.config.label()}: bisected to {rival.max_rate:.1f} requests/s, above the "
                               f"recommendation's held {held.max_rate:.1f}, but never held: the serving budget ran out")
             return

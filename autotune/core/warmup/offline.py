@@ -694,7 +694,7 @@ def analyze(
     max_transient = max(5, n // 200)
     tail = _walk_back(segs, same, max_transient)
     tail_start = tail.start
-    y_level = y.copy()  # the bursts the tail absorbed at its level: they are no trend and no wander
+    y_level = y.copy() if tail.bursts else y  # the bursts the tail absorbed at its level: no trend, no wander
     for a, b in tail.bursts:
         y_level[a:b] = tail.level
     earlier = _merge_earlier(segs, tail_start, same)
