@@ -395,7 +395,8 @@ def summary_line(env: Mapping[str, Any]) -> str:
     torch_part = f"torch {torch_version}" if torch_version else "torch unknown"
     if env.get("torch_cuda_version"):
         torch_part += f" (CUDA {env['torch_cuda_version']})"
-    gpus = [gpu for gpu in env.get("gpus") or [] if isinstance(gpu, Mapping)]
+    listed = env.get("gpus")  # a list of mappings as written; anything else (a hand-edited report) is no GPU list
+    gpus = [gpu for gpu in listed if isinstance(gpu, Mapping)] if isinstance(listed, list) else []
     if gpus:
         phrases = [_gpu_phrase(gpu) for gpu in gpus]
         if len(set(phrases)) == 1:

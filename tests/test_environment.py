@@ -172,6 +172,14 @@ def test_summary_line(env: dict[str, Any]) -> None:
     assert "(2 of 16 cores)" in restricted
 
 
+@pytest.mark.parametrize("gpus", [True, 3, "H100", {"name": "H100"}])
+def test_summary_line_of_a_report_whose_gpus_is_not_a_list(gpus: Any) -> None:
+    """A report.json is data (``environment`` is any mapping to its schema): ``autotune report DIR`` on one whose
+    ``gpus`` was edited to a non-list rendered a TypeError traceback (found by the slow fuzz suite, session 42)."""
+    assert summary_line({"gpus": gpus}).endswith("no GPU")
+    assert summary_line({"gpus": gpus, "cuda_device_count": 2}).endswith("2 GPU(s)")
+
+
 def test_machine_facts_import_no_torch_in_the_parent() -> None:
     """The parent reads the machine without torch: only the worker's reply says what torch knows."""
     code = ("import sys, autotune.environment as e; env = e.machine_facts(None); "
