@@ -380,7 +380,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     ``stored``: the study's showdown from an earlier run on this ``--out``. A complete one whose finalists are
     this ranking's leading finalists is reused, not run again (a resume measures nothing twice).
     """
-    from autotune.showdown import ShowdownSettings, candidate_key, estimated_seconds, run_showdown, select_finalists
+    from autotune.showdown import ShowdownSettings, candidate_key, fitted, run_showdown, select_finalists
 
     if recipe.measure.rounds < 2:
         return None
@@ -405,20 +405,24 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
                          f"({len(stored['finalists'])} finalists, {stored.get('rounds_run')} rounds): nothing is "
                          "measured twice")
         return {**stored, "reused": True}
-    cost = estimated_seconds(finalists, settings, startup_s=startup_s)
-    while len(finalists) > 2 and cost > left:
-        finalists = finalists[:-1]
-        cost = estimated_seconds(finalists, settings, startup_s=startup_s)
     if not finalists:
         return None
-    if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:  # left < 0: the allowance is partly spent
+    asked = settings.processes
+    # left < 0: the allowance is partly spent
+    finalists, settings, cost = fitted(finalists, settings, left=left, startup_s=startup_s,
+                                       allowance=left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s)
+    if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:
         if notes is not None:
             notes.append(f"no showdown: the time budget had {max(left, 0.0):.0f} s left and staging and timing "
-                         f"{len(finalists)} finalist{'s' if len(finalists) != 1 else ''} was estimated at "
-                         f"{cost:.0f} s; the recommendation is the search's ranking (raise search.time_budget_s "
-                         "for a showdown)")
+                         f"{len(finalists)} finalist{'s' if len(finalists) != 1 else ''} (one process each) was "
+                         f"estimated at {cost:.0f} s; the recommendation is the search's ranking (raise "
+                         "search.time_budget_s for a showdown)")
         emit(on_event, "showdown", f"showdown skipped: {max(left, 0.0):.0f} s left, about {cost:.0f} s needed")
         return None
+    if settings.processes < asked and notes is not None:
+        notes.append(f"the showdown staged {settings.processes} process{'es' if settings.processes != 1 else ''} per "
+                     f"finalist, not measure.processes = {asked}: the time budget had {max(left, 0.0):.0f} s left, "
+                     f"and {asked} each were estimated beyond what the run's promise allows")
 
     def say(text: str) -> None:
         emit(on_event, "showdown", f"showdown: {text}")
@@ -431,6 +435,8 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
         if shipped_dir is not None:
             shutil.rmtree(shipped_dir, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
+    if settings.processes < asked:
+        doc["processes_asked"] = asked
     return doc
 
 

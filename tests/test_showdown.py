@@ -246,6 +246,9 @@ def test_disturbed_rounds_are_run_again_and_left_out() -> None:
     text = showdown_summary({"showdown": doc, "candidates": rows}, busy=False) or ""
     assert "2 of 5 rounds ran while processes outside autotune used more than 0.1 core (seen using CPU " \
            "meanwhile: spinner (pid 4242) in 2 rounds, up to 0.97 core); they were left out." in text
+    assert "(1 per finalist, measure.processes; 3 or more see it)" in text
+    cut = showdown_summary({"showdown": {**doc, "processes_asked": 3}, "candidates": rows}, busy=False) or ""
+    assert "(1 per finalist, the time left did not cover measure.processes = 3; 3 or more see it)" in cut
     v = doc["verdict"]
     assert v["pick"] == "frozen@1" and not v["tie"]
     eager = next(s for s in v["standings"] if s["key"] == "eager@1")

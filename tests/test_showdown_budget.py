@@ -23,6 +23,29 @@ def test_a_spent_budget_skips_the_showdown_and_says_so(write_recipe) -> None:
     assert len(notes) == 1 and notes[0].startswith("no showdown: the time budget had 0 s left")
 
 
+def test_a_showdown_short_of_time_runs_with_fewer_processes_and_says_so(write_recipe, monkeypatch) -> None:
+    """Fewer fresh processes per finalist before no showdown at all (the pure rule: test_showdown_shipped.py; a real
+    showdown with one process per finalist: the shared run of tests/conftest.py)."""
+    import autotune.showdown
+
+    recipe = load_recipe(write_recipe(tiny_recipe(variants='["eager", "frozen"]', time_budget_s=120, rounds=6,
+                                                  round_seconds=0.5, processes=3)))
+    rows = [search_row(0, "frozen", 4), search_row(1, "eager", 4)]
+    ran: list[int] = []
+    monkeypatch.setattr(autotune.showdown, "run_showdown",
+                        lambda finalists, *, settings, **_: ran.append(settings.processes) or {"processes": 1})
+    notes: list[str] = []
+    # built stagings of 5 s: 3 processes each 2 x 3 x (5 + 1) + 6 x 0.5 x 2 = 42 s, 2 each 30 s; 32 s allowed
+    # (2 s left + 0.25 x the 120-s budget)
+    doc = final_showdown(recipe, rows, left=2.0, startup_s=5.0, notes=notes)
+    assert doc is not None and doc["processes_asked"] == 3  # the report's sentence says why 2 (test_showdown.py)
+    assert ran == [2] and len(notes) == 1
+    assert "staged 2 processes per finalist, not measure.processes = 3" in notes[0]
+    notes.clear()
+    assert final_showdown(recipe, rows, left=-20.0, startup_s=5.0, notes=notes) is None  # 10 s allowed: not even 1
+    assert ran == [2] and "(one process each)" in notes[0]
+
+
 def test_only_a_complete_showdown_of_the_same_leading_finalists_is_reused() -> None:
     done = {"finalists": ["frozen@4", "compile@4"], "verdict": {"pick": "frozen@4"}, "rounds_run": 4}
     assert _reusable(done, ["frozen@4", "compile@4", "eager@4"])

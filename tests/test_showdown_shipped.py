@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from autotune.core.recipe import load_recipe
 from autotune.deployment import STAGING_NAME, clean_staging, finalists_dir, write_finalist_artifact
 from autotune.errors import InputError
 from autotune.runner import Runner
-from autotune.showdown.rounds import ShowdownSettings, estimated_seconds, shippable
+from autotune.showdown.rounds import ShowdownSettings, estimated_seconds, fitted, shippable
 from tests.support import MODELS, tiny_recipe
 
 pytestmark = pytest.mark.worker
@@ -112,6 +113,29 @@ def test_which_finalists_ship_files_and_what_saving_them_costs() -> None:
     # 3 processes, which only load it; eager is built in each as before
     assert estimated_seconds(rows, shipped, startup_s=5.0) - estimated_seconds(rows, plain, startup_s=5.0) == \
         pytest.approx(5.0 + 4.0 - 3 * 4.0)
+
+
+def test_a_showdown_the_time_left_cannot_cover_in_full_stages_fewer_processes_before_it_is_skipped() -> None:
+    # the quickstart's demo of session 42: onnx@16 and openvino@16, CIs overlapping, 3 processes each estimated at
+    # 80 s with 72 s allowed: the showdown was skipped and the pick rested on the screens
+    rows = [{"variant": "onnx", "batch_size": 16, "compile_seconds": 5.3},
+            {"variant": "openvino", "batch_size": 16, "compile_seconds": 2.1},
+            {"variant": "eager", "batch_size": 16, "compile_seconds": 0.0}]
+    settings = ShowdownSettings(rounds=6, round_seconds=0.5, margin=0.02, objective="throughput",
+                                latency_percentile="p99", timeout_s=60, shipped_dir="/tmp/x")
+    full = estimated_seconds(rows[:2], settings, startup_s=7.0)
+    assert full > 72.0
+    kept, fit, cost = fitted(rows, settings, left=27.0, allowance=72.0, startup_s=7.0)
+    assert [r["variant"] for r in kept] == ["onnx", "openvino"]  # the third went first
+    assert 1 <= fit.processes < 3 and cost <= 72.0
+    assert cost == pytest.approx(estimated_seconds(kept, fit, startup_s=7.0))
+    bigger = estimated_seconds(kept, replace(fit, processes=fit.processes + 1), startup_s=7.0)
+    assert bigger > 72.0  # the most processes that fit, not fewer
+    # room for everything: nothing changes
+    assert fitted(rows[:2], settings, left=200.0, allowance=245.0, startup_s=7.0) == (rows[:2], settings, full)
+    # not even one process each fits: the caller skips, told the one-process cost
+    kept, fit, cost = fitted(rows, settings, left=0.0, allowance=10.0, startup_s=7.0)
+    assert fit.processes == 1 and cost > 10.0 and len(kept) == 2
 
 
 def test_a_killed_runs_finalist_artifacts_are_removed_by_the_next(tmp_path: Path) -> None:

@@ -659,6 +659,8 @@ _SHOWDOWN = _record({
     # read by `compare` (autotune.compare_rounds: the rounds by process) and the report's summary
     "processes": (_nullable(_POSITIVE_INT), False),
     "processes_used": (_nullable(_POSITIVE_INT), False),
+    # measure.processes where the time left staged fewer (autotune.showdown.rounds.fitted)
+    "processes_asked": (_nullable(_POSITIVE_INT), False),
     "round_process": (_nullable(_list_of(_NON_NEGATIVE_INT)), False),
     "seconds_per_call": (_nullable(_dict_of(_list_of(_nullable(_NUMBER)))), False),
     "burn_in_rounds": (_nullable(_NON_NEGATIVE_INT), False),

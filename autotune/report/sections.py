@@ -437,9 +437,11 @@ def showdown_summary(doc: Mapping[str, Any], *, busy: bool = True) -> str | None
     if showdown.get("quiet"):
         text += " While one finalist was timed, every other staged worker was stopped (SIGSTOP)."
     text += _staged_from_text(showdown.get("staged_from"))
+    asked = showdown.get("processes_asked")
     if processes < 3:
-        text += (f" The spread between processes was not measured ({processes} per finalist, measure.processes; "
-                 "3 or more see it).")
+        cut = isinstance(asked, int) and asked > processes
+        why = f"the time left did not cover measure.processes = {asked}" if cut else "measure.processes"
+        text += f" The spread between processes was not measured ({processes} per finalist, {why}; 3 or more see it)."
     elif processes > int(showdown.get("processes") or processes):
         text += f" Processes were added (from {showdown['processes']}) while their spread was comparable to the margin."
     bad = showdown.get("disturbed_rounds") or []

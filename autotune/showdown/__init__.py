@@ -103,6 +103,7 @@ from autotune.showdown.rounds import (
     SLICE_GRACE_S,
     ShowdownSettings,
     estimated_seconds,
+    fitted,
     run_showdown,
 )
 from autotune.showdown.verdict import contended, undecided_keys, verdict_text
@@ -124,6 +125,7 @@ __all__ = [
     "contended",
     "contender_from",
     "estimated_seconds",
+    "fitted",
     "hierarchical_median_ci",
     "paired_verdict",
     "recommendation",
