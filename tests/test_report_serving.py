@@ -168,6 +168,9 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
     # at 50/80/100% of the max rate
     assert "| 50% | 206 | 206 | 4.5 | 5 | 15.5 | 14-17.2 | 1000 | 1 | 1 | 0 |" in section
     assert "| 100% | 412 | 411 | 5 | 10 | 31 | 28-34.5 |" in section
+    # what the interval is and is not (30-s windows read up to 3.2x a 6-s window's p99: bench_serving_windows.py)
+    assert "Each row is one window of a few seconds; its p99 interval is for that window's requests (a block " \
+           "bootstrap), not for a longer one" in section
     # the naive baselines side by side, with their max rates and the ratio
     # each rate as it held: the pick's and the naive's for 10 s, the batch loop's lowered below a failed hold
     assert "| recommended | 2 instances x 1 thread, max batch 8, max delay 2 ms | 412 (held 10 s) |" in section
@@ -190,6 +193,17 @@ def test_markdown_has_the_sentence_the_tables_and_the_plot(served: dict[str, Any
     assert "![serving](plots/serving.png)" in section
     plots = md[md.index("## Plots"):md.index("## Candidates")] if "## Plots" in md else ""
     assert "serving.png" not in plots  # shown with its section, not among the other plots
+
+
+def test_the_fractions_intro_gives_the_windows_length(served: dict[str, Any]) -> None:
+    from autotune.report.serving import serving_at_intro
+
+    for point, seconds in zip(served["serving"]["at_fraction"], (6.0, 6.0, 5.7, 10.0), strict=True):
+        point["seconds"] = seconds
+    assert "Each row is one window of 6-10 s;" in serving_at_intro(served)
+    for point in served["serving"]["at_fraction"]:
+        point["seconds"] = 6.0
+    assert "Each row is one window of 6 s;" in serving_at_intro(served)
 
 
 def test_html_has_the_same_figures_and_embeds_the_plot(served: dict[str, Any], tmp_path: Path) -> None:
