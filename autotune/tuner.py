@@ -408,10 +408,9 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
     if not finalists:
         return None
     asked = settings.processes
-    # left < 0: the allowance is partly spent
-    finalists, settings, cost = fitted(finalists, settings, left=left, startup_s=startup_s,
-                                       allowance=left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s)
-    if cost > left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s:
+    allowance = left + SHOWDOWN_OVERRUN * recipe.search.time_budget_s  # left < 0: the allowance is partly spent
+    finalists, settings, cost = fitted(finalists, settings, left=left, allowance=allowance, startup_s=startup_s)
+    if cost > allowance:
         if notes is not None:
             notes.append(f"no showdown: the time budget had {max(left, 0.0):.0f} s left and staging and timing "
                          f"{len(finalists)} finalist{'s' if len(finalists) != 1 else ''} (one process each) was "
