@@ -96,14 +96,17 @@ for key in sorted({k.split("/")[0] for k in data.files}):
 demo = ns["make_inputs"]()
 demo_out = predict(**demo)
 first, saved = ns["traffic_batch"](), np.load(directory / "traffic.npz")
+typical = ns["_typical_key"](saved)  # which batch stands for the traffic: tests/test_traffic_typical.py
 predict(**first)
 three = ns["make_inputs"](3)
-cycled = np.arange(3) % saved[f"b0.{ns['INPUTS'][0]}"].shape[0]
+cycled = np.arange(3) % saved[f"{typical}.{ns['INPUTS'][0]}"].shape[0]
 np.savez(sys.argv[3], **results)
 print(json.dumps({"autotune": sys.modules.get("autotune") is not None, "torch": "torch" in sys.modules,
-                  "traffic_first": all(np.array_equal(np.asarray(first[n]), saved[f"b0.{n}"]) for n in ns["INPUTS"]),
-                  "demo_is_traffic": all(np.array_equal(np.asarray(demo[n]), saved[f"b0.{n}"]) for n in ns["INPUTS"]),
-                  "three_cycled": all(np.array_equal(np.asarray(three[n]), saved[f"b0.{n}"][cycled])
+                  "traffic_first": all(np.array_equal(np.asarray(first[n]), saved[f"{typical}.{n}"])
+                                       for n in ns["INPUTS"]),
+                  "demo_is_traffic": all(np.array_equal(np.asarray(demo[n]), saved[f"{typical}.{n}"])
+                                         for n in ns["INPUTS"]),
+                  "three_cycled": all(np.array_equal(np.asarray(three[n]), saved[f"{typical}.{n}"][cycled])
                                       for n in ns["INPUTS"]),
                   "demo": sorted(demo), "demo_rows": int(next(iter(demo.values())).shape[0]),
                   "outputs": ns["OUTPUTS"], "n_demo_out": len(demo_out) if isinstance(demo_out, list) else -1}))
@@ -162,10 +165,10 @@ def _deploy_and_check(tmp_path: Path, recipe_dir: Path, variant: str) -> dict[st
     assert proc.returncode == 0, proc.stderr[-4000:]
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     assert info["autotune"] is False
-    # python load.py runs the saved traffic's first batch, not a random one (random ids are not inputs every model
+    # python load.py runs the saved traffic's typical batch, not a random one (random ids are not inputs every model
     # takes: a BART classifier needs an <eos> in every row, session 38)
     assert info["traffic_first"] is True
-    # so is make_inputs(): the traffic's first batch, its rows repeated in turn to the size asked (a plain process
+    # so is make_inputs(): the traffic's typical batch, its rows repeated in turn to the size asked (a plain process
     # timing a BART artifact on random make_inputs() failed the same way)
     assert info["demo_is_traffic"] is True and info["three_cycled"] is True
     main = subprocess.run([sys.executable, str(tmp_path / ARTIFACT_DIR / LOADER_NAME)], capture_output=True,

@@ -5,7 +5,7 @@ numpy, never autotune, and it defines the same names for every kind of artifact,
 (and one reader) handles them all::
 
     predict = load()            # the artifact, loaded with the options autotune measured it with
-    batch = make_inputs()       # the saved traffic's first batch (random without one), in predict's form
+    batch = make_inputs()       # the saved traffic's typical batch (random without one), in predict's form
     outputs = predict(**batch)  # keyword tensors (a dict batch), predict(*batch) for positional ones
 
 ``predict`` takes one batch in the form the model was measured with: positional tensors, keyword tensors

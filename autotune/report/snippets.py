@@ -112,8 +112,10 @@ def interface_doc_lines(iface: Mapping[str, Any], *, batch: int, outputs_are: st
                      f"{shape} on the build example")
     ranges = [f"{x['name']} [{x['range'][0]}, {x['range'][1]})" for x in inputs if x.get("range")]
     like = "the data's first batch" if iface.get("source") == "factory" else f"a batch of {batch}"
-    lines += _wrapped("make_inputs(batch_size=None): the first batch of the traffic saved beside this file "
-                      "(traffic.npz), its rows repeated in turn to batch_size; without it, random inputs shaped like "
+    lines += _wrapped("make_inputs(batch_size=None): the typical batch of the traffic saved beside this file "
+                      "(traffic.npz; of its fullest batches, the one nearest the traffic's mean size per row, where "
+                      "the report's throughput is over the whole traffic), its rows repeated in turn to batch_size; "
+                      "without it, random inputs shaped like "
                       f"{like} (floats standard normal"
                       + (", integers uniform in the range " + ("seen in the data" if iface.get("source") == "factory"
                                                               else "of the recipe") + ": " + ", ".join(ranges)
@@ -226,7 +228,7 @@ def numpy_make_inputs_lines() -> list[str]:
         "",
         "",
         "def make_inputs(batch_size=None):",
-        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s typical one (see the',
         '    module docstring), else random."""',
         "    xs = _traffic_rows(batch_size)",
         "    if xs is not None:",
@@ -246,14 +248,20 @@ def numpy_make_inputs_lines() -> list[str]:
 
 
 def traffic_batch_lines() -> list[str]:
-    """``_traffic_rows(batch_size)`` and ``traffic_batch()``: the first batch of the traffic saved beside the loader
-    (None without it), what ``python load.py`` runs and ``make_inputs`` returns. Random inputs are not inputs every
-    model takes: a BART classifier needs an <eos> in every row, and its artifact's ``run.sh`` failed on a random
-    batch, as did a plain process timing it on ``make_inputs()`` (session 38)."""
+    """``_traffic_rows(batch_size)`` and ``traffic_batch()``: the typical batch of the traffic saved beside the
+    loader (None without it), what ``python load.py`` runs and ``make_inputs`` returns. Random inputs are not inputs
+    every model takes: a BART classifier needs an <eos> in every row, and its artifact's ``run.sh`` failed on a random
+    batch, as did a plain process timing it on ``make_inputs()`` (session 38).
+
+    Typical, not first (``_typical_key``: of the batches with the most rows, the first whose size per row is nearest
+    the traffic's mean): the report's throughput is over the whole traffic, and a plain process timing the loader on
+    one batch times that batch's shape. A DeBERTa on sentences of 20-128 tokens, padded per batch (session 43): the
+    first batch, 16x93, ran 392-472 samples/s in plain processes, the traffic 375-400 (16x128 alone 308); the
+    typical batch, 16x104, 391. With one shape (an image model) every batch is typical and the first is taken."""
     return [
         "def _traffic_rows(batch_size=None):",
-        '    """The first batch of the traffic autotune measured (traffic.npz beside this file), numpy arrays in',
-        '    INPUTS order, its rows repeated in turn to batch_size (None: as saved); None without it."""',
+        '    """The typical batch of the traffic autotune measured (traffic.npz beside this file: _typical_key), numpy',
+        '    arrays in INPUTS order, its rows repeated in turn to batch_size (None: as saved); None without it."""',
         "    import pathlib",
         "",
         "    import numpy",
@@ -262,7 +270,8 @@ def traffic_batch_lines() -> list[str]:
         "    if not path.exists():",
         "        return None",
         "    with numpy.load(path, allow_pickle=False) as data:",
-        '        xs = [data[f"b0.{name}"] if f"b0.{name}" in data.files else None for name in INPUTS]',
+        "        key = _typical_key(data)",
+        '        xs = [data[f"{key}.{name}"] if f"{key}.{name}" in data.files else None for name in INPUTS]',
         "    if any(x is None for x in xs):",
         "        return None",
         "    if batch_size:",
@@ -271,15 +280,37 @@ def traffic_batch_lines() -> list[str]:
         "    return xs",
         "",
         "",
+        "def _typical_key(data):",
+        '    """The saved batch that stands for the traffic ("b<i>"): of the batches with the most rows, the first',
+        "    whose elements per row (all inputs) are nearest the traffic's mean. The report's throughput is over",
+        "    the whole traffic; one batch of it, timed alone, gives what its own shape runs at (a batch padded to",
+        '    the longest sentence runs slower than the traffic, one of short sentences faster)."""',
+        "    import numpy",
+        "",
+        '    shapes = {}  # "b<i>" -> {input: shape}',
+        "    for name in data.files:",
+        '        key, _, inp = name.partition(".")',
+        "        shapes.setdefault(key, {})[inp] = data[name].shape",
+        "    keys = sorted((k for k in shapes if k[1:].isdigit()), key=lambda k: int(k[1:]))",
+        "    if not keys:",
+        '        return "b0"',
+        "    rows = {k: max(s[0] for s in shapes[k].values()) for k in keys}",
+        "    size = {k: sum(int(numpy.prod(s)) for s in shapes[k].values()) for k in keys}",
+        "    mean = sum(size.values()) / max(1, sum(rows.values()))",
+        "    most = max(rows.values())",
+        "    return min((k for k in keys if rows[k] == most), key=lambda k: abs(size[k] / max(1, rows[k]) - mean))",
+        "",
+        "",
         "def traffic_batch():",
-        '    """The first batch of the traffic autotune measured, in predict\'s form; None without it."""',
+        '    """The typical batch of the traffic autotune measured (_typical_key), in predict\'s form; None without',
+        '    it."""',
         "    xs = _traffic_rows()",
         "    return None if xs is None else _form(xs)",
     ]
 
 
 def main_batch_lines() -> list[str]:
-    """The ``__main__`` block's batch: the saved traffic's first, else :func:`make_inputs`'."""
+    """The ``__main__`` block's batch: the saved traffic's typical one (``_typical_key``), else :func:`make_inputs`'."""
     return ["    batch = traffic_batch()", "    if batch is None:", "        batch = make_inputs()"]
 
 
@@ -287,7 +318,7 @@ def torch_make_inputs_lines() -> list[str]:
     """``make_inputs(batch_size=None)``: torch tensors on ``device`` from ``SAMPLE`` in predict's form."""
     return [
         "def make_inputs(batch_size=None):",
-        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s first (see the',
+        '    """A batch like the ones autotune measured, in predict\'s form: the saved traffic\'s typical one (see the',
         '    module docstring), else random."""',
         "    xs = _traffic_rows(batch_size)",
         "    if xs is not None:",
