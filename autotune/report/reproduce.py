@@ -26,6 +26,7 @@ from autotune.report.schema import is_int
 from autotune.report.snippets import (
     bucket_lines,
     call_line,
+    call_sizes,
     doc_text,
     interface_doc_lines,
     interface_lines,
@@ -33,6 +34,8 @@ from autotune.report.snippets import (
     main_batch_lines,
     onnx_lines,
     openvino_lines,
+    row_padding_lines,
+    rows_padded,
     torch_context,
     torch_make_inputs_lines,
     torch_predict_lines,
@@ -228,28 +231,37 @@ def _seed(recipe: Mapping[str, Any]) -> int:
 
 
 def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any], section: Mapping[str, Any] | None,
-                 *, runtime_autocast: bool) -> str:
+                 *, runtime_autocast: bool, static_compile: bool) -> str:
     """The artifact's interface after the model is built: ``load()``, ``make_inputs()``, a main that runs one
     batch. ``predict`` takes one batch in the traffic's form (:mod:`autotune.report.loader`) and returns the
-    model's own output (padded to buckets and cut back for a ``+buckets`` recommendation)."""
+    model's own output (padded to buckets and cut back for a ``+buckets`` recommendation; ``static_compile``, a
+    torch.compile of static shapes: its rows padded up to a call size and cut back,
+    :func:`autotune.report.snippets.row_padding_lines`)."""
     recipe = doc.get("recipe") or {}
     batch = py_int((section or {}).get("batch_size") or rec["batch_size"], 1)
     iface = interface_of(recipe, section, batch)
     runtime = (section or {}).get("runtime") or {}
     buckets = runtime.get("buckets") if isinstance(runtime.get("buckets"), Mapping) else None
+    rows = static_compile and rows_padded(iface, batch)
     names = [str(x["name"]) for x in iface["inputs"]]
     call = "model(*xs[:N_POSITIONAL], **dict(zip(INPUTS[N_POSITIONAL:], xs[N_POSITIONAL:])))"
     doc_lines = interface_doc_lines(iface, batch=batch, buckets=buckets,
                                     outputs_are="the model's own output; its tensors in pytree order")
+    if rows:
+        doc_lines += [doc_text(f"A batch's rows are padded up to the next of {call_sizes(batch)} (CALL_SIZES; the last "
+                               "row repeated) and the answers cut back: torch.compile of static shapes compiles once "
+                               "per batch size, and after its recompile limit runs eagerly.")]
+    shapes = len((buckets or {}).get("buckets") or []) or 1
     return "\n".join([
         '"""' + doc_text(f"autotune's artifact for {recipe.get('name') or 'this recipe'}: {rec['variant']} at batch "
                          f"size {batch}."), "", "    predict = load()", *doc_lines, '"""', "",
         *_prelude(rec), *lines, "", "", *interface_lines(iface, batch=batch),
         *(["", "", *bucket_lines(buckets, names, numpy=False)] if buckets else []),
+        *(["", "", *row_padding_lines(batch, shapes)] if rows else []),
         "", "", *torch_prepare_lines(rec), "", "",
         "def load():", '    """The model built above, called as autotune measured it."""',
         *torch_predict_lines(context=torch_context(rec, runtime_autocast=runtime_autocast), call=call, flat=False,
-                             buckets=bool(buckets)),
+                             buckets=bool(buckets), rows=rows),
         "", "", *torch_make_inputs_lines(), "", "", *traffic_batch_lines(), "", "", 'if __name__ == "__main__":',
         "    predict = load()", *main_batch_lines(), f"    outputs = {call_line(iface)}", "    synchronize()",
         "    flat = list(outputs.values()) if isinstance(outputs, dict) else outputs",
@@ -429,7 +441,9 @@ def reproduce_script(doc: Mapping[str, Any], *, timed: bool = True, section: Map
     elif timed:
         lines += ["", "def run():", f"    with {context}:", "        return model(*inputs)"]
     if not timed:
-        return _loader_tail(lines, rec, doc, section, runtime_autocast=runtime_autocast)
+        return _loader_tail(lines, rec, doc, section, runtime_autocast=runtime_autocast,
+                            static_compile=(compiler == "compile" and not cuda_graphs
+                                            and runtime_options.get("compile_dynamic", False) is False))
     lines += [
         "",
         "",

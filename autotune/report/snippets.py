@@ -525,31 +525,97 @@ def torch_context(rec: Mapping[str, Any], *, runtime_autocast: bool) -> str:
     return "torch.inference_mode()"
 
 
-def torch_predict_lines(*, context: str, call: str, flat: bool, buckets: bool) -> list[str]:
+def torch_predict_lines(*, context: str, call: str, flat: bool, buckets: bool, rows: bool = False) -> list[str]:
     """``predict(*args, **kwargs)`` around a loaded torch callable: inputs as tensors on ``device`` in INPUTS
-    order (padded to buckets), ``_prepare``, the call in ``context``; ``flat``: the outputs as ``_leaves``
-    (cut back with ``_unpad``), else the model's own structure (cut back leaf by leaf)."""
-    lines = ["    import torch.utils._pytree as pytree", ""] if buckets and not flat else []
+    order (padded to buckets; ``rows``: their rows padded up to a call size, :func:`row_padding_lines`),
+    ``_prepare``, the call in ``context``; ``flat``: the outputs as ``_leaves`` (cut back with ``_unpad``), else
+    the model's own structure (cut back leaf by leaf)."""
+    structured = (buckets or rows) and not flat
+    lines = ["    import torch.utils._pytree as pytree", ""] if structured else []
     lines += ["    def predict(*args, **kwargs):",
              "        xs = [torch.as_tensor(x, device=device) for x in _flatten(args, kwargs)]",
              *(["        xs, length = _pad(xs)"] if buckets else []),
+             *(["        xs, rows = _pad_rows(xs)"] if rows else []),
              "        xs = _prepare(xs)",
              f"        with {context}:",
              f"            out = {call}"]
+    cut = [*(["_unpad", "length"] if buckets else []), *(["_unpad_rows", "rows"] if rows else [])]
+
+    def cut_back(expr: str) -> str:
+        for i in range(0, len(cut), 2):
+            expr = f"{cut[i]}({expr}, {cut[i + 1]})"
+        return expr
+
     if flat:
-        lines.append("        return _unpad(_leaves(out), length)" if buckets else "        return _leaves(out)")
-    elif buckets:
+        lines.append(f"        return {cut_back('_leaves(out)')}")
+    elif structured:
         lines += ["        leaves, spec = pytree.tree_flatten(out)",
-                  "        return pytree.tree_unflatten(_unpad(leaves, length), spec)"]
+                  f"        return pytree.tree_unflatten({cut_back('leaves')}, spec)"]
     else:
         lines.append("        return out")
     return [*lines, "", "    return predict"]
+
+
+def call_sizes(batch: int) -> list[int]:
+    """The batch sizes a static-shape torch.compile artifact runs its model at: the powers of two below ``batch``,
+    and ``batch`` (:func:`row_padding_lines`)."""
+    return sorted({*(2 ** i for i in range(batch.bit_length()) if 2 ** i < batch), batch})
+
+
+def rows_padded(iface: Mapping[str, Any], batch: int) -> bool:
+    """Whether predict may pad a batch's rows (:func:`row_padding_lines`): every input is batched in dim 0, and every
+    output of the build example has ``batch`` rows in dim 0, so the padded rows' answers are cut off whole. Not
+    for a model whose outputs come one entry per row (torchvision's detectors: a dict per image) or unknown."""
+    inputs, outputs = list(iface.get("inputs") or []), list(iface.get("outputs") or [])
+    if batch < 2 or not inputs or not outputs:
+        return False
+    return (all(0 in (x.get("dynamic_dims") or []) for x in inputs)
+            and all((o.get("shape") or [None])[0] == batch for o in outputs))
+
+
+def row_padding_lines(batch: int, shapes: int) -> list[str]:
+    """``CALL_SIZES``, ``_pad_rows`` and ``_unpad_rows``: a static-shape torch.compile artifact pads a batch's rows
+    up to the next call size (the last row repeated) and cuts its answers back.
+
+    Why: torch.compile with ``dynamic=False`` compiles again for every new batch size, and after torch's recompile
+    limit (8 a frame) runs the model eagerly, silently: a small MLP served at max batch 12 compiled 8 times
+    (about a second each) and ran batches of 9-12 in eager. A server's batcher makes every size up to its max
+    batch. Padded to the powers of two (vLLM pads to its captured CUDA-graph sizes the same way), the model
+    compiles ``len(CALL_SIZES)`` times per shape of the other dims (``shapes``), and the recompile limit is raised
+    to cover them; the padding's cost is in every figure measured through load.py (the artifact check, the
+    serving search), which call predict as a deployment does."""
+    sizes = call_sizes(batch)
+    return [
+        f"CALL_SIZES = {sizes!r}  # the batch sizes the compiled model runs at: a batch's rows are padded up to one",
+        "_dynamo_config = torch._dynamo.config",
+        f"_dynamo_config.recompile_limit = max(_dynamo_config.recompile_limit, {len(sizes) * max(1, shapes) + 2})",
+        "",
+        "",
+        "def _pad_rows(xs):",
+        '    """The inputs with their rows padded up to the next of CALL_SIZES (the last row repeated), and (the rows',
+        '    asked for, the rows called with)."""',
+        "    n = int(xs[0].shape[0])",
+        "    target = next((s for s in CALL_SIZES if s >= n), n)",
+        "    if target == n or n == 0:",
+        "        return xs, (n, n)",
+        "    index = torch.arange(target).clamp(max=n - 1)",
+        "    return [x.index_select(0, index.to(x.device)) for x in xs], (n, target)",
+        "",
+        "",
+        "def _unpad_rows(leaves, rows):",
+        '    """The output leaves (a flat list) with the padded rows cut off."""',
+        "    n, target = rows",
+        "    if n == target:",
+        "        return leaves",
+        "    return [o[:n] if isinstance(o, torch.Tensor) and o.ndim and o.shape[0] == target else o for o in leaves]",
+    ]
 
 
 __all__ = [
     "bucket_lines",
     "call_example",
     "call_line",
+    "call_sizes",
     "doc_text",
     "interface_doc_lines",
     "interface_lines",
@@ -559,6 +625,8 @@ __all__ = [
     "numpy_make_inputs_lines",
     "onnx_lines",
     "openvino_lines",
+    "row_padding_lines",
+    "rows_padded",
     "torch_context",
     "torch_input_lines",
     "torch_make_inputs_lines",

@@ -228,10 +228,10 @@ def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[
 def warm_batches(max_batch: int) -> list[int]:
     """The call sizes a fresh server warms up at: every size up to 16, beyond it the powers of two and the largest.
 
-    Why every size: a torch.compile artifact of static shapes compiles again for each new batch size (torch's
-    recompile limit is 8 a frame), and one of dynamic shapes specializes a batch of 1 and compiles its dynamic
-    graph on the second shape it meets; each compile of a BART took 8-15 s, which the first requests of a fresh
-    server paid (p99 0.7-1.0 s, session 38)."""
+    Why every size: a torch.compile artifact of static shapes compiles once per call size its load.py pads a batch
+    to (CALL_SIZES: every size lands on one), and one of dynamic shapes specializes a batch of 1 and compiles its
+    dynamic graph on the second shape it meets; each compile of a BART took 8-15 s, which the first requests of a
+    fresh server paid (p99 0.7-1.0 s, session 38)."""
     if max_batch <= 16:
         return list(range(1, max_batch + 1))
     return sorted({*(2 ** i for i in range(max_batch.bit_length()) if 2 ** i <= max_batch), max_batch})
