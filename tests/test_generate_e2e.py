@@ -39,7 +39,7 @@ time_budget_s = 240
 """
 
 
-def _recipe(write_recipe, *, concurrency: str = "[1, 2]", rounds: int = 2, budget: str = "4GiB") -> Path:
+def _recipe(write_recipe, *, concurrency: str = "[2]", rounds: int = 2, budget: str = "4GiB") -> Path:
     return write_recipe(RECIPE.format(models=ROOT / "recipes" / "models.py", concurrency=concurrency,
                                       rounds=rounds, budget=budget))
 
@@ -54,8 +54,9 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     assert doc["kind"] == "generate" and doc["complete"] and not doc["interrupted"]
     section = doc["generate"]
     points = section["points"]
-    assert {(p["config"], p["concurrency"]) for p in points} >= {
-        ("dynamic/sdpa/fp32", 1), ("static/sdpa/fp32", 1), ("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
+    # one concurrency: each point is a fresh worker that imports transformers (about 7 s each; the concurrency axis
+    # and its boundary are in the slow tests and bench_generate.py)
+    assert {(p["config"], p["concurrency"]) for p in points} >= {("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
     for p in points:
         assert p["status"] == "ok", p
         assert p["ttft"]["p50_ms"] > 0 and p["itl"]["p99_ms"] >= p["itl"]["p50_ms"] > 0
@@ -66,7 +67,7 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
         if p["config"] != "dynamic/sdpa/fp32":  # fp32: the same greedy tokens as the reference
             assert p["tokens_check"]["passed"] and p["tokens_check"]["first_difference"] is None
     rec = section["recommendation"]
-    assert rec["concurrency"] in (1, 2) and rec["tokens_per_s"] > 0
+    assert rec["concurrency"] == 2 and rec["tokens_per_s"] > 0
     comparisons = section["rounds"]["comparisons"]
     assert comparisons and comparisons[0]["against"] == "dynamic/sdpa/fp32"
     assert comparisons[0]["verdict"] in ("faster", "slower", "undecided") and comparisons[0]["rounds"] == 2
@@ -96,8 +97,9 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
 def test_an_interrupted_generate_run_keeps_what_it_measured(write_recipe, tmp_path: Path) -> None:
     """SIGTERM mid-search: exit 130, report.json and report.md hold the points so far, marked interrupted."""
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(_recipe(write_recipe, rounds=0)), "--out",
-                             str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recipe = _recipe(write_recipe, concurrency="[1, 2]", rounds=0)  # four points: the run is mid-search at two
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(recipe), "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     points: list = []
     while time.monotonic() < deadline and proc.poll() is None:
@@ -123,7 +125,8 @@ def test_an_interrupted_generate_run_keeps_what_it_measured(write_recipe, tmp_pa
 def test_a_model_without_generate_is_a_clear_input_error(write_recipe, tmp_path: Path) -> None:
     text = RECIPE.format(models=ROOT / "recipes" / "models.py", concurrency="[1]", rounds=0, budget="4GiB")
     head, _, tail = text.partition("kwargs = {")
-    text = head.replace(":llama_lm", ":bert_classifier") + "kwargs = { vocab_size = 1000, layers = 1 }\n" + \
+    # a model of torch alone (no transformers import in the worker: about 7 s of the suite's time, issue 31)
+    text = head.replace(":llama_lm", ":mlp") + "kwargs = { in_features = 8, hidden = 16, layers = 2 }\n" + \
         tail.split("\n", 1)[1]
     code, _, err = run_cli("run", str(write_recipe(text)), "--out", str(tmp_path / "out"))
     assert code == 2, err
