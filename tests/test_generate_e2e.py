@@ -54,8 +54,9 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     assert doc["kind"] == "generate" and doc["complete"] and not doc["interrupted"]
     section = doc["generate"]
     points = section["points"]
-    # one concurrency: each point is a fresh worker that imports transformers (about 7 s each; the concurrency axis
-    # and its boundary are in the slow tests and bench_generate.py)
+    # one concurrency asked for (the reference also runs at 1, for its tokens): each point is a fresh worker that
+    # imports transformers (about 7 s each; the concurrency axis and its boundary are in the slow tests and
+    # bench_generate.py)
     assert {(p["config"], p["concurrency"]) for p in points} >= {("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
     for p in points:
         assert p["status"] == "ok", p
@@ -67,7 +68,7 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
         if p["config"] != "dynamic/sdpa/fp32":  # fp32: the same greedy tokens as the reference
             assert p["tokens_check"]["passed"] and p["tokens_check"]["first_difference"] is None
     rec = section["recommendation"]
-    assert rec["concurrency"] == 2 and rec["tokens_per_s"] > 0
+    assert rec["concurrency"] in (1, 2) and rec["tokens_per_s"] > 0  # the reference always runs at 1 too
     comparisons = section["rounds"]["comparisons"]
     assert comparisons and comparisons[0]["against"] == "dynamic/sdpa/fp32"
     assert comparisons[0]["verdict"] in ("faster", "slower", "undecided") and comparisons[0]["rounds"] == 2
