@@ -35,16 +35,18 @@ def _cuda_available() -> bool:
 #: short modules fill in at the end. In xdist's own order (most tests first) the 73-s serving run came last and one
 #: process idled for two minutes. A module missing here only runs later; nothing else depends on the order.
 LONGEST_FIRST = (
-    "test_generate_e2e",  # 85-107
-    "test_artifact",  # 90-104, with the shared showdown_run
-    "test_serving_e2e",  # 60-73
+    "test_artifact",  # 90-121, with the shared showdown_run
+    "test_generate_e2e",  # 78-86
+    "test_serving_e2e",  # 59-73
     "test_study_safety",  # 55-81
     "test_cli",  # 42-52
     "test_interrupt",  # 37-48
     "test_compare_rerun",  # 40-47
     "test_search",  # 37-46
     "test_runner",  # 39-42
+    "test_serving_server",  # 37
     "test_int8",  # 30-36
+    "test_compile_call_sizes",  # 20 with inductor's cache warm, 36 cold (a fresh clone)
     "test_artifact_traffic",  # 33
     "test_process_env",  # 25-31
     "test_runtimes",  # 29-30
