@@ -26,7 +26,6 @@ from autotune.report.schema import is_int
 from autotune.report.snippets import (
     bucket_lines,
     call_line,
-    call_sizes,
     doc_text,
     interface_doc_lines,
     interface_lines,
@@ -34,6 +33,7 @@ from autotune.report.snippets import (
     main_batch_lines,
     onnx_lines,
     openvino_lines,
+    row_padding_doc_lines,
     row_padding_lines,
     rows_padded,
     torch_context,
@@ -248,9 +248,7 @@ def _loader_tail(lines: list[str], rec: Mapping[str, Any], doc: Mapping[str, Any
     doc_lines = interface_doc_lines(iface, batch=batch, buckets=buckets,
                                     outputs_are="the model's own output; its tensors in pytree order")
     if rows:
-        doc_lines += [doc_text(f"A batch's rows are padded up to the next of {call_sizes(batch)} (CALL_SIZES; the last "
-                               "row repeated) and the answers cut back: torch.compile of static shapes compiles once "
-                               "per batch size, and after its recompile limit runs eagerly.")]
+        doc_lines += row_padding_doc_lines(batch)
     shapes = len((buckets or {}).get("buckets") or []) or 1
     return "\n".join([
         '"""' + doc_text(f"autotune's artifact for {recipe.get('name') or 'this recipe'}: {rec['variant']} at batch "

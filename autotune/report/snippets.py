@@ -573,6 +573,14 @@ def rows_padded(iface: Mapping[str, Any], batch: int) -> bool:
             and all((o.get("shape") or [None])[0] == batch for o in outputs))
 
 
+def row_padding_doc_lines(batch: int) -> list[str]:
+    """load.py's docstring lines on :func:`row_padding_lines`."""
+    return [doc_text(line) for line in _wrapped(
+        f"A batch's rows are padded up to the next of {call_sizes(batch)} (CALL_SIZES; the last row repeated) and the "
+        "answers cut back: torch.compile of static shapes compiles once per batch size, and past its recompile limit "
+        "runs the model eagerly.")]
+
+
 def row_padding_lines(batch: int, shapes: int) -> list[str]:
     """``CALL_SIZES``, ``_pad_rows`` and ``_unpad_rows``: a static-shape torch.compile artifact pads a batch's rows
     up to the next call size (the last row repeated) and cuts its answers back.
@@ -625,6 +633,7 @@ __all__ = [
     "numpy_make_inputs_lines",
     "onnx_lines",
     "openvino_lines",
+    "row_padding_doc_lines",
     "row_padding_lines",
     "rows_padded",
     "torch_context",
