@@ -96,6 +96,19 @@ WARMUP_FRACTION = 0.5
 #: The longest a fresh server may take to get ready (its load, its warm-up call, the merge check), where the
 #: stage's promise leaves more.
 SERVER_START_MAX_S = 180.0
+
+
+def calibration_timeout(sizes: int, seconds: float) -> float:
+    """The longest a layout's calibration may take, where the stage's promise leaves more: a server's start
+    (SERVER_START_MAX_S: the artifact's load and the first call at each size, where a torch.compile artifact compiles)
+    and its timed calls, ten times their ``seconds`` each.
+
+    Why: a fixed 120 s failed a timm mobilenetv3's static-shape compile artifact on this 2-core AVX2 machine, whose
+    five call sizes took 142 s to compile and time on one core, with 180 s of a 300-s serving budget still left:
+    "calibrating 1x1 took longer than 120 s", a limit no recipe field could raise (session 43)."""
+    return SERVER_START_MAX_S + 10.0 * sizes * seconds
+
+
 #: Seconds a fresh server takes to start and warm before a curve measured apart from a hold (the artifact's load and
 #: WARMUP_SECONDS; a few seconds for the models served so far).
 STARTUP_ALLOWANCE_S = 8.0
@@ -543,7 +556,7 @@ class ServingSearch:
                 self.notes.append(f"layout {n}x{t} not calibrated: the calibration's share of the budget ran out")
                 continue
             self.say(f"calibrating {n} instance(s) x {t} thread(s) at batch {', '.join(map(str, grid))}")
-            wanted, left = max(120.0, 10 * len(grid) * per_layout + 60), self._left()
+            wanted, left = calibration_timeout(len(grid), per_layout), self._left()
             try:
                 cal = calibrate(self.target.artifact, instances=n, threads=t, batches=grid, seconds=per_layout,
                                 timeout=min(wanted, left), cpus=self.server_cpus)
