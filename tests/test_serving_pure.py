@@ -23,17 +23,7 @@ from autotune.serving.rate_search import (
     short_bound,
 )
 from autotune.serving.requests import cut_requests, load_batches
-from autotune.serving.search import (
-    SERVER_START_MAX_S,
-    Measured,
-    ServingConfig,
-    ServingSearch,
-    Target,
-    _diverse,
-    batch_grid,
-    calibration_timeout,
-    layouts,
-)
+from autotune.serving.search import Measured, ServingConfig, ServingSearch, Target, _diverse, batch_grid, layouts
 from autotune.serving.simulate import ServiceModel, Simulator
 
 # ---- the batcher ---------------------------------------------------------------------------------------
@@ -802,10 +792,3 @@ def test_a_configuration_bisected_above_the_held_pick_is_held_in_turn_and_wins_o
     quiet._challenge(time.monotonic() + 120.0)
     assert quiet.notes == [] and quiet._held is held
 
-
-def test_a_calibration_may_take_a_server_start_and_its_timed_calls() -> None:
-    """A calibration loads the artifact and makes the first call at each size, as a server's start does (a compile
-    artifact compiles there: a timm mobilenetv3's five sizes took 142 s on one core), then times each size: its
-    limit covers both, and grows with the sizes and their seconds (the stage's promise still bounds it)."""
-    assert calibration_timeout(5, 1.0) >= SERVER_START_MAX_S + 5 * 1.0 > 142.0
-    assert calibration_timeout(7, 1.0) > calibration_timeout(5, 1.0) > calibration_timeout(5, 0.3)
