@@ -791,4 +791,3 @@ def test_a_configuration_bisected_above_the_held_pick_is_held_in_turn_and_wins_o
     quiet._held = held
     quiet._challenge(time.monotonic() + 120.0)
     assert quiet.notes == [] and quiet._held is held
-
