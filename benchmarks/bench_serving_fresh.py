@@ -14,7 +14,6 @@ recommended configuration the search's own way (``ServerProcess``, pinned to the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,12 +23,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def main() -> None:
+    from served_run import served_run
     from triton_openloop import poisson_offsets
 
     from autotune.serving import loadgen
     from autotune.serving.processes import ServerProcess, pinned
     from autotune.serving.rate_search import point_from
-    from autotune.serving.requests import cut_requests, load_batches
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="a run directory with a serving section")
@@ -38,19 +37,10 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=5)
     args = ap.parse_args()
 
-    doc = json.loads((args.out / "report.json").read_text())
-    s, rec = doc["serving"], doc["serving"]["recommendation"]
-    names = [i["name"] for i in doc["artifact"]["interface"]["inputs"]]
-    pads = (doc["recipe"].get("data") or {}).get("pad_values") or {}
-    bodies = [loadgen.encode_binary_request(r) for r in
-              cut_requests(load_batches(args.out / "artifact" / "traffic.npz", names), int(s["request_samples"]),
-                           pad_values=pads)]
-    cpus = s.get("cpus") or {}
-    server_cpus = frozenset(cpus["server"]) if cpus.get("server") else None
-    client_cpus = frozenset(cpus["client"]) if cpus.get("client") else None
-    server_args = ["--instances", str(rec["instances"]), "--threads", str(rec["threads"]), "--max-batch",
-                   str(rec["max_batch"]), "--max-delay-ms", f"{rec['max_delay_ms']:g}", "--model-name", s["model_name"]]
-    slo, q = float(s["slo_ms"]), float(str(s["percentile"]).lstrip("p"))
+    run = served_run(args.out)
+    s, rec, bodies = run.doc["serving"], run.rec, run.bodies
+    server_cpus, client_cpus, server_args = run.server_cpus, run.client_cpus, run.server_args
+    slo, q = run.slo_ms, run.percentile
     print(f"{args.out}: {rec['variant']} {rec['instances']}x{rec['threads']}, max batch {rec['max_batch']}, delay "
           f"{rec['max_delay_ms']:g} ms; {args.windows} x {args.seconds:g} s at {args.rate:g} requests/s, "
           f"{len(bodies)} distinct requests", flush=True)

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def main() -> None:
+    from served_run import served_run
     from triton_openloop import poisson_offsets
 
     from autotune.serving import loadgen
     from autotune.serving.processes import ServerProcess, pinned
     from autotune.serving.rate_search import point_from
-    from autotune.serving.requests import cut_requests, load_batches
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="a run directory with a serving section (bench_serving.py --out)")
@@ -50,21 +50,11 @@ def main() -> None:
     args = ap.parse_args()
 
     out = Path(args.out)
-    doc = json.loads((out / "report.json").read_text())
-    s = doc["serving"]
-    rec = s["recommendation"]
+    run = served_run(out)
+    s, rec, bodies = run.doc["serving"], run.rec, run.bodies
     rate = float(rec["max_rate"]) * args.fraction
-    slo, q = float(s["slo_ms"]), float(str(s["percentile"]).lstrip("p"))
-    names = [i["name"] for i in doc["artifact"]["interface"]["inputs"]]
-    pads = (doc["recipe"].get("data") or {}).get("pad_values") or {}
-    bodies = [loadgen.encode_binary_request(r) for r in
-              cut_requests(load_batches(out / "artifact" / "traffic.npz", names), int(s["request_samples"]),
-                           pad_values=pads)]
-    cpus = s.get("cpus") or {}
-    server_cpus = frozenset(cpus["server"]) if cpus.get("server") else None
-    client_cpus = frozenset(cpus["client"]) if cpus.get("client") else None
-    server_args = ["--instances", str(rec["instances"]), "--threads", str(rec["threads"]), "--max-batch",
-                   str(rec["max_batch"]), "--max-delay-ms", f"{rec['max_delay_ms']:g}", "--model-name", s["model_name"]]
+    slo, q = run.slo_ms, run.percentile
+    server_cpus, client_cpus, server_args = run.server_cpus, run.client_cpus, run.server_args
     print(f"{out}: {rec['variant']} {rec['instances']}x{rec['threads']}, max batch {rec['max_batch']}, delay "
           f"{rec['max_delay_ms']:g} ms; {args.fraction:.0%} of {rec['max_rate']:.1f} = {rate:.1f} req/s; per round "
           f"{args.short_count} x {args.short:g} s then {args.long:g} s", flush=True)
