@@ -346,6 +346,16 @@ def _check_render(doc: Any) -> None:
 test_report_render, test_report_render_slow = both({"doc": report_documents()}, _check_render)
 
 
+@pytest.mark.parametrize("workload", [1, "x", [1], {"weights": 3, "batch_rows": "y"},
+                                      {"weights": {"native": False}, "batch_rows": [0]}])
+def test_a_workload_of_any_shape_renders(workload: Any) -> None:
+    """Found by the fuzzer (session 43's CI, an AttributeError in the console's recommendation sentence): a
+    report.json whose ``workload`` (or its ``weights`` / ``batch_rows``) is not an object."""
+    doc = copy.deepcopy(BASE_REPORTS[0])
+    doc["workload"] = workload
+    _check_render(doc)
+
+
 def _check_report_dir(doc: Any) -> None:
     """``autotune report DIR`` end to end (plots included), DIR without a study.db."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,7 @@ time_budget_s = 240
 """
 
 
-def _recipe(write_recipe, *, concurrency: str = "[2]", rounds: int = 2, budget: str = "4GiB") -> Path:
+def _recipe(write_recipe, *, concurrency: str = "[1]", rounds: int = 2, budget: str = "4GiB") -> Path:
     return write_recipe(RECIPE.format(models=ROOT / "recipes" / "models.py", concurrency=concurrency,
                                       rounds=rounds, budget=budget))
 
@@ -54,10 +54,11 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     assert doc["kind"] == "generate" and doc["complete"] and not doc["interrupted"]
     section = doc["generate"]
     points = section["points"]
-    # one concurrency asked for (the reference also runs at 1, for its tokens): each point is a fresh worker that
-    # imports transformers (about 7 s each; the concurrency axis and its boundary are in the slow tests and
-    # bench_generate.py)
-    assert {(p["config"], p["concurrency"]) for p in points} >= {("dynamic/sdpa/fp32", 2), ("static/sdpa/fp32", 2)}
+    # one concurrency, 1: each point is a fresh worker that imports transformers (about 7 s each), and at 1 both
+    # caches run wherever the pick lands (asked for 2 alone, the reference still ran at 1, won there, and left no
+    # static point at 1 to compare it with: session 43's CI). The concurrency axis and its boundary are in the slow
+    # tests and bench_generate.py.
+    assert {(p["config"], p["concurrency"]) for p in points} >= {("dynamic/sdpa/fp32", 1), ("static/sdpa/fp32", 1)}
     for p in points:
         assert p["status"] == "ok", p
         assert p["ttft"]["p50_ms"] > 0 and p["itl"]["p99_ms"] >= p["itl"]["p50_ms"] > 0
@@ -68,7 +69,7 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
         if p["config"] != "dynamic/sdpa/fp32":  # fp32: the same greedy tokens as the reference
             assert p["tokens_check"]["passed"] and p["tokens_check"]["first_difference"] is None
     rec = section["recommendation"]
-    assert rec["concurrency"] in (1, 2) and rec["tokens_per_s"] > 0  # the reference always runs at 1 too
+    assert rec["concurrency"] == 1 and rec["tokens_per_s"] > 0
     comparisons = section["rounds"]["comparisons"]
     assert comparisons and comparisons[0]["against"] == "dynamic/sdpa/fp32"
     assert comparisons[0]["verdict"] in ("faster", "slower", "undecided") and comparisons[0]["rounds"] == 2
