@@ -230,12 +230,13 @@ def _recommendation_sentence(doc: Mapping[str, Any]) -> str:
                  "(a longer measure.max_seconds would).")
     elif no_steady_state(rec):
         text += " Warning: no steady state was reached."
-    workload = doc.get("workload") if isinstance(doc.get("workload"), Mapping) else {}  # report.json is untrusted
-    weights = workload.get("weights") if isinstance(workload.get("weights"), Mapping) else {}
+    raw = doc.get("workload")
+    workload: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}  # report.json is untrusted
+    weights: Mapping[str, Any] = workload["weights"] if isinstance(workload.get("weights"), Mapping) else {}
     if weights.get("native") is False:
         text += (f" Warning: the model's weights are {weights.get('dtype')}, which this CPU only emulates (often an "
                  "order of magnitude slower than float32; see the notes).")
-    rows = workload.get("batch_rows") if isinstance(workload.get("batch_rows"), Mapping) else {}
+    rows: Mapping[str, Any] = workload["batch_rows"] if isinstance(workload.get("batch_rows"), Mapping) else {}
     if rows.get("independent") is False and int(rec.get("batch_size") or 1) > 1:
         text += (f" Warning: the rows of a batch are not independent samples, so at batch {rec.get('batch_size')} the "
                  f"model answers otherwise than one sample per call: {rows.get('why')}.")
