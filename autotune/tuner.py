@@ -434,6 +434,7 @@ def final_showdown(recipe: Recipe, rows: list[dict[str, Any]], *, left: float, o
         if shipped_dir is not None:
             shutil.rmtree(shipped_dir, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - t0, 3)
+    doc["estimated_seconds"] = round(cost, 3)  # what the fit assumed (staging and rounds), beside what it took
     if settings.processes < asked:
         doc["processes_asked"] = asked
     return doc

@@ -165,6 +165,9 @@ def test_a_real_run_decides_by_showdown(showdown_run: RealRun) -> None:
     assert all(len(v) == sd["rounds_run"] and all(math.isfinite(x) and x > 0 for x in v)
                for v in sd["seconds_per_call"].values())
     assert all(len(v) == sd["rounds_run"] for v in sd["foreign_cores"].values())
+    # what staging took (a save for script's artifact, one stage per finalist), beside the cost the fit assumed
+    assert len(sd["stage_seconds"]) == 2 and all(0 < s < sd["staging_seconds"] for s in sd["stage_seconds"])
+    assert sum(sd["stage_seconds"]) < sd["staging_seconds"] < sd["wall_seconds"] and sd["estimated_seconds"] > 0
     assert doc["recommendation"]["decided_by"] == "showdown"
     assert f"{doc['recommendation']['variant']}@2" == sd["verdict"]["pick"]
     assert "Showdown:" in out

@@ -221,6 +221,8 @@ def run_showdown(
 
     finished = False
     stopped_by = ""  # what ended the rounds: settled | deadline | round_cap | dropped
+    began = time.monotonic()
+    staging_s: float | None = None  # the saves and stagings before the first round (what the estimate predicts)
     try:
         for row in finalists:
             key = candidate_key(row)
@@ -243,6 +245,7 @@ def run_showdown(
                 row = {**row, "traffic": {**(row.get("traffic") or {}), "samples_per_call": shipped_samples[key]}}
             staged[key] = row
             per_round[key], latency[key], foreign[key] = [], [], []
+        staging_s = time.monotonic() - began
         rng = random.Random(settings.seed)
         # one finalist alone still gets its rounds: fresh processes give the headline throughput; of several,
         # at least two must last for a comparison
@@ -373,6 +376,10 @@ def run_showdown(
                     processes_used=settings.processes + added, seen=seen, shipped=shipped)
     # the progress lines said how many undisturbed compared rounds were wanted; the document says what ended them
     doc["stopped_by"] = stopped_by or None
+    # what staging cost, against the tuner's estimate (``estimated_seconds``, set by its caller): the saves of the
+    # shipped finalists' artifacts and every process's stage, before the first round; each stage's own wall
+    doc["staging_seconds"] = None if staging_s is None else round(staging_s, 3)
+    doc["stage_seconds"] = [round(s, 3) for s in stage_seconds]
     used = doc["rounds_compared"]
     verdict = _verdict(staged, dropped, per_round, latency, used, round_process, settings,
                        need=min(2, len(finalists)))
