@@ -60,8 +60,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.compare_rounds import t_quantile_975
 from autotune.core.device_names import device_type, is_accelerator
+from autotune.core.stats import log_t_interval
 from autotune.errors import AutotuneError, InputError
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     throughput = statistics.median(rates[i] for i in used)
     reported = rec.get("throughput")
     ratio = throughput / float(reported) if isinstance(reported, (int, float)) and reported > 0 else None
-    ci = _log_t_interval([rates[i] for i in used])
+    ci = log_t_interval([rates[i] for i in used])
     section = {**base, "rounds": len(rates), "status": "ok", "throughputs": rates, "throughput": throughput, "ci": ci,
                "p50_ms": statistics.median(float(r["p50_ms"]) for r in kept),
                "p90_ms": statistics.median(float(r["p90_ms"]) for r in kept),
@@ -217,7 +217,7 @@ def check_artifact(doc: Any, out_dir: Path, *, rounds: int, seconds: float = SEC
     if len(tool) == len(rates) and tool:
         ratios = [rates[i] / tool[i] for i in used]
         paired = math.exp(statistics.fmean(math.log(r) for r in ratios))
-        paired_ci = _log_t_interval(ratios)
+        paired_ci = log_t_interval(ratios)
         section.update(tool_throughputs=tool, paired_ratio=paired, paired_ci=paired_ci,
                        verdict=paired_verdict(paired, paired_ci))
     return section
@@ -290,15 +290,6 @@ def _slice(runner: Runner, rec: Mapping[str, Any], seconds: float, *, samples_pe
         return None, load
     per_call = samples_per_call or (rec.get("traffic") or {}).get("samples_per_call") or rec["batch_size"]
     return float(per_call) / float(spc), load
-
-
-def _log_t_interval(values: list[float]) -> list[float] | None:
-    """exp(mean log x -+ t * sd / sqrt(n)): the rounds' 95% interval (at least 2 positive values)."""
-    if len(values) < 2 or min(values) <= 0:
-        return None
-    logs = [math.log(x) for x in values]
-    half = t_quantile_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return [math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)]
 
 
 def paired_verdict(ratio: float, ci: list[float] | None) -> str:

@@ -66,6 +66,7 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
         assert p["tokens_per_s_ci"][0] <= p["tokens_per_s"] <= p["tokens_per_s_ci"][1]
         assert p["generated_tokens_per_s"] >= p["tokens_per_s"]  # a static batch decodes to its longest
         assert p["peak_memory_bytes"] > 0
+        assert p["foreign_cores"] is not None and p["foreign_cores"] >= 0  # the worker's CPU window (Linux /proc)
         if p["config"] != "dynamic/sdpa/fp32":  # fp32: the same greedy tokens as the reference
             assert p["tokens_check"]["passed"] and p["tokens_check"]["first_difference"] is None
     rec = section["recommendation"]
@@ -73,6 +74,10 @@ def test_a_generate_run_recommends_a_checked_configuration_and_its_artifact_give
     comparisons = section["rounds"]["comparisons"]
     assert comparisons and comparisons[0]["against"] == "dynamic/sdpa/fp32"
     assert comparisons[0]["verdict"] in ("faster", "slower", "undecided") and comparisons[0]["rounds"] == 2
+    ran = section["rounds"]["rounds"].get(rec["config"]) or []
+    if len(ran) >= 2:  # the pick ran in the rounds: its headline is their median, and the sentence says so
+        assert rec["headline"]["rounds"] == len(ran) and min(ran) <= rec["headline"]["tokens_per_s"] <= max(ran)
+        assert "fresh-process side-by-side rounds" in err
     assert "useful tokens/s" in err  # the console's sentence
     md = (out / "report.md").read_text()
     assert "## Configurations" in md and "continuous batching" in md

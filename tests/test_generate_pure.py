@@ -431,3 +431,53 @@ def test_the_reference_at_the_default_thread_count_is_measured_once() -> None:
     GenerateSearch(plain, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
                    limit=None, limit_source="none").run()
     assert "dynamic/sdpa/fp32@2t" in {label for label, _ in plain.calls}
+
+
+def test_the_headline_is_the_side_by_side_rounds_median_when_the_pick_ran_in_them() -> None:
+    """A screen disturbed by another process (three of ten calls 5-8 s: 104 tokens/s) is not the headline when the
+    pick's own fresh-process rounds read ~1,000 (a BLOOM, session 44): the sentence gives the rounds' median and
+    interval, and still names the screen; without rounds at its concurrency, or with one round, the screen stands."""
+    from autotune.core.stats import log_t_interval
+    from autotune.generate.stage import rounds_headline
+    from autotune.report.generate import sentence
+
+    rec: dict[str, Any] = {"config": "dynamic/sdpa/fp32", "concurrency": 8, "tokens_per_s": 104.4,
+                           "tokens_per_s_ci": [57.4, 321.9], "per_sequence_tokens_per_s": 98.9,
+                           "ttft": {"p50_ms": 25.9, "p99_ms": 568.3}, "itl": {"p50_ms": 10.1, "p99_ms": 12.5}}
+    rounds = {"concurrency": 8, "rounds": {"dynamic/sdpa/fp32": [1065.4, 1010.9, 928.1],
+                                           "static+compile:default/sdpa/fp32@2t": [1106.4, 1070.8, 852.0]}}
+    head = rounds_headline(rounds, rec)
+    assert head is not None and head["rounds"] == 3 and head["tokens_per_s"] == pytest.approx(1010.9)
+    lo, hi = head["tokens_per_s_ci"]
+    assert 800 < lo < 1010.9 < hi < 1200  # three rounds: t at 2 degrees of freedom is 4.3
+    text = sentence({"recommendation": {**rec, "headline": head}})
+    assert "1,011 useful tokens/s (median of 3 fresh-process side-by-side rounds, 95% CI" in text
+    assert "its screen: 104 tokens/s (95% CI 57-322)" in text and "TTFT and ITL from its screen" in text
+    assert rounds_headline({**rounds, "concurrency": 1}, rec) is None  # rounds at another concurrency
+    assert rounds_headline({**rounds, "rounds": {"dynamic/sdpa/fp32": [1065.4]}}, rec) is None  # one round
+    assert rounds_headline(None, rec) is None
+    plain = sentence({"recommendation": rec})
+    assert "104 useful tokens/s (95% CI 57-322)" in plain and "rounds" not in plain
+    # the interval: geometric, positive, and it needs two positive values
+    assert log_t_interval([1.0]) is None and log_t_interval([1.0, 0.0]) is None
+    ci = log_t_interval([2.0, 2.0, 2.0])
+    assert ci is not None and ci[0] == pytest.approx(2.0) and ci[1] == pytest.approx(2.0)
+
+
+def test_a_point_timed_beside_a_busy_process_says_so() -> None:
+    """The worker's CPU window over the timed calls (core.contention): other processes' cores reach the point, a
+    note and the configurations table; a quiet one, or a reply without it (an older worker), says nothing."""
+    from autotune.report.generate import markdown
+
+    raw = {"call_seconds": [0.3] * 4, "useful_tokens": [100] * 4, "generated_tokens": [128] * 4,
+           "itl": [[0.01] * 10] * 4, "ttft": [0.02] * 4, "first_call_seconds": 0.5, "recompiles": 0,
+           "peak_memory_bytes": 2**30}
+    busy = point_from("dynamic/sdpa/fp32", 8, {**raw, "load": {"foreign_cores": 0.93, "disturbed": True}})
+    assert busy.foreign_cores == pytest.approx(0.93) and busy.to_dict()["foreign_cores"] == pytest.approx(0.93)
+    assert any("other processes used 0.93 cores" in n for n in busy.notes)
+    quiet = point_from("dynamic/sdpa/fp32", 8, {**raw, "load": {"foreign_cores": 0.01}})
+    old = point_from("dynamic/sdpa/fp32", 8, raw)
+    assert not any("busy" in n for n in quiet.notes + old.notes) and old.foreign_cores is None
+    md = markdown({"complete": True, "generate": {"recommendation": None, "reason": "x",
+                                                  "points": [busy.to_dict(), quiet.to_dict()]}})
+    assert md.count("busy machine: other processes used 0.93 cores") == 1

@@ -341,6 +341,7 @@ class GenerateOutcome(Outcome, total=False):
     notes: list[str]
     files: list[str]
     threads: int  # torch's intra-op threads the calls ran with (the config's, else the worker's default)
+    load: dict[str, Any]  # the timed calls' CPU window (core.contention.CpuLoad.to_dict): other processes' cores
 
 
 class ArtifactResult(TypedDict):

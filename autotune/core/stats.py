@@ -87,6 +87,19 @@ def t_quantile_975(df: float) -> float:
     return _T975[k - 1] if k <= len(_T975) else 1.96 + 2.4 / k
 
 
+def log_t_interval(values: Sequence[float]) -> list[float] | None:
+    """exp(mean log x -+ t * sd / sqrt(n)): a 95% interval for a rate measured once per fresh process (at least 2
+    positive values; None otherwise). Logs, because rates are ratios of work to time: a round twice as slow weighs
+    as much as one twice as fast, and the interval stays positive."""
+    if len(values) < 2 or min(values) <= 0:
+        return None
+    logs = [math.log(float(x)) for x in values]
+    mean = math.fsum(logs) / len(logs)
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
+    half = t_quantile_975(len(logs) - 1) * sd / math.sqrt(len(logs))
+    return [math.exp(mean - half), math.exp(mean + half)]
+
+
 def lag1_autocorrelation(values: Sequence[float] | np.ndarray) -> float:
     """Lag-1 autocorrelation of ``values`` (0.0 for fewer than 3 values or a constant series)."""
     x = _as_1d(values)

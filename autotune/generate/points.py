@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.core.contention import DISTURBED_CORES
 from autotune.core.stats import bootstrap_percentiles, replicate_interval
 from autotune.core.warmup import analyze
 
@@ -75,6 +76,8 @@ class GenPoint:
     steady_start: int | None
     warmup_class: str
     notes: tuple[str, ...] = ()
+    #: other processes' CPU, in cores, while the calls were timed (None: unknown, or an older worker)
+    foreign_cores: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "concurrency": self.concurrency, "status": "ok",
@@ -85,7 +88,8 @@ class GenPoint:
                 "calls": len(self.call_seconds), "call_seconds": list(self.call_seconds),
                 "first_call_seconds": self.first_call_seconds, "compile_seconds": self.compile_seconds,
                 "recompiles": self.recompiles, "peak_memory_bytes": self.peak_memory_bytes,
-                "itl_steady_start": self.steady_start, "itl_warmup": self.warmup_class, "notes": list(self.notes)}
+                "itl_steady_start": self.steady_start, "itl_warmup": self.warmup_class, "notes": list(self.notes),
+                "foreign_cores": self.foreign_cores}
 
 
 def point_from(config: str, concurrency: int, raw: Mapping[str, Any], *, seed: int = 0) -> GenPoint:
@@ -124,6 +128,11 @@ def point_from(config: str, concurrency: int, raw: Mapping[str, Any], *, seed: i
     else:
         rate_ci = (rate, rate)
     first = float(raw.get("first_call_seconds", float("nan")))
+    load = raw.get("load")
+    foreign = load.get("foreign_cores") if isinstance(load, Mapping) else None
+    foreign = float(foreign) if isinstance(foreign, int | float) and not isinstance(foreign, bool) else None
+    if foreign is not None and foreign > DISTURBED_CORES:
+        notes.append(f"other processes used {foreign:.2f} cores while its calls were timed: a busy machine's figure")
     peak = raw.get("peak_memory_bytes")
     return GenPoint(
         config=config, concurrency=concurrency, ttft=quantiles_ms(raw["ttft"], seed=seed + 7), itl=itl,
@@ -132,7 +141,8 @@ def point_from(config: str, concurrency: int, raw: Mapping[str, Any], *, seed: i
         call_seconds=tuple(float(s) for s in seconds), first_call_seconds=first,
         compile_seconds=max(0.0, first - float(np.median(seconds))), recompiles=int(raw.get("recompiles", 0)),
         peak_memory_bytes=int(peak) if isinstance(peak, int) else None, steady_start=steady_start,
-        warmup_class=warmup_class, notes=tuple(notes) + tuple(str(n) for n in raw.get("notes") or ()))
+        warmup_class=warmup_class, notes=tuple(notes) + tuple(str(n) for n in raw.get("notes") or ()),
+        foreign_cores=foreign)
 
 
 def ratio_ci(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[float, tuple[float, float]]:

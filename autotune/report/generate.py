@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.core.contention import DISTURBED_CORES
 from autotune.report.plots import _mark_recommended, _png
 
 GENERATE_PLOT = "generate.png"
@@ -47,11 +48,21 @@ def sentence(section: Mapping[str, Any]) -> str:
     if not isinstance(rec, Mapping):
         return f"No configuration to recommend: {section.get('reason') or 'none passed its checks'}."
     c = rec["concurrency"]
-    return (f"Run generate() with {rec['config']} at {c} sequence{'s' if c != 1 else ''} per call: "
-            f"{rec['tokens_per_s']:,.0f} useful tokens/s (95% CI {rec['tokens_per_s_ci'][0]:,.0f}-"
-            f"{rec['tokens_per_s_ci'][1]:,.0f}), {rec['per_sequence_tokens_per_s']:,.0f} tokens/s per sequence; "
+    screen = (f"{rec['tokens_per_s']:,.0f} useful tokens/s (95% CI {rec['tokens_per_s_ci'][0]:,.0f}-"
+              f"{rec['tokens_per_s_ci'][1]:,.0f})")
+    head = rec.get("headline")
+    if isinstance(head, Mapping) and isinstance(head.get("tokens_per_s"), int | float) \
+            and isinstance(head.get("tokens_per_s_ci"), Sequence) and len(head["tokens_per_s_ci"]) == 2:
+        lo, hi = head["tokens_per_s_ci"]
+        rate = (f"{head['tokens_per_s']:,.0f} useful tokens/s (median of {head.get('rounds')} fresh-process "
+                f"side-by-side rounds, 95% CI {lo:,.0f}-{hi:,.0f}; its screen: {screen.replace(' useful', '')})")
+    else:
+        rate = screen
+    return (f"Run generate() with {rec['config']} at {c} sequence{'s' if c != 1 else ''} per call: {rate}, "
+            f"{rec['per_sequence_tokens_per_s']:,.0f} tokens/s per sequence; "
             f"TTFT p50 {_ms(rec['ttft']['p50_ms'])} ms, p99 {_ms(rec['ttft']['p99_ms'])} ms; ITL p50 "
-            f"{_ms(rec['itl']['p50_ms'])} ms, p99 {_ms(rec['itl']['p99_ms'])} ms.")
+            f"{_ms(rec['itl']['p50_ms'])} ms, p99 {_ms(rec['itl']['p99_ms'])} ms"
+            f"{' (per sequence, TTFT and ITL from its screen)' if rate is not screen else ''}.")
 
 
 def console_lines(section: Mapping[str, Any]) -> list[str]:
@@ -122,6 +133,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
             "| recompiles | status |", "|---|---|---|---|---|---|---|---|---|"]
     for p in section.get("points") or []:
         status = p.get("status", "?") + (f": {p['reason']}" if p.get("reason") else "")
+        foreign = p.get("foreign_cores")
+        if isinstance(foreign, int | float) and foreign > DISTURBED_CORES:
+            status += f" (busy machine: other processes used {foreign:.2f} cores)"
         first = p.get("first_call_seconds")
         out.append(f"| {p.get('config')} | {p.get('concurrency')} | {_rate(p)} | {_q(p.get('ttft'))} | "
                    f"{_q(p.get('itl'))} | {_mib(p.get('peak_memory_bytes'))} | "

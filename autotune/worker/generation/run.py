@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from autotune.core.contention import CpuWindow
 from autotune.core.protocol import GenerateOutcome, GenerateRequest
 from autotune.core.recipe import Recipe
 from autotune.core.recipe.generate import bucket_length
@@ -116,6 +117,7 @@ def run_generate(req: GenerateRequest, *, device: torch.device, backend: devices
     compiled = recompile_count()
     ttft, itl, seconds, useful, generated = [], [], [], [], []
     calls = max(1, int(req["calls"]))
+    window = CpuWindow.start()  # other processes' CPU while the calls were timed: a busy machine's figure says so
     for b in batches(1, calls):
         t = timed_generate(model, b.input_ids, b.attention_mask, b.new_tokens, kwargs, backend.synchronize)
         keep_tokens(b, t.output)
@@ -124,6 +126,7 @@ def run_generate(req: GenerateRequest, *, device: torch.device, backend: devices
         seconds.append(t.seconds)
         useful.append(b.useful_tokens)
         generated.append(b.new_tokens * concurrency)
+    out["load"] = window.stop().to_dict()
     out["recompiles"] = recompile_count() - compiled
     out["peak_memory_bytes"] = backend.peak_memory_bytes() - (0 if backend.device_memory else tool_bytes)
     covering = calls_covering(prompts, concurrency)
