@@ -51,18 +51,19 @@ def sentence(section: Mapping[str, Any]) -> str:
     screen = (f"{rec['tokens_per_s']:,.0f} useful tokens/s (95% CI {rec['tokens_per_s_ci'][0]:,.0f}-"
               f"{rec['tokens_per_s_ci'][1]:,.0f})")
     head = rec.get("headline")
-    if isinstance(head, Mapping) and isinstance(head.get("tokens_per_s"), int | float) \
-            and isinstance(head.get("tokens_per_s_ci"), Sequence) and len(head["tokens_per_s_ci"]) == 2:
+    from_rounds = isinstance(head, Mapping) and isinstance(head.get("tokens_per_s"), int | float) \
+        and isinstance(head.get("tokens_per_s_ci"), Sequence) and len(head["tokens_per_s_ci"]) == 2
+    rate = screen
+    if from_rounds:
+        assert isinstance(head, Mapping)
         lo, hi = head["tokens_per_s_ci"]
         rate = (f"{head['tokens_per_s']:,.0f} useful tokens/s (median of {head.get('rounds')} fresh-process "
                 f"side-by-side rounds, 95% CI {lo:,.0f}-{hi:,.0f}; its screen: {screen.replace(' useful', '')})")
-    else:
-        rate = screen
     return (f"Run generate() with {rec['config']} at {c} sequence{'s' if c != 1 else ''} per call: {rate}, "
             f"{rec['per_sequence_tokens_per_s']:,.0f} tokens/s per sequence; "
             f"TTFT p50 {_ms(rec['ttft']['p50_ms'])} ms, p99 {_ms(rec['ttft']['p99_ms'])} ms; ITL p50 "
             f"{_ms(rec['itl']['p50_ms'])} ms, p99 {_ms(rec['itl']['p99_ms'])} ms"
-            f"{' (per sequence, TTFT and ITL from its screen)' if rate is not screen else ''}.")
+            f"{' (per sequence, TTFT and ITL from its screen)' if from_rounds else ''}.")
 
 
 def console_lines(section: Mapping[str, Any]) -> list[str]:
@@ -134,7 +135,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
     for p in section.get("points") or []:
         status = p.get("status", "?") + (f": {p['reason']}" if p.get("reason") else "")
         foreign = p.get("foreign_cores")
-        if isinstance(foreign, int | float) and foreign > DISTURBED_CORES:
+        if isinstance(foreign, int | float) and not isinstance(foreign, bool) and foreign > DISTURBED_CORES:
             status += f" (busy machine: other processes used {foreign:.2f} cores)"
         first = p.get("first_call_seconds")
         out.append(f"| {p.get('config')} | {p.get('concurrency')} | {_rate(p)} | {_q(p.get('ttft'))} | "
