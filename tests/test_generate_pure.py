@@ -481,3 +481,46 @@ def test_a_point_timed_beside_a_busy_process_says_so() -> None:
     md = markdown({"complete": True, "generate": {"recommendation": None, "reason": "x",
                                                   "points": [busy.to_dict(), quiet.to_dict()]}})
     assert md.count("busy machine: other processes used 0.93 cores") == 1
+
+
+class _BusyRoundClient(_FakeClient):
+    """The reference's third process at 4 sequences (its second side-by-side round) runs beside a busy neighbour:
+    ten times slower, and its CPU window says so; every other point is quiet."""
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        out = super().generate(recipe, config, c, **kw)
+        label = GenerateConfig.from_dict(config).label()
+        busy = c == 4 and label == "dynamic/sdpa/fp32" and self.calls.count((label, 4)) == 3
+        if busy:
+            out["call_seconds"] = [10 * s for s in out["call_seconds"]]
+        out["load"] = {"foreign_cores": 0.9 if busy else 0.01}
+        return out
+
+
+def test_a_side_by_side_round_a_neighbour_disturbed_is_left_out_and_said() -> None:
+    """Rounds of fresh processes one after another: a neighbour that holds the CPU through one process moves that
+    contender's figure alone. With two quiet rounds left for every contender, the disturbed round is left out of
+    the comparison and the headline, and the report says so; with fewer, it stays in and the report says that."""
+    from autotune.generate.search import quiet_rates
+    from autotune.report.generate import console_lines, markdown, rounds_disturbed_text
+
+    recipe = _recipe(concurrency=[4], cache=["dynamic", "static"], rounds=3)
+    search = GenerateSearch(_BusyRoundClient(), recipe, on_point=lambda _p: None,  # type: ignore[arg-type]
+                            say=lambda _t: None, limit=None, limit_source="none")
+    prog = search.run()
+    rounds = prog.rounds
+    assert rounds is not None and rounds["rounds_run"] == 3
+    assert rounds["disturbed_rounds"] == [1] and rounds["disturbed_left_out"] is True
+    assert rounds["rounds"]["dynamic/sdpa/fp32"] == pytest.approx([400.0, 400.0])  # the 40/s round left out
+    assert all(c["rounds"] == 2 for c in rounds["comparisons"])
+    text = rounds_disturbed_text(rounds)
+    assert text is not None and "1 of the 3 side-by-side rounds" in text and "left out" in text
+    section = {"recommendation": None, "reason": "x", "rounds": rounds}
+    assert text in console_lines(section) and text in markdown({"generate": section, "complete": True})
+    # too few quiet rounds: everything stays in, and the text says the figures include a busy machine's
+    a, b = GenerateConfig(), from_label("static/sdpa/fp32")
+    kept, left_out = quiet_rates({a: [(0, 400.0), (1, 40.0)], b: [(0, 520.0), (1, 520.0)]}, [False, True])
+    assert not left_out and kept[a] == [400.0, 40.0]
+    assert "include a busy machine's" in (rounds_disturbed_text({**rounds, "disturbed_left_out": False}) or "")
+    assert rounds_disturbed_text({**rounds, "disturbed_rounds": []}) is None and rounds_disturbed_text(None) is None
+    assert quiet_rates({a: [(0, 1.0)]}, [False]) == ({a: [1.0]}, False)  # nothing disturbed: every round

@@ -15,7 +15,9 @@ Pseudo-code::
     rounds: the pick, ref and the fastest static-cache point (compiled first), at the pick's concurrency,
             measured again in generate.rounds fresh processes, interleaved (A B C A B C ...): the ratios
             pick / ref and static(+compile) / ref with 95% intervals over the rounds; "undecided" where the
-            interval holds 1; a pick not surely faster than ref gives way to ref (the simpler)
+            interval holds 1; a pick not surely faster than ref gives way to ref (the simpler); a round in which
+            another process used CPU while one of its points was timed is left out when every contender keeps
+            two quiet rounds (quiet_rates)
     compile payback = compile seconds / (ref's seconds per call - its seconds per call), in calls
 
 Every point is a fresh worker (``Runner(fresh_measure=True)``): a compiled decode step's cost and memory are
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.client import WorkerClient
+from autotune.core.contention import DISTURBED_CORES
 from autotune.core.recipe import GenerateSpec, Recipe
 from autotune.core.recipe.generate import bucket_length
 from autotune.errors import BatchSearchError
@@ -349,20 +352,27 @@ class GenerateSearch:
             if fastest not in contenders:
                 contenders.append(fastest)
         contenders = list(dict.fromkeys(contenders))
-        rates: dict[GenerateConfig, list[float]] = {k: [] for k in contenders}
+        timed: dict[GenerateConfig, list[tuple[int, float]]] = {k: [] for k in contenders}  # (round, tokens/s)
         points: dict[GenerateConfig, list[GenPoint]] = {k: [] for k in contenders}
+        disturbed: list[bool] = []  # per round: another process used CPU while one of its points was timed
         self.say(f"side-by-side rounds at {c} sequences: {', '.join(k.label() for k in contenders)}")
-        for _ in range(self.spec.rounds):
+        for i in range(self.spec.rounds):
+            hit = False
             for config in contenders:
                 if self.left() <= 0:
                     break
                 r = self.measure(config, c)
                 if r.status == "ok" and r.point is not None:
-                    rates[config].append(r.point.tokens_per_s)
+                    timed[config].append((i, r.point.tokens_per_s))
                     points[config].append(r.point)
+                    hit = hit or (r.point.foreign_cores or 0.0) > DISTURBED_CORES
+            disturbed.append(hit)
+        rates, dropped = quiet_rates(timed, disturbed)
         out: dict[str, Any] = {"concurrency": c, "rounds": {k.label(): v for k, v in rates.items()},
                                "comparisons": [], "rounds_asked": self.spec.rounds,
-                               "rounds_run": min((len(v) for v in rates.values()), default=0)}
+                               "rounds_run": min((len(v) for v in timed.values()), default=0),
+                               "disturbed_rounds": [i for i, d in enumerate(disturbed) if d],
+                               "disturbed_left_out": dropped}
         base = rates[ref]
         for config in contenders:
             if config == ref or len(rates[config]) < 2 or len(base) < 2:
@@ -375,6 +385,21 @@ class GenerateSearch:
                 entry.update(_payback(points[config], points[ref]))
             out["comparisons"].append(entry)
         return out
+
+
+def quiet_rates(timed: dict[GenerateConfig, list[tuple[int, float]]], disturbed: list[bool]
+                ) -> tuple[dict[GenerateConfig, list[float]], bool]:
+    """Each contender's tokens/s over the rounds, the disturbed rounds left out when every contender keeps two quiet
+    ones (the fewest that compare); else every round, and False: too few quiet rounds to leave any out.
+
+    Why: a round is fresh processes timed one after another, and a neighbour that holds the CPU through one of them
+    moves that contender's figure, not the others' (a BLOOM's screen beside another run's plain processes: 104
+    tokens/s, its quiet rounds about 1,000; session 44). The showdown leaves such rounds out the same way."""
+    quiet = {i for i, d in enumerate(disturbed) if not d}
+    kept = {k: [v for i, v in series if i in quiet] for k, series in timed.items()}
+    if any(disturbed) and all(len(v) >= 2 for v in kept.values()):
+        return kept, True
+    return {k: [v for _, v in series] for k, series in timed.items()}, False
 
 
 def _payback(mine: list[GenPoint], ref: list[GenPoint]) -> dict[str, Any]:

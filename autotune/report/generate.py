@@ -73,10 +73,23 @@ def console_lines(section: Mapping[str, Any]) -> list[str]:
         lines.append(f"Boundary: {boundary.get('sentence')}.")
     for comp in (section.get("rounds") or {}).get("comparisons") or []:
         lines.append(comparison_text(comp))
-    cut = rounds_cut_text(section.get("rounds"))
-    if cut:
-        lines.append(cut)
+    for text in (rounds_cut_text(section.get("rounds")), rounds_disturbed_text(section.get("rounds"))):
+        if text:
+            lines.append(text)
     return lines
+
+
+def rounds_disturbed_text(rounds: Any) -> str | None:
+    """Which side-by-side rounds ran on a busy machine (another process used CPU while one of their points was timed)
+    and whether they were left out; None when none did (or an older report that did not look)."""
+    if not isinstance(rounds, Mapping) or not isinstance(rounds.get("disturbed_rounds"), list) \
+            or not rounds["disturbed_rounds"]:
+        return None
+    n, run = len(rounds["disturbed_rounds"]), rounds.get("rounds_run")
+    text = f"{n} of the {run} side-by-side rounds ran while other processes used CPU: "
+    if rounds.get("disturbed_left_out"):
+        return text + "they were left out (each configuration kept two quiet rounds or more)."
+    return text + "too few quiet rounds were left to leave them out, so the figures above include a busy machine's."
 
 
 def rounds_cut_text(rounds: Any) -> str | None:
@@ -144,12 +157,12 @@ def markdown(doc: Mapping[str, Any]) -> str:
                    f"{status} |")
     out.append("")
     rounds = section.get("rounds")
-    cut = rounds_cut_text(rounds)
-    if isinstance(rounds, Mapping) and (rounds.get("comparisons") or cut):
+    said = [s for s in (rounds_cut_text(rounds), rounds_disturbed_text(rounds)) if s]
+    if isinstance(rounds, Mapping) and (rounds.get("comparisons") or said):
         out += ["## Side by side", "", f"At {rounds.get('concurrency')} sequences, each configuration again in "
                 "fresh processes, interleaved:", ""]
         out += [f"- {comparison_text(c)}" for c in rounds.get("comparisons") or []]
-        out += [cut, ""] if cut else [""]
+        out += ["", *said, ""] if said else [""]
     if section.get("notes"):
         out += ["## Notes", ""] + [f"- {n}" for n in section["notes"]] + [""]
     out += [ENGINE_NOTE, ""]
