@@ -512,9 +512,10 @@ def test_a_side_by_side_round_a_neighbour_disturbed_is_left_out_and_said() -> No
     assert rounds is not None and rounds["rounds_run"] == 3
     assert rounds["disturbed_rounds"] == [1] and rounds["disturbed_left_out"] is True
     assert rounds["rounds"]["dynamic/sdpa/fp32"] == pytest.approx([400.0, 400.0])  # the 40/s round left out
+    assert rounds["foreign_cores"]["dynamic/sdpa/fp32"] == pytest.approx([0.01, 0.9, 0.01])
     assert all(c["rounds"] == 2 for c in rounds["comparisons"])
     text = rounds_disturbed_text(rounds)
-    assert text is not None and "1 of the 3 side-by-side rounds" in text and "left out" in text
+    assert text is not None and "1 of the 3 side-by-side rounds" in text and "it was left out" in text
     section = {"recommendation": None, "reason": "x", "rounds": rounds}
     assert text in console_lines(section) and text in markdown({"generate": section, "complete": True})
     # too few quiet rounds: everything stays in, and the text says the figures include a busy machine's

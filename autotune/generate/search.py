@@ -355,6 +355,7 @@ class GenerateSearch:
         timed: dict[GenerateConfig, list[tuple[int, float]]] = {k: [] for k in contenders}  # (round, tokens/s)
         points: dict[GenerateConfig, list[GenPoint]] = {k: [] for k in contenders}
         disturbed: list[bool] = []  # per round: another process used CPU while one of its points was timed
+        foreign: dict[GenerateConfig, list[float | None]] = {k: [] for k in contenders}  # each point's, by round
         self.say(f"side-by-side rounds at {c} sequences: {', '.join(k.label() for k in contenders)}")
         for i in range(self.spec.rounds):
             hit = False
@@ -365,6 +366,7 @@ class GenerateSearch:
                 if r.status == "ok" and r.point is not None:
                     timed[config].append((i, r.point.tokens_per_s))
                     points[config].append(r.point)
+                    foreign[config].append(r.point.foreign_cores)
                     hit = hit or (r.point.foreign_cores or 0.0) > DISTURBED_CORES
             disturbed.append(hit)
         rates, dropped = quiet_rates(timed, disturbed)
@@ -372,6 +374,7 @@ class GenerateSearch:
                                "comparisons": [], "rounds_asked": self.spec.rounds,
                                "rounds_run": min((len(v) for v in timed.values()), default=0),
                                "disturbed_rounds": [i for i, d in enumerate(disturbed) if d],
+                               "foreign_cores": {k.label(): v for k, v in foreign.items()},
                                "disturbed_left_out": dropped}
         base = rates[ref]
         for config in contenders:

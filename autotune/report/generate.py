@@ -88,7 +88,8 @@ def rounds_disturbed_text(rounds: Any) -> str | None:
     n, run = len(rounds["disturbed_rounds"]), rounds.get("rounds_run")
     text = f"{n} of the {run} side-by-side rounds ran while other processes used CPU: "
     if rounds.get("disturbed_left_out"):
-        return text + "they were left out (each configuration kept two quiet rounds or more)."
+        return text + (f"{'it was' if n == 1 else 'they were'} left out (each configuration kept two quiet rounds "
+                       "or more).")
     return text + "too few quiet rounds were left to leave them out, so the figures above include a busy machine's."
 
 
