@@ -525,3 +525,33 @@ def test_a_side_by_side_round_a_neighbour_disturbed_is_left_out_and_said() -> No
     assert "include a busy machine's" in (rounds_disturbed_text({**rounds, "disturbed_left_out": False}) or "")
     assert rounds_disturbed_text({**rounds, "disturbed_rounds": []}) is None and rounds_disturbed_text(None) is None
     assert quiet_rates({a: [(0, 1.0)]}, [False]) == ({a: [1.0]}, False)  # nothing disturbed: every round
+
+
+class _BusyScreenClient(_FakeClient):
+    """The static cache's first process at 4 sequences runs beside a busy neighbour (a tenth of its speed, and its
+    CPU window says so); its second, and every other point, is quiet."""
+
+    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
+        out = super().generate(recipe, config, c, **kw)
+        label = GenerateConfig.from_dict(config).label()
+        busy = c == 4 and label == "static/sdpa/fp32" and self.calls.count((label, 4)) == 1
+        if busy:
+            out["call_seconds"] = [10 * s for s in out["call_seconds"]]
+        out["load"] = {"foreign_cores": 0.95 if busy else 0.01}
+        return out
+
+
+def test_a_screen_timed_beside_a_busy_neighbour_is_measured_again() -> None:
+    """A screen picks what the rounds compare: the static cache's first process ran at a tenth of its speed beside
+    a neighbour, so it is measured once more in a fresh process, whose figure stands, and a note says so."""
+    client = _BusyScreenClient()
+    recipe = _recipe(concurrency=[4], cache=["dynamic", "static"], rounds=0)
+    search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
+                            limit=None, limit_source="none")
+    prog = search.run()
+    assert client.calls.count(("static/sdpa/fp32", 4)) == 2 and client.calls.count(("dynamic/sdpa/fp32", 4)) == 1
+    static = next(p for p in prog.points if p.config.label() == "static/sdpa/fp32" and p.concurrency == 4)
+    assert static.point is not None and static.point.tokens_per_s == pytest.approx(520.0)  # the quiet one
+    assert any("static/sdpa/fp32 at 4: its first process was timed while other processes used 0.95 cores (52 "
+               "tokens/s); measured again (520 tokens/s)" in n for n in prog.notes)
+    assert prog.pick is not None and prog.pick.config.cache == "static"
