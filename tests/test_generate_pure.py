@@ -483,17 +483,21 @@ def test_a_point_timed_beside_a_busy_process_says_so() -> None:
     assert md.count("busy machine: other processes used 0.93 cores") == 1
 
 
-class _BusyRoundClient(_FakeClient):
-    """The reference's third process at 4 sequences (its second side-by-side round) runs beside a busy neighbour:
-    ten times slower, and its CPU window says so; every other point is quiet."""
+class _BusyClient(_FakeClient):
+    """The ``nth`` process of ``label`` at 4 sequences runs beside a busy neighbour: ten times slower, and its CPU
+    window says so (``cores``); every other point is quiet."""
+
+    def __init__(self, label: str, nth: int, cores: float) -> None:
+        super().__init__()
+        self.label, self.nth, self.cores = label, nth, cores
 
     def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
         out = super().generate(recipe, config, c, **kw)
         label = GenerateConfig.from_dict(config).label()
-        busy = c == 4 and label == "dynamic/sdpa/fp32" and self.calls.count((label, 4)) == 3
+        busy = c == 4 and label == self.label and self.calls.count((label, 4)) == self.nth
         if busy:
             out["call_seconds"] = [10 * s for s in out["call_seconds"]]
-        out["load"] = {"foreign_cores": 0.9 if busy else 0.01}
+        out["load"] = {"foreign_cores": self.cores if busy else 0.01}
         return out
 
 
@@ -505,8 +509,9 @@ def test_a_side_by_side_round_a_neighbour_disturbed_is_left_out_and_said() -> No
     from autotune.report.generate import console_lines, markdown, rounds_disturbed_text
 
     recipe = _recipe(concurrency=[4], cache=["dynamic", "static"], rounds=3)
-    search = GenerateSearch(_BusyRoundClient(), recipe, on_point=lambda _p: None,  # type: ignore[arg-type]
-                            say=lambda _t: None, limit=None, limit_source="none")
+    # the reference's third process at 4 sequences: its second side-by-side round
+    search = GenerateSearch(_BusyClient("dynamic/sdpa/fp32", 3, 0.9), recipe,  # type: ignore[arg-type]
+                            on_point=lambda _p: None, say=lambda _t: None, limit=None, limit_source="none")
     prog = search.run()
     rounds = prog.rounds
     assert rounds is not None and rounds["rounds_run"] == 3
@@ -527,24 +532,10 @@ def test_a_side_by_side_round_a_neighbour_disturbed_is_left_out_and_said() -> No
     assert quiet_rates({a: [(0, 1.0)]}, [False]) == ({a: [1.0]}, False)  # nothing disturbed: every round
 
 
-class _BusyScreenClient(_FakeClient):
-    """The static cache's first process at 4 sequences runs beside a busy neighbour (a tenth of its speed, and its
-    CPU window says so); its second, and every other point, is quiet."""
-
-    def generate(self, recipe: Any, config: dict[str, Any], c: int, **kw: Any) -> dict[str, Any]:
-        out = super().generate(recipe, config, c, **kw)
-        label = GenerateConfig.from_dict(config).label()
-        busy = c == 4 and label == "static/sdpa/fp32" and self.calls.count((label, 4)) == 1
-        if busy:
-            out["call_seconds"] = [10 * s for s in out["call_seconds"]]
-        out["load"] = {"foreign_cores": 0.95 if busy else 0.01}
-        return out
-
-
 def test_a_screen_timed_beside_a_busy_neighbour_is_measured_again() -> None:
     """A screen picks what the rounds compare: the static cache's first process ran at a tenth of its speed beside
     a neighbour, so it is measured once more in a fresh process, whose figure stands, and a note says so."""
-    client = _BusyScreenClient()
+    client = _BusyClient("static/sdpa/fp32", 1, 0.95)  # the static cache's first process at 4 sequences
     recipe = _recipe(concurrency=[4], cache=["dynamic", "static"], rounds=0)
     search = GenerateSearch(client, recipe, on_point=lambda _p: None, say=lambda _t: None,  # type: ignore[arg-type]
                             limit=None, limit_source="none")
