@@ -79,6 +79,11 @@ class GenPoint:
     #: other processes' CPU, in cores, while the calls were timed (None: unknown, or an older worker)
     foreign_cores: float | None = None
 
+    @property
+    def disturbed(self) -> bool:
+        """Other processes used more than DISTURBED_CORES while its calls were timed (unknown: not disturbed)."""
+        return self.foreign_cores is not None and self.foreign_cores > DISTURBED_CORES
+
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "concurrency": self.concurrency, "status": "ok",
                 "ttft": self.ttft.to_dict(), "itl": self.itl.to_dict(),

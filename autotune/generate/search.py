@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.client import WorkerClient
-from autotune.core.contention import DISTURBED_CORES
 from autotune.core.recipe import GenerateSpec, Recipe
 from autotune.core.recipe.generate import bucket_length
 from autotune.errors import BatchSearchError
@@ -244,18 +243,16 @@ class GenerateSearch:
                 return
             self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''}")
             result = self.measure(config, c)
-            first_point = result.point if result.status == "ok" else None
-            busy = first_point.foreign_cores if first_point is not None else None
-            if first_point is not None and busy is not None and busy > DISTURBED_CORES \
-                    and self.left() - reserve >= predicted:
+            first = result.point if result.status == "ok" else None
+            if first is not None and first.disturbed and self.left() - reserve >= predicted:
                 # timed beside a busy neighbour: one more fresh process, whose figure stands if it ran
                 self.say(f"{config.label()} at {c} sequence{'s' if c > 1 else ''} again (other processes used "
-                         f"{busy:.2f} cores while it was timed)")
+                         f"{first.foreign_cores:.2f} cores while it was timed)")
                 again = self.measure(config, c)
                 if again.status == "ok" and again.point is not None:
                     prog.notes.append(f"{config.label()} at {c}: its first process was timed while other processes "
-                                      f"used {busy:.2f} cores ({first_point.tokens_per_s:,.0f} tokens/s); measured "
-                                      f"again ({again.point.tokens_per_s:,.0f} tokens/s), the second stands")
+                                      f"used {first.foreign_cores:.2f} cores ({first.tokens_per_s:,.0f} tokens/s); "
+                                      f"measured again ({again.point.tokens_per_s:,.0f} tokens/s), the second stands")
                     result = again
             if result.status == "failed":
                 broken[config] = f"failed at {c} sequence{'s' if c > 1 else ''}: {result.reason}"
@@ -369,7 +366,6 @@ class GenerateSearch:
         timed: dict[GenerateConfig, list[tuple[int, float]]] = {k: [] for k in contenders}  # (round, tokens/s)
         points: dict[GenerateConfig, list[GenPoint]] = {k: [] for k in contenders}
         disturbed: list[bool] = []  # per round: another process used CPU while one of its points was timed
-        foreign: dict[GenerateConfig, list[float | None]] = {k: [] for k in contenders}  # each point's, by round
         self.say(f"side-by-side rounds at {c} sequences: {', '.join(k.label() for k in contenders)}")
         for i in range(self.spec.rounds):
             hit = False
@@ -380,15 +376,14 @@ class GenerateSearch:
                 if r.status == "ok" and r.point is not None:
                     timed[config].append((i, r.point.tokens_per_s))
                     points[config].append(r.point)
-                    foreign[config].append(r.point.foreign_cores)
-                    hit = hit or (r.point.foreign_cores or 0.0) > DISTURBED_CORES
+                    hit = hit or r.point.disturbed
             disturbed.append(hit)
         rates, dropped = quiet_rates(timed, disturbed)
         out: dict[str, Any] = {"concurrency": c, "rounds": {k.label(): v for k, v in rates.items()},
                                "comparisons": [], "rounds_asked": self.spec.rounds,
                                "rounds_run": min((len(v) for v in timed.values()), default=0),
                                "disturbed_rounds": [i for i, d in enumerate(disturbed) if d],
-                               "foreign_cores": {k.label(): v for k, v in foreign.items()},
+                               "foreign_cores": {k.label(): [p.foreign_cores for p in v] for k, v in points.items()},
                                "disturbed_left_out": dropped}
         base = rates[ref]
         for config in contenders:
