@@ -266,6 +266,18 @@ def test_a_max_rate_bounded_by_too_few_requests_is_called_a_floor(served: dict[s
     assert "412 requests/s (CI 398-425)" in (serving_sentence(served) or "")
 
 
+def test_a_rate_never_held_says_so_where_the_rate_is(served: dict[str, Any]) -> None:
+    """LayoutLM's pick (session 45) was never held, and its sentence read like a held one's, the "not held" only in
+    the notes; tritonclient then saw p99 57 ms at 90% of its rate on a 40-ms SLO. A report without the field
+    (written before holds) says nothing of it."""
+    assert "not held" not in (serving_sentence(served) or "")
+    served["serving"]["recommendation"]["held_s"] = None
+    assert "412 requests/s (CI 398-425), not held on a fresh server (see the notes), within p99 <= 40 ms" in (
+        serving_sentence(served) or "")
+    del served["serving"]["recommendation"]["held_s"]
+    assert "not held" not in (serving_sentence(served) or "")
+
+
 def test_an_interrupted_stage_and_another_variant_are_said(served: dict[str, Any]) -> None:
     served["serving"]["interrupted"] = True
     served["serving"]["recommendation"].update(variant="frozen", environment="jemalloc")

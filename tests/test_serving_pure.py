@@ -466,6 +466,11 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
     # over the SLO on its estimate: no second chunk at that rate
     tried, pick, _ = hold([(400, 40), (403, 0)])
     assert tried == [8.0, 7.2]
+    # the last try pools too: two failures, then an undecided third decided by 10 s more (LayoutLM's third hold read
+    # p99 24.5 ms on a 40-ms SLO, interval to 40.9, cut to one chunk, and nothing held, session 45)
+    tried, pick, search = hold([(400, 40), (400, 40), (400, 3), (401, 0)])
+    assert tried == pytest.approx([8.0, 7.2, 6.48, 6.48]) and pick.max_rate == pytest.approx(6.48)
+    assert pick.holds[-1].passed and pick.holds[-1].seconds == 2 * SUSTAIN_SECONDS and len(pick.holds) == 3
 
 
 def test_configurations_never_held_are_ranked_as_the_holds_showed_the_bisections_hold(tmp_path: Path) -> None:
@@ -491,8 +496,10 @@ def test_configurations_never_held_are_ranked_as_the_holds_showed_the_bisections
     naive = measured(452.0, [], "naive")
     search.measured += [first, second, naive]
     assert naive.max_rate > second.max_rate  # on their own numbers the unheld naive server leads
-    assert search.hold_discount() == pytest.approx(np.median([366.5 / 509.0, 448.0 / 463.0]))
-    assert search._choose() is second  # 417 (a short pass under its failed holds) against 452 x 0.84 = 382
+    # what the holds left: the highest short pass below each one's failed holds (356.3 of 509, 416.7 of 463)
+    assert (first.max_rate, second.max_rate) == (pytest.approx(509.0 * 0.7), pytest.approx(463.0 * 0.9))
+    assert search.hold_discount() == pytest.approx(np.median([0.7, 0.9]))
+    assert search._choose() is second  # 417 (a short pass under its failed holds) against 452 x 0.80 = 362
     # before any hold, the bisections alone rank them
     fresh = _slow_search(tmp_path)
     fresh.measured += [measured(509.0, [], "search"), measured(452.0, [], "naive")]
@@ -501,6 +508,16 @@ def test_configurations_never_held_are_ranked_as_the_holds_showed_the_bisections
     held = _slow_search(tmp_path)
     held.measured += [measured(300.0, [(300.0, True)], "search"), measured(310.0, [], "naive")]
     assert held.hold_discount() == 1.0 and held._choose() is held.measured[1]
+    # LayoutLM (session 45): the pick's first hold failed at its bisected 379.5, leaving 291.9; the failed rate
+    # itself read as "1.0 of the bisection held", and a configuration bisected to 337.8 and never held outranked it
+    once = _slow_search(tmp_path)
+    failed = measured(379.5, [(379.5, False)], "search")
+    failed.points[:3] = [_few(224.6, 400, 0), _few(291.9, 401, 0), _few(379.5, 402, 0)]
+    failed.max_rate, failed.max_rate_ci = max_rate_of(failed.points)
+    loop = measured(337.8, [], "batch-loop")
+    once.measured += [failed, loop]
+    assert failed.max_rate == pytest.approx(291.9)
+    assert once.hold_discount() == pytest.approx(291.9 / 379.5) and once._choose() is failed
 
 
 def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_sample(tmp_path: Path) -> None:
@@ -692,8 +709,9 @@ def test_an_undecided_hold_with_no_pass_below_it_leaves_the_rate_not_held_rather
         search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
         return tried, pick, search
 
-    tried, pick, search = run([(400, 3), (400, 3), (400, 3)])  # undecided, pooled undecided, 10% down undecided
-    assert tried == [25.5, 25.5, 22.95] and pick.held is False
+    # undecided, pooled undecided, 10% down undecided, pooled (the last try pools too) undecided
+    tried, pick, search = run([(400, 3), (400, 3), (400, 3), (400, 3)])
+    assert tried == [25.5, 25.5, 22.95, 22.95] and pick.held is False
     assert pick.max_rate == pytest.approx(22.95) and pick.max_rate_ci[1] == pytest.approx(25.5)  # up to the hold above
     assert "its max rate is now still 25.5, not held" in " ".join(search.notes)
     section = search._section("ok", None, 30.0)
