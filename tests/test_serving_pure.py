@@ -518,6 +518,16 @@ def test_configurations_never_held_are_ranked_as_the_holds_showed_the_bisections
     once.measured += [failed, loop]
     assert failed.max_rate == pytest.approx(291.9)
     assert once.hold_discount() == pytest.approx(291.9 / 379.5) and once._choose() is failed
+    # holds that failed below every short pass leave nothing: the lowest failed rate bounds the ratio, not 0 (which
+    # ranked every configuration never held at 0, the list's order choosing among them)
+    none = _slow_search(tmp_path)
+    naive = measured(555.7, [(555.7, False), (444.6, False), (400.1, False)], "naive")
+    naive.points[:3] = [_few(487.4, 400, 0), _few(500.0, 401, 0), _few(555.7, 402, 0)]
+    naive.max_rate, naive.max_rate_ci = max_rate_of(naive.points)
+    low, high = measured(406.7, [], "search"), measured(424.6, [], "search")
+    none.measured += [naive, low, high]
+    assert naive.max_rate == 0.0 and none.hold_discount() == pytest.approx(400.1 / 555.7)
+    assert none._choose() is high
 
 
 def test_why_batching_did_not_pay_names_the_slo_when_a_batch_is_cheaper_per_sample(tmp_path: Path) -> None:
