@@ -1,8 +1,13 @@
-"""Causal LM families nobody here wrote, built from their configs (random weights, a few thin layers), for
-``generate()`` recipes (benchmarks/recipes/bloom_generate.toml, falcon_generate.toml; session 44)."""
+"""Model families nobody here wrote, built from their configs (random weights, a few thin layers): causal LMs for
+``generate()`` recipes (bloom_generate.toml, falcon_generate.toml; session 44), and a document model, a forecaster
+and an optical-flow model for runs with serving (layoutlm_serving.toml, patchtst_serving.toml, raft.toml; session
+45)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import torch
 from torch import nn
 
 
@@ -23,3 +28,64 @@ def falcon_lm(vocab_size: int = 32000, hidden: int = 128, layers: int = 2, heads
                           num_attention_heads=heads, num_kv_heads=kv_heads, new_decoder_architecture=True,
                           parallel_attn=True, bias=False, alibi=False)
     return FalconForCausalLM(config).eval()
+
+
+def layoutlm(vocab_size: int = 30522, hidden: int = 128, layers: int = 2, heads: int = 2) -> nn.Module:
+    """LayoutLM: each token comes with its box (``bbox``, [batch, tokens, 4]), whose heights and widths index
+    embeddings, so random integers are not valid inputs (a box with y1 < y0 is an index error): see
+    :func:`layout_batches`."""
+    from transformers import LayoutLMConfig, LayoutLMForSequenceClassification
+
+    config = LayoutLMConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=heads, intermediate_size=4 * hidden, num_labels=3)
+    return LayoutLMForSequenceClassification(config).eval()
+
+
+def layout_batches(batch_size: int, seq_min: int = 16, seq_max: int = 96, batches: int = 12, seed: int = 0,
+                   vocab_size: int = 30522) -> Iterator[dict[str, torch.Tensor]]:
+    """Documents of ``seq_min``-``seq_max`` words, each with its box (x0 < x1, y0 < y1 within [0, 1000]), padded per
+    batch to its longest document (ids, boxes and mask 0 on the padding)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for _ in range(batches):
+        lengths = rng.integers(seq_min, seq_max + 1, batch_size)
+        width = int(lengths.max())
+        ids = torch.zeros((batch_size, width), dtype=torch.int64)
+        bbox = torch.zeros((batch_size, width, 4), dtype=torch.int64)
+        mask = torch.zeros((batch_size, width), dtype=torch.int64)
+        for row, n in enumerate(lengths):
+            ids[row, :n] = torch.from_numpy(rng.integers(1000, vocab_size, n))
+            x0, y0 = rng.integers(0, 900, n), rng.integers(0, 950, n)
+            box = np.stack([x0, y0, x0 + rng.integers(5, 100, n), y0 + rng.integers(5, 50, n)], axis=1)
+            bbox[row, :n] = torch.from_numpy(box)
+            mask[row, :n] = 1
+        yield {"input_ids": ids, "bbox": bbox, "attention_mask": mask}
+
+
+def patchtst(context: int = 96, channels: int = 3, horizon: int = 24) -> nn.Module:
+    """PatchTST forecasting: ``past_values`` [batch, context, channels] in, a ModelOutput of the forecast and the
+    scaler's ``loc`` and ``scale`` ([batch, 1, channels]) out."""
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    config = PatchTSTConfig(num_input_channels=channels, context_length=context, prediction_length=horizon,
+                            patch_length=12, patch_stride=12, d_model=64, num_attention_heads=4, num_hidden_layers=2,
+                            ffn_dim=128)
+    return PatchTSTForPrediction(config).eval()
+
+
+class _Raft(nn.Module):
+    def __init__(self, num_flow_updates: int) -> None:
+        super().__init__()
+        from torchvision.models.optical_flow import raft_small
+
+        self.raft = raft_small(weights=None)
+        self.num_flow_updates = num_flow_updates
+
+    def forward(self, image1: torch.Tensor, image2: torch.Tensor) -> list[torch.Tensor]:
+        return self.raft(image1, image2, num_flow_updates=self.num_flow_updates)
+
+
+def raft(num_flow_updates: int = 4) -> nn.Module:
+    """torchvision's RAFT (small): two images in, a list of flow fields out (one per update), ~150 ms a pair."""
+    return _Raft(num_flow_updates).eval()
