@@ -272,8 +272,13 @@ def test_a_rate_never_held_says_so_where_the_rate_is(served: dict[str, Any]) -> 
     (written before holds) says nothing of it."""
     assert "not held" not in (serving_sentence(served) or "")
     served["serving"]["recommendation"]["held_s"] = None
-    assert "412 requests/s (CI 398-425), not held on a fresh server (see the notes), within p99 <= 40 ms" in (
+    assert "412 requests/s (CI 398-425; not held on a fresh server: see the notes) within p99 <= 40 ms" in (
         serving_sentence(served) or "")
+    served["serving"]["rate_target"] = 300.0  # the rate-target sentence, the same words
+    assert "it sustains up to 412 requests/s (CI 398-425; not held on a fresh server: see the notes); p50" in (
+        serving_sentence(served) or "")
+    served["serving"]["recommendation"]["max_rate_ci"] = None
+    assert "up to 412 requests/s (not held on a fresh server: see the notes); p50" in (serving_sentence(served) or "")
     del served["serving"]["recommendation"]["held_s"]
     assert "not held" not in (serving_sentence(served) or "")
 

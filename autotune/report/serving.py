@@ -114,7 +114,8 @@ def serving_sentence(doc: Mapping[str, Any]) -> str | None:
     if "held_s" in rec and rec["held_s"] is None and not section.get("interrupted"):
         # said where the rate is, not only in the notes: an unheld rate rests on 2-8-s points, and LayoutLM's
         # (337.8 requests/s, never held) missed its SLO under tritonclient at 90% of it (session 45)
-        rate += ", not held on a fresh server (see the notes),"
+        unheld = "not held on a fresh server: see the notes"
+        rate = f"{rate[:-1]}; {unheld})" if rate.endswith(")") else f"{rate} ({unheld})"
     latency = f"p50 {_ms(rec.get('p50_ms'))} ms, p99 {_ms(rec.get('p99_ms'))} ms at that rate"
     target = section.get("rate_target")
     if is_number(target):
