@@ -726,6 +726,8 @@ def test_an_undecided_hold_with_no_pass_below_it_leaves_the_rate_not_held_rather
     assert "its max rate is now still 25.5, not held" in " ".join(search.notes)
     section = search._section("ok", None, 30.0)
     assert section["status"] == "ok" and section["recommendation"]["max_rate"] == pytest.approx(22.95)
+    # its percentiles are the undecided hold's at that rate, not blanks (LayoutLM's "p50 - ms, p99 - ms", session 45)
+    assert section["recommendation"]["p99_ms"] == pytest.approx(pick.holds[-1].p99_ms, abs=1e-3)
     assert "did not hold for 10 s on a fresh server" in " ".join(section["notes"])
     tried, pick, search = run([(400, 3), (400, 3), (400, 40)])  # then a clear failure below the short pass
     assert tried == [25.5, 25.5, 22.95] and pick.max_rate == 0.0
