@@ -395,7 +395,8 @@ class ServingSection(_ServingStatus, total=False):
     knobs: list[ServingKnob]
     seconds: float
     share_of_run: float | None
-    hold_discount: float  # the median held / bisected max rate over the configurations held (1.0: none held)
+    hold_discount: float  # the median (max rate the holds left) / bisected max rate over the configurations held
+    # (1.0: none held)
     calls: ServingCalls
     server: ServingServer
     files: list[str]
