@@ -39,6 +39,13 @@ DISTURBED_CORES = 0.1
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def busy(foreign_cores: object) -> bool:
+    """Whether a window's foreign CPU (cores' worth, as a CpuLoad or a report holds it) marks it disturbed: a number
+    above DISTURBED_CORES. Unknown (None) or not a number (a hand-edited report's ``true``): not disturbed."""
+    return (isinstance(foreign_cores, int | float) and not isinstance(foreign_cores, bool)
+            and foreign_cores > DISTURBED_CORES)
+
+
 def machine_busy_seconds() -> float | None:
     """Busy CPU seconds of all cores since boot (user+nice+system+irq+softirq+steal), or None."""
     try:
@@ -70,8 +77,7 @@ class CpuLoad:
 
     @property
     def disturbed(self) -> bool:
-        foreign = self.foreign_cores
-        return foreign is not None and foreign > DISTURBED_CORES
+        return busy(self.foreign_cores)
 
     def to_dict(self) -> dict[str, Any]:
         return {"wall_seconds": self.wall_seconds, "own_cpu_seconds": self.own_cpu_seconds,

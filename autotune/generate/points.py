@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.core.contention import DISTURBED_CORES
+from autotune.core.contention import busy
 from autotune.core.stats import bootstrap_percentiles, replicate_interval
 from autotune.core.warmup import analyze
 
@@ -81,8 +81,9 @@ class GenPoint:
 
     @property
     def disturbed(self) -> bool:
-        """Other processes used more than DISTURBED_CORES while its calls were timed (unknown: not disturbed)."""
-        return self.foreign_cores is not None and self.foreign_cores > DISTURBED_CORES
+        """Other processes used more than contention.DISTURBED_CORES while its calls were timed (unknown: not
+        disturbed)."""
+        return busy(self.foreign_cores)
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "concurrency": self.concurrency, "status": "ok",
@@ -136,7 +137,7 @@ def point_from(config: str, concurrency: int, raw: Mapping[str, Any], *, seed: i
     load = raw.get("load")
     foreign = load.get("foreign_cores") if isinstance(load, Mapping) else None
     foreign = float(foreign) if isinstance(foreign, int | float) and not isinstance(foreign, bool) else None
-    if foreign is not None and foreign > DISTURBED_CORES:
+    if busy(foreign):
         notes.append(f"other processes used {foreign:.2f} cores while its calls were timed: a busy machine's figure")
     peak = raw.get("peak_memory_bytes")
     return GenPoint(

@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from autotune.core.contention import DISTURBED_CORES
+from autotune.core import contention
 from autotune.report.analysis import (
     budget_summary,
     constraints_text,
@@ -109,7 +109,7 @@ def _console(doc: Mapping[str, Any], top: int | None) -> str:
             note = f"too few samples ({too_few_samples(c)})"
         elif no_steady_state(c):
             note = "no steady state"
-        if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
+        if contention.busy(c.get("foreign_cores")):
             note = (note + "; " if note else "") + f"busy machine ({c['foreign_cores']:.1f} core)"
         recompiles = (traffic_of(c) or {}).get("recompiles")
         if is_int(recompiles) and recompiles > 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.core.contention import DISTURBED_CORES
+from autotune.core.contention import busy
 from autotune.report.plots import _mark_recommended, _png
 
 GENERATE_PLOT = "generate.png"
@@ -149,7 +149,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
     for p in section.get("points") or []:
         status = p.get("status", "?") + (f": {p['reason']}" if p.get("reason") else "")
         foreign = p.get("foreign_cores")
-        if isinstance(foreign, int | float) and not isinstance(foreign, bool) and foreign > DISTURBED_CORES:
+        if busy(foreign):
             status += f" (busy machine: other processes used {foreign:.2f} cores)"
         first = p.get("first_call_seconds")
         out.append(f"| {p.get('config')} | {p.get('concurrency')} | {_rate(p)} | {_q(p.get('ttft'))} | "

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.core.contention import DISTURBED_CORES
+from autotune.core.contention import busy
 from autotune.core.variant_names import VariantSpec
 from autotune.errors import InputError
 from autotune.report.analysis import constraints_text, is_feasible, rank, same_candidate
@@ -132,7 +132,7 @@ def candidate_rows(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]], 
         notes += [f"violates: {v}" for v in c.get("violations") or []]
         if is_int(c.get("recompiles")) and c["recompiles"] > 0:
             notes.append(f"{c['recompiles']} recompile(s)")
-        if is_number(c.get("foreign_cores")) and c["foreign_cores"] > DISTURBED_CORES:
+        if busy(c.get("foreign_cores")):
             notes.append(f"other processes used {c['foreign_cores']:.1f} core(s) while it was measured")
         if bimodal_note(c):
             notes.append(str(bimodal_note(c)))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from autotune.candidate import pessimistic_score
-from autotune.core.contention import DISTURBED_CORES
+from autotune.core.contention import busy
 from autotune.core.process_env import environment_of_variant
 from autotune.core.warmup import DEFAULT_MARGIN  # one margin: steady-state levels and showdown ties
 from autotune.showdown.verdict import undecided_keys
@@ -144,8 +144,7 @@ def select_finalists(rows: Sequence[Mapping[str, Any]], *, objective: str, laten
         return float(ci[1]) >= float(lead_ci[0])
 
     def disturbed(row: Mapping[str, Any]) -> bool:  # its one window was shared with a neighbour: unjudged
-        foreign = row.get("foreign_cores")
-        return foreign is not None and float(foreign) > DISTURBED_CORES
+        return busy(row.get("foreign_cores"))
 
     out = [r for i, r in enumerate(ranked) if i < min_finalists or reaches(r) or disturbed(r)]
     return out[:max_finalists]
