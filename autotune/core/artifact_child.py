@@ -129,9 +129,9 @@ CONTENTION = ("import os, time\nfrom dataclasses import dataclass\nfrom typing i
               f"PROC_STAT = {contention.PROC_STAT!r}\nPROC = {contention.PROC!r}\n"
               f"CONSUMER_CORES = {contention.CONSUMER_CORES!r}\nDISTURBED_CORES = {contention.DISTURBED_CORES!r}\n"
               '_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100\n'
-              + "".join(inspect.getsource(f) for f in (contention.machine_busy_seconds, contention.CpuLoad,
-                                                       contention.CpuWindow, contention.process_ticks,
-                                                       contention.top_consumers)))
+              + "".join(inspect.getsource(f) for f in (contention.busy, contention.machine_busy_seconds,
+                                                       contention.CpuLoad, contention.CpuWindow,
+                                                       contention.process_ticks, contention.top_consumers)))
 
 #: The plain process: the artifact's loader and, for a ``[data]`` recipe, the traffic saved beside it; never
 #: autotune, and no code but the loader's.
