@@ -280,6 +280,91 @@ def test_an_overloaded_first_point_sends_the_next_under_what_the_server_answered
     assert 100.0 / 1.10 <= got.max_rate <= 100.0 * 1.02
 
 
+def test_a_bisection_goes_on_from_the_points_of_an_earlier_one() -> None:
+    """A bisection resumed with an earlier one's points (three failures, the last at 35.0) takes its next step from
+    them (35.0 x 0.7), not from ``start``, and its outcome counts every point; one whose points already bracket the
+    knee within the tolerance measures nothing more."""
+    earlier = [_fake_point(r, 8.0, knee=10.0) for r in (73.0, 51.0, 35.0)]
+    assert not any(p.passed for p in earlier)
+    rates: list[float] = []
+
+    def measure(rate: float, seconds: float) -> LoadPoint:
+        rates.append(rate)
+        return _fake_point(rate, seconds, knee=10.0)
+
+    got = find_max_rate(measure, start=999.0, deadline=time.monotonic() + 60, max_points=8, prior=earlier)
+    assert rates[0] == pytest.approx(35.0 * 0.7)
+    assert got.points[:3] == tuple(earlier) and len(got.points) == 3 + len(rates)
+    assert 10.0 / 1.10 <= got.max_rate <= 10.0 * 1.02
+    rates.clear()
+    again = find_max_rate(measure, start=999.0, deadline=time.monotonic() + 60, prior=got.points)
+    assert rates == [] and again.max_rate == got.max_rate and again.stopped_by == "converged"
+
+
+def test_where_nothing_passed_the_naive_bisection_goes_on_below_and_the_failure_says_how_far_off(
+        tmp_path: Path) -> None:
+    """A DETR (~95 ms a call) under p99 <= 150 ms: its naive server stopped at 3.6 requests/s, undecided, every
+    batched configuration predicted to miss the SLO, and the stage ended "Serving failed: no configuration met p99
+    <= 150 ms at any rate tried" with 45 s of its budget unspent (session 46). Where the budget has room, the naive
+    server's bisection goes on below its lowest rate (here scripted; the real one in BENCHMARKS); where it has none,
+    or a rate passed, it does not; and the failure says what the lowest rate read and what one call takes."""
+    from autotune.serving.processes import Calibration
+
+    spec = SimpleNamespace(slo_ms=150.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=150.0)
+    target = Target(artifact=tmp_path, variant="trace", environment="glibc", batch_size=4, threads=1,
+                    model_name="detr", input_names=("pixel_values", "pixel_mask"))
+    def pt(rate: float, n: int, over: int) -> LoadPoint:
+        """``n`` requests at 90-110 ms, ``over`` of them at 200 ms (over the SLO)."""
+        lat = np.random.default_rng(n).uniform(90.0, 110.0, n)
+        lat[n - over:] = 200.0
+        res = SimpleNamespace(latencies_ms=lat, sent=n, ok=n, failed=0, timed_out=0, dropped=0, achieved_rate=rate)
+        return point_from(res, rate=rate, seconds=8.0, slo_ms=150.0, percentile=99.0)
+
+    failed = [pt(r, n, over) for r, n, over in ((7.34, 57, 20), (5.14, 38, 8), (3.60, 27, 2))]
+    assert not any(p.passed for p in failed) and pt(2.5, 20, 0).passed
+
+    def search_with(points: list[LoadPoint]) -> tuple[ServingSearch, Measured, list[tuple[float, float]]]:
+        search = ServingSearch(spec, target, cores=1)
+        search.start_s = 3.0
+        naive = _bisected(points)
+        search.measured.append(naive)
+        resumed: list[tuple[float, float]] = []
+
+        def bisect(config: ServingConfig, role: str, start: float, until: float, server: object = None, *,
+                   hold: bool = False, resume: Measured | None = None) -> Measured | None:
+            resumed.append((start, until))
+            return resume
+
+        search._bisect = bisect  # type: ignore[method-assign,assignment]
+        return search, naive, resumed
+
+    search, naive, resumed = search_with(failed)
+    deadline = time.monotonic() + 45.0
+    search._rescue(naive, deadline)
+    assert len(resumed) == 1 and resumed[0][0] == pytest.approx(3.60 * 0.7)
+    assert resumed[0][1] == pytest.approx(deadline - search._hold_need())  # room kept for a hold of what passes
+    assert "went on below 3.60 requests/s" in " ".join(search.notes)
+    search, naive, resumed = search_with(failed)
+    search._rescue(naive, time.monotonic() + 12.0)  # no room for a fresh server, a point and a hold
+    assert resumed == [] and search.notes == []
+    search, naive, resumed = search_with([*failed, pt(2.5, 20, 0)])
+    search._rescue(naive, deadline)  # a rate passed: nothing to rescue
+    assert resumed == []
+
+    search, naive, _ = search_with(failed)
+    search.request_rows = 1
+    search.calibrations[(1, 1)] = Calibration(1, 1, {1: 0.0954, 2: 0.1425, 4: 0.2865}, {1: 1.04, 2: 1.22, 4: 1.03},
+                                              7.3)
+    section = search._section("ok", None, 104.6)
+    assert section["status"] == "failed"
+    low = failed[-1]
+    assert section["reason"] == (
+        f"no configuration met p99 <= 150 ms at any rate tried: the lowest, 3.60 requests/s (1x1 thr, batch<=1, "
+        f"delay 0 ms), read p99 {low.pct_ms:.0f} ms (CI {low.pct_ci_ms[0]:.0f}-{low.pct_ci_ms[1]:.0f}); a call of "
+        "1 request row(s) alone takes 95 ms")
+
+
 def test_the_next_bisection_starts_where_the_batched_ones_confirmed_so_far_landed(tmp_path: Path) -> None:
     """The simulation predicted 908 and 854 requests/s for two batched configurations that served 479 and 518:
     a third starts at its prediction times their median ratio (bounded), batch 1 at its own prediction."""

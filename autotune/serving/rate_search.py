@@ -168,40 +168,51 @@ def max_rate_of(points: Sequence[LoadPoint]) -> tuple[float, tuple[float, float]
     return best, (best, bound_above(points, best))
 
 
+def next_rate(points: Sequence[LoadPoint], rate: float, *, floor: float = 0.5,
+              tolerance: float = 0.06) -> float | None:
+    """The bisection's next rate after ``points`` (the last measured at ``rate``); None when it is done: the
+    bracket is within ``tolerance``, or nothing passed down to ``floor``."""
+    lo = max((p.rate for p in points if p.passed), default=None)
+    fails = [p.rate for p in points if not p.passed]
+    hi = min(fails) if fails else None
+    if lo is not None and hi is not None and lo >= hi:  # a pass above a fail: noise; trust the fail
+        lo = max((p.rate for p in points if p.passed and p.rate < hi), default=None)
+    if hi is None:
+        return rate * 1.3
+    if lo is None:
+        if rate <= floor:
+            return None
+        # overloaded, the server still answered at its capacity (or below it, its queue draining after the
+        # schedule ended): start under that rather than stepping down 30% at a time from far above
+        served = points[-1].achieved_rate
+        return max(floor, min(rate * 0.7, 0.9 * served) if 0 < served < 0.8 * rate else rate * 0.7)
+    if hi / lo <= 1.0 + tolerance:
+        return None
+    return math.sqrt(lo * hi)
+
+
 def find_max_rate(measure: Callable[[float, float], LoadPoint], *, start: float, deadline: float,
-                  tolerance: float = 0.06, max_points: int = 8, floor: float = 0.5) -> RateOutcome:
+                  tolerance: float = 0.06, max_points: int = 8, floor: float = 0.5,
+                  prior: Sequence[LoadPoint] = ()) -> RateOutcome:
     """Bisect the rate with ``measure(rate, seconds) -> LoadPoint`` until the bracket is within ``tolerance``,
-    ``max_points`` were measured, or the next point would end after ``deadline`` (``time.monotonic()``)."""
-    points: list[LoadPoint] = []
-    rate = max(start, floor)
+    ``max_points`` were measured, or the next point would end after ``deadline`` (``time.monotonic()``).
+
+    With ``prior`` points (an earlier bisection of the same configuration, in the order measured), it goes on from
+    where they left it (:func:`next_rate`), ``start`` unused, and its outcome counts them too."""
+    points: list[LoadPoint] = list(prior)
     stopped_by = "converged"
-    while True:
+    nxt = next_rate(points, points[-1].rate, floor=floor, tolerance=tolerance) if points else max(start, floor)
+    while nxt is not None:
+        rate = nxt
         seconds = point_seconds(rate)
-        if len(points) >= max_points:
+        if len(points) - len(prior) >= max_points:
             stopped_by = "points"
             break
-        if points and time.monotonic() + seconds + 1.0 > deadline:
+        if len(points) > len(prior) and time.monotonic() + seconds + 1.0 > deadline:
             stopped_by = "time"
             break
         points.append(measure(rate, seconds))
-        lo = max((p.rate for p in points if p.passed), default=None)
-        fails = [p.rate for p in points if not p.passed]
-        hi = min(fails) if fails else None
-        if lo is not None and hi is not None and lo >= hi:  # a pass above a fail: noise; trust the fail
-            lo = max((p.rate for p in points if p.passed and p.rate < hi), default=None)
-        if hi is None:
-            rate *= 1.3
-        elif lo is None:
-            if rate <= floor:
-                break
-            # overloaded, the server still answered at its capacity (or below it, its queue draining after
-            # the schedule ended): start under that rather than stepping down 30% at a time from far above
-            served = points[-1].achieved_rate
-            rate = max(floor, min(rate * 0.7, 0.9 * served) if 0 < served < 0.8 * rate else rate * 0.7)
-        elif hi / lo <= 1.0 + tolerance:
-            break
-        else:
-            rate = math.sqrt(lo * hi)
+        nxt = next_rate(points, rate, floor=floor, tolerance=tolerance)
     best, ci = max_rate_of(points)
     return RateOutcome(best, ci, tuple(points), stopped_by)
 
@@ -210,5 +221,5 @@ def as_dicts(points: Sequence[LoadPoint]) -> list[dict[str, Any]]:
     return [p.to_dict() for p in points]
 
 
-__all__ = ["LoadPoint", "RateOutcome", "as_dicts", "bound_above", "find_max_rate", "max_rate_of", "point_from",
-           "point_seconds", "requests_to_bound", "short_bound"]
+__all__ = ["LoadPoint", "RateOutcome", "as_dicts", "bound_above", "find_max_rate", "max_rate_of", "next_rate",
+           "point_from", "point_seconds", "requests_to_bound", "short_bound"]

@@ -15,8 +15,10 @@ Pipeline (each step's time counted against ``serving.time_budget_s``)::
     each baseline's hold = its max rate for SUSTAIN_SECONDS on its own server, once, where its share has the room
                 (the pick's is held too: a ratio of a held rate to an unheld one flatters the baseline)
     each bisection's share of the budget: what is left after calibration, less the curve's reserve, over the
-                bisections planned (the naive one, up to `confirm` others the grid holds, the batch loop):
-                a grid of one configuration gives its one bisection the whole budget
+                bisections planned (the naive one, up to `confirm` others the simulation does not prune, the batch
+                loop): a grid of one configuration gives its one bisection the whole budget
+    rescue    = where nothing passed at any rate tried: the naive server's bisection goes on below its lowest
+                rate on a fresh server, while the budget has room for it and a hold
     the pick  = the highest confirmed max rate (with serving.rate: the fewest cores that serve it)
     its hold  = its max rate for SUSTAIN_SECONDS on a fresh server (lowered until it holds)
     its curve = p50/p99 at 50%, 80%, 90% and 100% (the hold) of its max rate
@@ -46,6 +48,7 @@ from autotune.serving.rate_search import (
     bound_above,
     find_max_rate,
     max_rate_of,
+    next_rate,
     point_from,
     point_seconds,
     requests_to_bound,
@@ -447,8 +450,12 @@ class ServingSearch:
         return point
 
     def _bisect(self, config: ServingConfig, role: str, start: float, deadline: float,
-                server: ServerProcess | None = None, *, hold: bool = False) -> Measured:
-        self.say(f"{role}: {config.label()} (predicted {start:.0f} req/s)")
+                server: ServerProcess | None = None, *, hold: bool = False, resume: Measured | None = None) -> Measured:
+        """``config``'s max rate bisected from ``start`` until ``deadline``, on ``server`` or a fresh one; with
+        ``resume`` (a configuration measured before), its bisection goes on from its points, ``start`` the next."""
+        self.say(f"{role}: {config.label()} (" + (f"on below {min(p.rate for p in resume.points):.2f} req/s, from "
+                                                   f"{start:.2f}" if resume is not None and resume.points else
+                                                   f"predicted {start:.0f} req/s") + ")")
 
         def run(srv: ServerProcess) -> Measured:
             if self._closed:  # the clients set the rate: one point, at their concurrency
@@ -457,8 +464,11 @@ class ServingSearch:
                 m = Measured(config, role, self.predicted.get(config), best, (best, best), [point], "closed")
                 self.measured.append(m)
                 return m
-            m = Measured(config, role, self.predicted.get(config), 0.0, (0.0, 0.0), [], "running")
-            self.measured.append(m)  # kept, with the points so far, whatever interrupts the bisection
+            prior = tuple(resume.points) if resume is not None else ()
+            m = resume if resume is not None else \
+                Measured(config, role, self.predicted.get(config), 0.0, (0.0, 0.0), [], "running")
+            if resume is None:
+                self.measured.append(m)  # kept, with the points so far, whatever interrupts the bisection
 
             def measure(rate: float, seconds: float) -> LoadPoint:
                 point = self._point(srv, rate, seconds)
@@ -467,7 +477,8 @@ class ServingSearch:
                 return point
 
             try:
-                got = find_max_rate(measure, start=start, deadline=deadline, floor=max(0.5, start * 0.05))
+                got = find_max_rate(measure, start=start, deadline=deadline, prior=prior,
+                                    floor=max(0.5, (prior[0].rate if prior else start) * 0.05))
             except KeyboardInterrupt:
                 m.stopped_by = "interrupted"
                 raise
@@ -482,6 +493,27 @@ class ServingSearch:
         with self._server(config) as srv:
             self._warm(srv, start)
             return run(srv)
+
+    def _rescue(self, naive: Measured, deadline: float) -> None:
+        """No configuration passed at any rate tried: the naive server's bisection goes on below its lowest rate, on a
+        fresh server, while the stage's budget has room for that and for a hold of what passes.
+
+        Why: a bisection starts where the simulation (or the batch-1 call) puts it and steps down 30% a point, so a
+        slow model's few 8-s points can all lie above the rates that serve. A DETR (transformers, ~95 ms a call) under
+        p99 <= 150 ms: its naive server stopped at 3.6 requests/s, undecided (p99 169 ms, CI 128-172), and the report
+        said "Serving failed" with 45 s of the stage's budget unspent (session 46)."""
+        if not naive.points or naive.max_rate > 0:
+            return
+        floor = max(0.5, naive.points[0].rate * 0.05)
+        rate = next_rate(naive.points, naive.points[-1].rate, floor=floor)
+        until = deadline - self._hold_need()
+        if rate is None or time.monotonic() + self.start_s + WARMUP_SECONDS + point_seconds(rate) + \
+                POINT_SLACK_S > until:
+            return
+        lowest = min(p.rate for p in naive.points)
+        self.notes.append(f"no configuration met the SLO at any rate tried, so the naive server's bisection went on "
+                          f"below {lowest:.2f} requests/s on a fresh server, with the serving budget left")
+        self._bisect(naive.config, naive.role, rate, until, resume=naive)
 
     def _hold_baseline(self, m: Measured, srv: ServerProcess, deadline: float) -> None:
         """A baseline's max rate held once for SUSTAIN_SECONDS on its own server, where its share of the budget has
@@ -757,9 +789,7 @@ class ServingSearch:
             naive = ServingConfig(1, self.cores, self.request_rows, 0.0)
             loop = self._batch_loop()
             others = [c for c in configs if c != naive]
-            n_runs = 1 + min(self.spec.confirm, len(others)) + int(loop != naive)  # the bisections planned
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
-            share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
             with self._server(naive) as srv:
                 self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
                 self.merge_requests_why, self.output_batch_dims = srv.merge_requests_why, srv.output_batch_dims
@@ -782,6 +812,13 @@ class ServingSearch:
                 self._warm(srv, self._start_rate(naive))
                 self._overhead(srv)
                 self._simulate([*configs, naive])
+                # the bisections planned: the naive one, the confirmations the simulation does not prune, the batch
+                # loop. (Counting every configuration the grid holds, a DETR whose every batched one was predicted to
+                # miss the SLO gave its naive server a quarter of the budget, three 8-s points, all above what it
+                # serves; the batch loop then took the pruned ones' shares, and 45 s were left unspent, session 46.)
+                promising = [c for c in others if self.predicted.get(c, 0.0) > 0]
+                n_runs = 1 + min(self.spec.confirm, len(promising)) + int(loop != naive)
+                share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
                 # the baseline every knob is judged against gets the points a bracket needs, its server already up
                 # (a 16-s share held two 8-s points of the quickstart's naive server, both failed: "0 requests/s")
                 naive_s = max(share, bracket_seconds(point_seconds(max(self._start_rate(naive), 0.5))) + 1.0)
@@ -815,6 +852,8 @@ class ServingSearch:
                 self._simulate([loop])
                 self._bisect(loop, "batch-loop", self._start_rate(loop),
                              time.monotonic() + min(share, deadline - time.monotonic() - 3), hold=True)
+            if self._choose() is None and not self._closed:
+                self._rescue(measured_naive, deadline)
             pick = self._choose()
             held: set[int] = set()
             # the pick must hold its max rate; one that does not is lowered, and may then lose its place to
@@ -1076,6 +1115,8 @@ class ServingSearch:
             if points and not any(p.ok for p in points):  # not slow: nothing was answered at all
                 said = next((e for p in points for e in p.errors), "no error message")
                 reason += f": no request was answered ({said})"
+            elif points:
+                reason += self._lowest_tried()
         self._did_knobs_help(pick)
         measured = {m.config for m in self.measured}
         pruned: list[dict[str, Any]] = [{"variant": t.variant, "environment": t.environment, "instances": c.instances,
@@ -1121,6 +1162,19 @@ class ServingSearch:
             "notes": self.notes,
             "interrupted": self.interrupted,
         }
+
+    def _lowest_tried(self) -> str:
+        """What the lowest rate tried read, and a request's call alone, for a stage where nothing passed: how far the
+        SLO lies from what the model does, where "no configuration met it" alone left a user nothing to act on."""
+        m, low = min(((m, p) for m in self.measured for p in m.points), key=lambda mp: mp[1].rate)
+        lo, hi = low.pct_ci_ms
+        text = (f": the lowest, {low.rate:.2f} requests/s ({m.config.label()}), read p{self.q:g} {low.pct_ms:.0f} ms "
+                f"(CI {lo:.0f}-{hi:.0f})")
+        cal = self.calibrations.get((1, self.cores)) or next(iter(self.calibrations.values()), None)
+        if cal is not None:
+            text += (f"; a call of {self.request_rows} request row(s) alone takes "
+                     f"{cal.service_s[min(cal.service_s)] * 1000:.0f} ms")
+        return text
 
     def _did_knobs_help(self, pick: Measured | None) -> None:
         """Say so when the search's knobs bought nothing over the naive server, and what the calibration says
