@@ -365,6 +365,38 @@ def test_where_nothing_passed_the_naive_bisection_goes_on_below_and_the_failure_
         "1 request row(s) alone takes 95 ms")
 
 
+def test_a_configuration_whose_wait_and_full_call_both_exceed_the_slo_is_not_measured(tmp_path: Path) -> None:
+    """A DETR's batch loop served as it is waited 193 ms for its batch of 4, whose call took 354 ms, under p99 <= 150
+    ms: every call's first request misses the SLO, a quarter of the requests or at least an eighth, at any rate. It
+    was bisected on three 8-s points all the same (session 46). Where the wait or the full call fits the SLO, or a
+    call holds so many requests that one in 2 x max batch is within the p99's 1%, it is measured."""
+    from autotune.serving.processes import Calibration
+
+    spec = SimpleNamespace(slo_ms=150.0, percentile="p99", arrivals="poisson", request_samples=1, rate=None,
+                           time_budget_s=150.0)
+    target = Target(artifact=tmp_path, variant="trace", environment="glibc", batch_size=4, threads=1,
+                    model_name="detr", input_names=("pixel_values", "pixel_mask"), call_seconds=0.1934)
+    search = ServingSearch(spec, target, cores=1)
+    search.request_rows = 1
+    search.calibrations[(1, 1)] = Calibration(1, 1, {1: 0.082, 2: 0.147, 4: 0.354, 64: 2.0},
+                                              {1: 1.09, 2: 1.15, 4: 1.02, 64: 1.0}, 7.9)
+    loop = search._batch_loop()
+    assert loop == ServingConfig(1, 1, 4, 193.4)
+    why = search._never_within_slo(loop)
+    assert why == ("each call's first request waits 193 ms for its batch, or runs in a full call of 4, which takes "
+                   "354 ms: both over the 150-ms SLO, so at least one request in 8 misses it at any rate, more than "
+                   "its p99 allows")
+    assert search._never_within_slo(ServingConfig(1, 1, 4, 10.0)) is None  # a short wait: small calls may fit
+    assert search._never_within_slo(ServingConfig(1, 1, 2, 193.4)) is None  # a full call of 2 fits (147 ms)
+    assert search._never_within_slo(ServingConfig(1, 1, 64, 193.4)) is None  # one in 128: within the p99's 1%
+    assert search._never_within_slo(ServingConfig(2, 1, 4, 193.4)) is None  # a layout not calibrated: measured
+    search.never_within[loop] = why
+    search.predicted[loop] = 0.0
+    search.measured.append(_bisected([_few(0.5, 20, 0)]))
+    row = next(c for c in search._section("ok", None, 150.0)["configs"] if c["max_delay_ms"] == 193.4)
+    assert row["role"] == "pruned" and row["pruned_reason"] == why and row["points"] == []
+
+
 def test_the_next_bisection_starts_where_the_batched_ones_confirmed_so_far_landed(tmp_path: Path) -> None:
     """The simulation predicted 908 and 854 requests/s for two batched configurations that served 479 and 518:
     a third starts at its prediction times their median ratio (bounded), batch 1 at its own prediction."""
