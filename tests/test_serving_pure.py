@@ -110,6 +110,29 @@ def test_service_model_interpolates_and_refuses_nonsense() -> None:
         ServiceModel((1,), (math.nan,))
 
 
+def test_each_calibrated_size_keeps_its_own_spread_in_the_simulation() -> None:
+    """A DETR's calibration read p90/p50 1.04 at batch 1 and 1.22 at batch 2, and the simulation gave every
+    configuration the largest, its naive server's calls of one image (max batch 1) too (session 46). A call of n
+    samples now takes the spread of the smallest calibrated size that holds it; with one spread at every size the
+    draws, and so every prediction, are as before."""
+    one = ServiceModel((1, 2, 4), (0.0954, 0.1425, 0.2865), spreads=(0.0, 0.5, 0.1))
+    assert [one.sigma(n) for n in (1, 2, 3, 4, 9)] == [0.0, 0.5, 0.1, 0.1, 0.1]
+    assert ServiceModel((1, 2), (0.01, 0.02), spread=0.3).sigma(2) == 0.3  # no per-size spreads: the one spread
+    flat = ServiceModel((1, 2), (0.01, 0.02), spread=0.3)
+    same = ServiceModel((1, 2), (0.01, 0.02), spread=0.3, spreads=(0.3, 0.3))
+    for policy in (BatchPolicy(1, 0.0), BatchPolicy(2, 0.003)):
+        a, b = (Simulator(policy, 1, m, seed=5).latencies(60.0)[0] for m in (flat, same))
+        assert np.array_equal(a, b)
+    sigma = [ServiceModel.sigma_from_ratio(r) for r in (1.04, 1.22, 1.03)]
+    per_size = ServiceModel((1, 2, 4), (0.0954, 0.1425, 0.2865), spread=max(sigma), spreads=tuple(sigma))
+    largest = ServiceModel((1, 2, 4), (0.0954, 0.1425, 0.2865), spread=max(sigma))
+    naive = BatchPolicy(1, 0.0)
+    wide, own = (Simulator(naive, 1, m).max_rate(0.2, 99.0)[0] for m in (largest, per_size))
+    assert own > 1.3 * wide  # p99 <= 200 ms: about 0.86 requests/s with the largest spread, 1.26 with batch 1's own
+    with pytest.raises(ValueError):
+        ServiceModel((1, 2), (0.01, 0.02), spreads=(0.1,))
+
+
 # ---- traffic into requests -----------------------------------------------------------------------------
 
 

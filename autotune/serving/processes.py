@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ class Calibration:
     service_s: dict[int, float]
     spread: dict[int, float]  # p90 / p50 of a call's time, per batch size
     seconds: float  # wall time of the calibration, start-up included
+    mix: dict[int, int] = field(default_factory=dict)  # distinct calls of the traffic timed per size (none: one input)
 
 
 def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence[int], seconds: float,
@@ -105,7 +106,8 @@ def calibrate(artifact: Path, *, instances: int, threads: int, batches: Sequence
     got: dict[str, Any] = json.loads(lines[-1])
     service = {int(k): float(v) for k, v in got["service_s"].items()}
     spread = {int(k): float(v) for k, v in (got.get("spread") or {}).items()}
-    return Calibration(instances, threads, service, spread, time.monotonic() - t0)
+    mix = {int(k): int(v) for k, v in (got.get("mix") or {}).items()}
+    return Calibration(instances, threads, service, spread, time.monotonic() - t0, mix)
 
 
 def _dims(value: Any) -> dict[str, list[int]]:

@@ -621,14 +621,15 @@ class ServingSearch:
         """The layout's service model. When its instances take every server core, the front end's work per
         request (HTTP, decoding, the pipe) runs on their cores and lengthens their calls: each call then also
         pays the per-request overhead for every request in it (on the BERT-like model, one core: predicted
-        1,185 requests/s without this, 375-486 measured; a call of 2 at 1.5 ms plus two requests' 0.87 ms)."""
+        1,185 requests/s without this, 375-486 measured; a call of 2 at 1.5 ms plus two requests' 0.87 ms).
+        Each calibrated size keeps its own spread: a configuration's small calls are not given its large ones'."""
         cal = self.calibrations[layout]
         sizes = sorted(cal.service_s)
-        spread = max((cal.spread.get(b, 1.0) for b in sizes), default=1.0)
+        spreads = tuple(ServiceModel.sigma_from_ratio(cal.spread.get(b, 1.0)) for b in sizes)
         shared = layout[0] * layout[1] >= self.cores
         return ServiceModel(tuple(sizes), tuple(cal.service_s[b] + (b * self.overhead_s if shared else 0.0)
                                                 for b in sizes),
-                            spread=ServiceModel.sigma_from_ratio(spread), overhead_s=self.overhead_s,
+                            spread=max(spreads, default=0.0), spreads=spreads, overhead_s=self.overhead_s,
                             front_end_rate=None if shared or self.overhead_s <= 0 else 1.0 / self.overhead_s)
 
     def _start_rate(self, config: ServingConfig) -> float:
@@ -1179,7 +1180,8 @@ class ServingSearch:
             "baselines": baselines,
             "knobs": self._knobs(pick),
             "calibration": {f"{n}x{th}": {"service_ms": {str(b): round(s * 1000, 3) for b, s in c.service_s.items()},
-                                          "p90_over_p50": c.spread}
+                                          "p90_over_p50": c.spread,
+                                          "traffic_calls": {str(b): k for b, k in c.mix.items()}}
                             for (n, th), c in self.calibrations.items()},
             "overhead_ms": round(self.overhead_s * 1000, 3),
             "hold_discount": round(discount, 4),
@@ -1201,8 +1203,11 @@ class ServingSearch:
                 f"(CI {lo:.0f}-{hi:.0f})")
         cal = self.calibrations.get((1, self.cores)) or next(iter(self.calibrations.values()), None)
         if cal is not None:
-            text += (f"; a call of {self.request_rows} request row(s) alone takes "
-                     f"{cal.service_s[min(cal.service_s)] * 1000:.0f} ms")
+            one = min(cal.service_s)
+            text += f"; a call of {self.request_rows} request row(s) alone takes {cal.service_s[one] * 1000:.0f} ms"
+            if cal.mix.get(one, 0) > 1:
+                text += (f" (the median over {cal.mix[one]} of the traffic's requests, their p90 "
+                         f"{cal.service_s[one] * cal.spread.get(one, 1.0) * 1000:.0f} ms)")
         return text
 
     def _did_knobs_help(self, pick: Measured | None) -> None:

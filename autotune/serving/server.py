@@ -13,8 +13,9 @@ every instance release, a timer at ``deadline()``), merged and padded into one b
 (:mod:`instances`), and split back. SIGTERM / SIGINT: stop accepting, answer what is queued or running (a few
 seconds at most), stop the instances, exit 0.
 
-``--calibrate``: no HTTP; the instances run make_inputs(b) back to back for each batch size and one JSON line
-of median service times is printed (what the serving search predicts configurations from).
+``--calibrate``: no HTTP; the instances run calls of b rows back to back for each batch size (the saved traffic's
+requests merged as this server merges them, else make_inputs(b)) and one JSON line of median service times and
+their spread is printed (what the serving search predicts configurations from).
 
 Standard library and numpy only; never imports autotune: it is copied into the artifact as ``serve.py`` beside
 ``batcher.py``, ``v2.py``, ``tensors.py`` and ``instances.py``.
@@ -31,7 +32,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -519,11 +520,36 @@ def options(args: argparse.Namespace, here: str) -> Options:
                    ready_file=args.ready_file)
 
 
+#: The most distinct calls of the traffic a calibration cycles through at one batch size (fewer where its time per
+#: size has room for fewer, :func:`instances.calibrate`).
+CALIBRATION_MIX = 32
+
+
+def _calibration_mixes(opts: Options, info: Mapping[str, Any], batches: Sequence[int]
+                       ) -> dict[int, list[list[np.ndarray]]]:
+    """Per batch size, calls of the traffic saved in the artifact as this server would merge its requests
+    (:func:`tensors.traffic_calls`); empty where the artifact has no traffic or it lacks an input (the calibration
+    then times the instances' own inputs)."""
+    path = os.path.join(opts.artifact, "traffic.npz")
+    if not os.path.exists(path):
+        return {}
+    try:
+        traffic = tensors.read_traffic(path)
+        iface = tensors.Interface.from_info(info, opts.pad, opts.dynamic_dims)
+        if not traffic or any(n not in traffic[0] for n in iface.names):
+            return {}
+        pad = {spec.name: spec.pad for spec in iface.inputs}
+        return {b: tensors.traffic_calls(traffic, iface.names, pad, b, CALIBRATION_MIX) for b in batches}
+    except (OSError, ValueError, KeyError) as e:
+        _log(f"the calibration could not use the traffic ({e}): it times the instances' own inputs")
+        return {}
+
+
 async def _calibrate(opts: Options, script: str, batches: Sequence[int], seconds: float) -> int:
     insts = [instances.Instance(i, script, opts.artifact, opts.threads) for i in range(opts.instances)]
     try:
         await asyncio.gather(*(inst.start() for inst in insts))
-        result = await instances.calibrate(insts, batches, seconds)
+        result = await instances.calibrate(insts, batches, seconds, _calibration_mixes(opts, insts[0].info, batches))
     except instances.InstanceError as e:
         _log(f"error: {e}")
         return 1

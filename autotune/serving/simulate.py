@@ -44,6 +44,10 @@ class ServiceModel:
     seconds: tuple[float, ...]
     #: Log-normal sigma of one call's time around the median (0: every call takes the median).
     spread: float = 0.0
+    #: The same per batch size where calibrated apart (empty: ``spread`` at every size). A call of n samples takes
+    #: the sigma of the smallest calibrated size that holds it: a configuration of small calls is not given the
+    #: spread of large ones it never makes.
+    spreads: tuple[float, ...] = ()
     #: Fixed latency every request pays outside the model call (HTTP, decode, the pipe, encode).
     overhead_s: float = 0.0
     #: The front end's own ceiling in requests per second (None: not measured).
@@ -56,11 +60,21 @@ class ServiceModel:
             raise ValueError(f"batch sizes must be increasing and >= 1, got {self.batches}")
         if any(not (s > 0 and math.isfinite(s)) for s in self.seconds):
             raise ValueError(f"service times must be finite and > 0, got {self.seconds}")
+        if self.spreads and (len(self.spreads) != len(self.batches) or
+                             any(not (x >= 0 and math.isfinite(x)) for x in self.spreads)):
+            raise ValueError(f"one finite spread >= 0 per batch size, got {self.spreads}")
 
     @staticmethod
     def sigma_from_ratio(p90_over_p50: float) -> float:
         """The log-normal sigma whose p90 is ``p90_over_p50`` times its median."""
         return max(0.0, math.log(max(p90_over_p50, 1.0)) / _Z90)
+
+    def sigma(self, samples: int) -> float:
+        """The log-normal sigma of a call of ``samples``: the smallest calibrated size's that holds it (the
+        largest's past it)."""
+        if not self.spreads:
+            return self.spread
+        return self.spreads[next((k for k, b in enumerate(self.batches) if samples <= b), len(self.batches) - 1)]
 
     def at(self, samples: int) -> float:
         """Median seconds for a batch of ``samples``: linear between calibrated sizes, and past the ends along
@@ -100,8 +114,8 @@ class Simulator:
         self.samples = samples_per_request
         rng = np.random.default_rng(seed)
         self._gaps = rng.exponential(1.0, size=requests)  # unit-rate gaps: offsets are cumsum / rate
-        self._noise = np.exp(rng.normal(0.0, service.spread, size=requests)) if service.spread > 0 else \
-            np.ones(requests)
+        noisy = service.spread > 0 or any(x > 0 for x in service.spreads)
+        self._z = rng.standard_normal(size=requests) if noisy else np.zeros(requests)  # scaled per call's size
 
     def latencies(self, rate: float) -> tuple[np.ndarray, float]:
         """Every request's latency (seconds, arrival to answer) at ``rate`` requests/s, and the mean batch."""
@@ -126,7 +140,7 @@ class Simulator:
                 batcher.add(i, float(offsets[i]), self.samples)
                 i += 1
             for d in batcher.poll(now):
-                took = self.service.at(d.samples) * float(self._noise[calls % n])
+                took = self.service.at(d.samples) * math.exp(self.service.sigma(d.samples) * float(self._z[calls % n]))
                 calls += 1
                 batched += d.samples
                 reqs = cast("tuple[int, ...]", d.requests)  # the request ids here are indices
