@@ -841,7 +841,8 @@ class ServingSearch:
                 # miss the SLO gave its naive server a quarter of the budget, three 8-s points, all above what it
                 # serves; the batch loop then took the pruned ones' shares, and 45 s were left unspent, session 46.)
                 promising = [c for c in others if self.predicted.get(c, 0.0) > 0]
-                n_runs = 1 + min(self.spec.confirm, len(promising)) + int(loop != naive)
+                loop_why = self._never_within_slo(loop) if loop != naive else None  # then no bisection of it
+                n_runs = 1 + min(self.spec.confirm, len(promising)) + int(loop != naive and loop_why is None)
                 share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
                 # the baseline every knob is judged against gets the points a bracket needs, its server already up
                 # (a 16-s share held two 8-s points of the quickstart's naive server, both failed: "0 requests/s")
@@ -860,8 +861,8 @@ class ServingSearch:
                 ranked = sorted(fits, key=lambda c: (c.cores, -self.predicted[c])) + \
                     [c for c in ranked if c not in fits]
             chosen = _diverse(ranked, self.spec.confirm)
-            chosen, share = self._fit_confirmations(chosen, loop != naive, deadline - time.monotonic() - reserve,
-                                                    measured_naive, share)
+            chosen, share = self._fit_confirmations(chosen, loop != naive and loop_why is None,
+                                                    deadline - time.monotonic() - reserve, measured_naive, share)
             if not others and not self.merge_requests_why:  # e.g. an artifact of batch 1 on one server core
                 self.notes.append(f"the grid held only the naive server's configuration ({naive.label()}): the "
                                   f"artifact's batch is {self.target.batch_size}, so no batching window was "
@@ -874,10 +875,9 @@ class ServingSearch:
                 self._bisect(c, "search", self._start_rate(c), time.monotonic() + min(share, left - 5))
             if loop not in [m.config for m in self.measured] and deadline - time.monotonic() > 10:
                 self._simulate([loop])
-                why = self._never_within_slo(loop)
-                if why is not None:
-                    self.never_within[loop] = why
-                    self.notes.append(f"the batch loop served as it is ({loop.label()}) was not measured: {why}")
+                if loop_why is not None:
+                    self.never_within[loop] = loop_why
+                    self.notes.append(f"the batch loop served as it is ({loop.label()}) was not measured: {loop_why}")
                 else:
                     self._bisect(loop, "batch-loop", self._start_rate(loop),
                                  time.monotonic() + min(share, deadline - time.monotonic() - 3), hold=True)

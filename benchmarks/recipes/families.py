@@ -1,7 +1,8 @@
 """Model families nobody here wrote, built from their configs (random weights, a few thin layers): causal LMs for
-``generate()`` recipes (bloom_generate.toml, falcon_generate.toml; session 44), and a document model, a forecaster
-and an optical-flow model for runs with serving (layoutlm_serving.toml, patchtst_serving.toml, raft.toml; session
-45)."""
+``generate()`` recipes (bloom_generate.toml, falcon_generate.toml; session 44; a mixture of experts,
+mixtral_generate.toml, session 46), a document model, a forecaster and an optical-flow model for runs with serving
+(layoutlm_serving.toml, patchtst_serving.toml, raft.toml; session 45), and a detector on images of varying sizes
+(detr_serving.toml, session 46)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,47 @@ class _Raft(nn.Module):
 def raft(num_flow_updates: int = 4) -> nn.Module:
     """torchvision's RAFT (small): two images in, a list of flow fields out (one per update), ~150 ms a pair."""
     return _Raft(num_flow_updates).eval()
+
+
+def mixtral_lm(vocab_size: int = 32000, hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               experts: int = 4, per_token: int = 2) -> nn.Module:
+    """Mixtral: a sparse mixture of experts (each token routed to ``per_token`` of ``experts`` MLPs, so a call's
+    work depends on its tokens), grouped KV heads, rotary positions."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                           num_local_experts=experts, num_experts_per_tok=per_token)
+    return MixtralForCausalLM(config).eval()
+
+
+def detr(num_queries: int = 20, d_model: int = 64, labels: int = 5) -> nn.Module:
+    """DETR: a timm resnet18 backbone (no pretrained weights: nothing is downloaded), one encoder and one decoder
+    layer; ``pixel_values`` with a ``pixel_mask`` that marks each image's own extent in a padded batch. Its
+    ``encoder_last_hidden_state`` has one row per backbone cell (height x width / 32^2), a length no padded input
+    dim equals: the server serves images of different sizes in separate calls."""
+    from transformers import DetrConfig, DetrForObjectDetection
+
+    config = DetrConfig(use_timm_backbone=True, backbone="resnet18", use_pretrained_backbone=False,
+                        num_queries=num_queries, d_model=d_model, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=2 * d_model,
+                        decoder_ffn_dim=2 * d_model, num_labels=labels)
+    return DetrForObjectDetection(config).eval()
+
+
+def detr_batches(batch_size: int, sizes: tuple[int, ...] = (160, 192, 224, 256), batches: int = 8,
+                 seed: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+    """Images of a height and a width each drawn from ``sizes``, padded per batch to the largest of each with 0,
+    and DETR's ``pixel_mask`` (1 on each image's own pixels)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for _ in range(batches):
+        hw = [(int(rng.choice(sizes)), int(rng.choice(sizes))) for _ in range(batch_size)]
+        height, width = max(h for h, _ in hw), max(w for _, w in hw)
+        images = torch.zeros((batch_size, 3, height, width))
+        mask = torch.zeros((batch_size, height, width), dtype=torch.int64)
+        for row, (h, w) in enumerate(hw):
+            images[row, :, :h, :w] = torch.from_numpy(rng.standard_normal((3, h, w)).astype(np.float32))
+            mask[row, :h, :w] = 1
+        yield {"pixel_values": images, "pixel_mask": mask}
