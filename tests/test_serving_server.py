@@ -595,6 +595,29 @@ def test_calibrate_prints_service_times(tmp_path: Path, serve_py: Path) -> None:
 LENGTHY = DYNAMIC.replace("        time.sleep(0.002)\n", "        time.sleep(0.001 * ids.shape[1])\n")
 
 
+def test_an_images_height_and_width_are_each_cut_to_its_own() -> None:
+    """A 192 x 160 image in a batch padded to 256 x 224 (DETR's pixel_values with its pixel_mask, session 46): its
+    height axes and its width axes are two lengths, each cut to the image's own; only the axes of the largest size
+    were cut before, leaving it 192 x 224. Axes of one size are one length (a sentence's ids and mask; an image of a
+    square batch, cut to its longer side)."""
+    def image(height: int, width: int) -> dict[str, np.ndarray]:
+        pixels = np.zeros((1, 3, height, width), np.float32)
+        mask = np.zeros((1, height, width), np.int64)
+        pixels[:, :, :192, :160], mask[:, :192, :160] = 0.5, 1
+        return {"pixel_values": pixels, "pixel_mask": mask}
+
+    axes, pad = {"pixel_values": [2, 3], "pixel_mask": [1, 2]}, {"pixel_values": 0, "pixel_mask": 0}
+    own = tensors.trim(image(256, 224), axes, pad)
+    assert own["pixel_values"].shape == (1, 3, 192, 160) and own["pixel_mask"].shape == (1, 192, 160)
+    assert own["pixel_mask"].all() and (own["pixel_values"] == 0.5).all()
+    square = tensors.trim(image(256, 256), axes, pad)
+    assert square["pixel_values"].shape == (1, 3, 192, 192) and square["pixel_mask"][:, :, 160:].sum() == 0
+    ids = np.array([[101, 7, 8, 9, 102, 0, 0, 0]])
+    sentence = tensors.trim({"ids": ids, "mask": (ids != 0).astype(np.int64), "types": np.zeros_like(ids)},
+                            {"ids": [1], "mask": [1], "types": [1]}, {})
+    assert {k: v.shape for k, v in sentence.items()} == {"ids": (1, 5), "mask": (1, 5), "types": (1, 5)}
+
+
 def test_the_traffics_requests_merged_into_calls_as_the_server_merges_them(tmp_path: Path) -> None:
     _traffic(tmp_path, [2, 10, 20, 30, 40])  # rows of 2, 1, 10, 8, 20, 18, 30, 28, 40 and 38 tokens once trimmed
     batches = tensors.read_traffic(tmp_path / "traffic.npz")

@@ -165,25 +165,28 @@ def dynamic_axes(batches: Sequence[Mapping[str, np.ndarray]]) -> dict[str, list[
 
 
 def trim(row: Mapping[str, np.ndarray], axes: Mapping[str, list[int]], pad: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Cut trailing positions of each dynamic axis where every input that has that axis size holds its pad."""
+    """Cut trailing positions of each dynamic axis where every input that has that axis size holds its pad.
+
+    The axes of one size in the row are one length (a sentence's ``input_ids`` and ``attention_mask``), cut together
+    to the longest live extent among them; axes of another size are another length, cut on their own (an image's
+    height and width: a 192 x 160 image of a 256 x 224 batch is its own 192 x 160, where cutting only the largest
+    size's axes left it 192 x 224, session 46). Axes that happen to share a size are one length: a 192 x 160 image
+    of a 256 x 256 batch is cut to 192 x 192."""
     out = dict(row)
-    lengths = {(n, d): row[n].shape[d] for n, ds in axes.items() for d in ds}
-    if not lengths:
-        return out
-    size = max(lengths.values())
-    keep = 0
+    groups: dict[int, list[tuple[str, int]]] = {}
     for n, ds in axes.items():
         for d in ds:
+            groups.setdefault(int(row[n].shape[d]), []).append((n, d))
+    for size, members in groups.items():
+        keep = 0
+        for n, d in members:
             a = np.moveaxis(row[n], d, 1)
             live = np.any((a != pad.get(n, 0)).reshape(a.shape[0], a.shape[1], -1), axis=(0, 2))
             idx = np.nonzero(live)[0]
             keep = max(keep, int(idx[-1]) + 1 if idx.size else 0)
-    keep = max(keep, 1)
-    if keep >= size:
-        return out
-    for n, ds in axes.items():
-        for d in ds:
-            if row[n].shape[d] == size:
+        keep = max(keep, 1)
+        if keep < size:
+            for n, d in members:
                 out[n] = np.take(out[n], np.arange(keep), axis=d)
     return out
 
