@@ -944,7 +944,7 @@ def test_a_configuration_bisected_above_the_held_pick_is_held_in_turn_and_wins_o
     holds, curve, search, pick, rival = challenge([True], 120.0)
     assert holds == [7.0] and search._held is rival and rival.max_rate == 7.0
     assert curve == [3.5, 5.6, 6.3] and search._curve_for is rival
-    assert "held 7.0 requests/s, above the 5.8" in search.notes[-1]
+    assert "held 7.00 requests/s, above the 5.80" in search.notes[-1]
     # two failures: 7.0, then 6.3; the next step (5.67) is below what the pick holds, so no third hold
     holds, curve, search, pick, rival = challenge([False, False], 120.0)
     assert holds == [7.0, 6.3] and search._held is pick and pick.max_rate == 5.8

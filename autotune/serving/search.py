@@ -194,6 +194,12 @@ class Measured:
         return any(not p.passed and p.rate > self.max_rate for p in self.points)
 
 
+def _rps(rate: float) -> str:
+    """A request rate in words: one decimal from 10 requests/s up, two below (a slow model's holds at 1.711 and
+    1.667 read "1.7 did not hold ... the next hold tries 1.7", session 46)."""
+    return f"{rate:.1f}" if rate >= 10 else f"{rate:.2f}"
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 3)
 
@@ -388,7 +394,7 @@ class ServingSearch:
         point: LoadPoint | None = None
         while len(results) < chunks and time.monotonic() + SUSTAIN_SECONDS + self._margin() <= until:
             if results:
-                self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {rate:.1f} req/s")
+                self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {_rps(rate)} req/s")
             seed = self.seed + len(self.measured) * 101 + int(rate) + 7919 * len(results)
             results.append(self._load(srv, rate, SUSTAIN_SECONDS, seed))
             before, point = point, point_from(_pooled(results), rate=rate, seconds=SUSTAIN_SECONDS * len(results),
@@ -548,7 +554,7 @@ class ServingSearch:
         its 2-s points alone, the report's "1.28x the naive server" compared a held rate with an unheld one."""
         if m.max_rate <= 0 or time.monotonic() + SUSTAIN_SECONDS + self._margin() > deadline:
             return
-        self.say(f"hold: {m.config.label()} at {m.max_rate:.1f} req/s for {SUSTAIN_SECONDS:g} s")
+        self.say(f"hold: {m.config.label()} at {_rps(m.max_rate)} req/s for {SUSTAIN_SECONDS:g} s")
         t0 = time.monotonic()
         rate = m.max_rate
         try:
@@ -558,9 +564,9 @@ class ServingSearch:
         if point is None:
             return
         if not point.passed:
-            now = (f"stays {rate:.1f}, not held (undecided, and no rate below it passed)" if m.max_rate >= rate else
-                   f"is now the highest passing rate below it ({m.max_rate:.1f}), not held")
-            self.notes.append(f"the {m.role} baseline ({m.config.label()}): {rate:.1f} requests/s did not hold for "
+            now = (f"stays {_rps(rate)}, not held (undecided, and no rate below it passed)" if m.max_rate >= rate else
+                   f"is now the highest passing rate below it ({_rps(m.max_rate)}), not held")
+            self.notes.append(f"the {m.role} baseline ({m.config.label()}): {_rps(rate)} requests/s did not hold for "
                               f"{point.seconds:g} s ({self._missed(point)}): its max rate {now}")
 
     def _server_args(self, config: ServingConfig) -> list[str]:
@@ -967,7 +973,7 @@ class ServingSearch:
             _curve_point_seconds(pick.max_rate * f) for f in CURVE_FRACTIONS[:-1])
         if pick.max_rate <= 0 or self._closed or time.monotonic() + need + self._margin() > late:
             return
-        self.say(f"curve: {pick.config.label()} at 50-90% of {pick.max_rate:.1f} req/s (its max rate did not hold)")
+        self.say(f"curve: {pick.config.label()} at 50-90% of {_rps(pick.max_rate)} req/s (its max rate did not hold)")
         if srv is not None:
             self._below(pick, srv, deadline, {})
         else:
@@ -975,7 +981,7 @@ class ServingSearch:
                 self._warm(fresh, pick.max_rate)
                 self._below(pick, fresh, deadline, {})
         self.notes.append(f"the curve's points below the max rate were measured though no hold passed: they are "
-                          f"fractions of {pick.max_rate:.1f} requests/s, the rate the report gives")
+                          f"fractions of {_rps(pick.max_rate)} requests/s, the rate the report gives")
 
     def _challenge(self, deadline: float) -> None:
         """The configuration never held whose bisected max rate is above the held pick's, held in turn on a fresh
@@ -998,11 +1004,12 @@ class ServingSearch:
         rival = max(rivals, key=lambda m: m.max_rate)
         bisected = rival.bisected or rival.max_rate
         if time.monotonic() + self._hold_need() > deadline:
-            self.notes.append(f"{rival.config.label()}: bisected to {rival.max_rate:.1f} requests/s, above the "
-                              f"recommendation's held {held.max_rate:.1f}, but never held: the serving budget ran out")
+            self.notes.append(f"{rival.config.label()}: bisected to {_rps(rival.max_rate)} requests/s, above the "
+                              f"recommendation's held {_rps(held.max_rate)}, but never held: the serving budget ran "
+                              "out")
             return
-        self.say(f"challenge: {rival.config.label()} bisected to {rival.max_rate:.1f} req/s, above the held "
-                 f"{held.max_rate:.1f}")
+        self.say(f"challenge: {rival.config.label()} bisected to {_rps(rival.max_rate)} req/s, above the held "
+                 f"{_rps(held.max_rate)}")
         with self._server(rival.config) as srv:
             self._warm(srv, rival.max_rate)
             t0 = time.monotonic()
@@ -1011,11 +1018,11 @@ class ServingSearch:
             finally:
                 self.hold_s += time.monotonic() - t0
             if full is None or rival.max_rate <= held.max_rate:
-                self.notes.append(f"{rival.config.label()}: bisected to {bisected:.1f} requests/s, above the "
-                                  f"recommendation's held {held.max_rate:.1f}, held no rate above it")
+                self.notes.append(f"{rival.config.label()}: bisected to {_rps(bisected)} requests/s, above the "
+                                  f"recommendation's held {_rps(held.max_rate)}, held no rate above it")
                 return
-            self.notes.append(f"{rival.config.label()} held {rival.max_rate:.1f} requests/s, above the "
-                              f"{held.max_rate:.1f} that {held.config.label()} held: it is the recommendation")
+            self.notes.append(f"{rival.config.label()} held {_rps(rival.max_rate)} requests/s, above the "
+                              f"{_rps(held.max_rate)} that {held.config.label()} held: it is the recommendation")
             self._below(rival, srv, deadline, {1.0: full})
             self._held = rival
 
@@ -1039,7 +1046,7 @@ class ServingSearch:
             if time.monotonic() + SUSTAIN_SECONDS + self._margin() > late:
                 self.notes.append(f"the max rate was not held for {SUSTAIN_SECONDS:g} s: the serving budget ran out")
                 return None
-            self.say(f"hold: {pick.config.label()} at {rate:.1f} req/s for {SUSTAIN_SECONDS:g} s on a fresh server")
+            self.say(f"hold: {pick.config.label()} at {_rps(rate)} req/s for {SUSTAIN_SECONDS:g} s on a fresh server")
             # every try may pool an undecided chunk, the last one too: its rate sits within the SLO on its estimate,
             # and a try cut to one chunk there gave up a rate that more requests would have decided (LayoutLM's
             # third hold read p99 24.5 ms on a 40-ms SLO, interval to 40.9, and the budget then ran out with
@@ -1056,17 +1063,17 @@ class ServingSearch:
             self._hold_failed.add(pick.config)
             failed = rate
             kept = pick.max_rate >= failed  # an undecided hold with no pass below it (:meth:`_record_hold`)
-            below = (f"still {failed:.1f}, not held (undecided, and no rate below it passed yet)" if kept else
-                     f"the highest passing rate below it ({pick.max_rate:.1f})" if pick.max_rate > 0 else
+            below = (f"still {_rps(failed)}, not held (undecided, and no rate below it passed yet)" if kept else
+                     f"the highest passing rate below it ({_rps(pick.max_rate)})" if pick.max_rate > 0 else
                      "unknown (no rate below it passed yet)")
             far = point.pct_ms >= SUSTAIN_FAR * self.spec.slo_ms
             rate = rate * SUSTAIN_FAR_STEP if far else max(0.0 if kept else pick.max_rate, rate * SUSTAIN_STEP)
             nxt = ""
             if tries < SUSTAIN_TRIES:
-                nxt = f", and the next hold tries {rate:.1f}" + (
+                nxt = f", and the next hold tries {_rps(rate)}" + (
                     f" ({SUSTAIN_FAR_STEP:.0%} of it: its p{self.q:g} was {point.pct_ms / self.spec.slo_ms:.1f}x "
                     "the SLO, far past what the short points below it showed)" if far else "")
-            self.notes.append(f"{pick.config.label()}: {failed:.1f} requests/s did not hold for {point.seconds:g} s "
+            self.notes.append(f"{pick.config.label()}: {_rps(failed)} requests/s did not hold for {point.seconds:g} s "
                               f"({self._missed(point)}): its max rate is now {below}{nxt}")
         return None
 
