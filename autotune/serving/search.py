@@ -820,6 +820,10 @@ class ServingSearch:
             loop = self._batch_loop()
             others = [c for c in configs if c != naive]
             reserve = min(CURVE_RESERVE_S, 0.25 * float(self.spec.time_budget_s))
+            # what the bisections share, read before the naive server's start, warm-up and overhead point, which its
+            # share pays for (read after them, a LayoutLM's naive share came out 2 s shorter, and its bisection ended
+            # after two failed points: "0 requests/s", session 46)
+            left = deadline - time.monotonic() - reserve
             with self._server(naive) as srv:
                 self.merge_why, self.output_dynamic_dims = srv.merge_why, srv.output_dynamic_dims
                 self.merge_requests_why, self.output_batch_dims = srv.merge_requests_why, srv.output_batch_dims
@@ -849,7 +853,7 @@ class ServingSearch:
                 promising = [c for c in others if self.predicted.get(c, 0.0) > 0]
                 loop_why = self._never_within_slo(loop) if loop != naive else None  # then no bisection of it
                 n_runs = 1 + min(self.spec.confirm, len(promising)) + int(loop != naive and loop_why is None)
-                share = (deadline - time.monotonic() - reserve) / (n_runs + 0.2)
+                share = left / (n_runs + 0.2)
                 # the baseline every knob is judged against gets the points a bracket needs, its server already up
                 # (a 16-s share held two 8-s points of the quickstart's naive server, both failed: "0 requests/s")
                 naive_s = max(share, bracket_seconds(point_seconds(max(self._start_rate(naive), 0.5))) + 1.0)
