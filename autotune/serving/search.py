@@ -194,6 +194,11 @@ class Measured:
         return any(not p.passed and p.rate > self.max_rate for p in self.points)
 
 
+def bisection_floor(first_rate: float) -> float:
+    """The lowest rate a bisection that began at ``first_rate`` steps down to (its resumption too)."""
+    return max(0.5, first_rate * 0.05)
+
+
 def _rps(rate: float) -> str:
     """A request rate in words: one decimal from 10 requests/s up, two below (a slow model's holds at 1.711 and
     1.667 read "1.7 did not hold ... the next hold tries 1.7", session 46)."""
@@ -487,7 +492,7 @@ class ServingSearch:
 
             try:
                 got = find_max_rate(measure, start=start, deadline=deadline, prior=prior,
-                                    floor=max(0.5, (prior[0].rate if prior else start) * 0.05))
+                                    floor=bisection_floor(prior[0].rate if prior else start))
             except KeyboardInterrupt:
                 m.stopped_by = "interrupted"
                 raise
@@ -533,8 +538,7 @@ class ServingSearch:
         said "Serving failed" with 45 s of the stage's budget unspent (session 46)."""
         if not naive.points or naive.max_rate > 0:
             return
-        floor = max(0.5, naive.points[0].rate * 0.05)
-        rate = next_rate(naive.points, naive.points[-1].rate, floor=floor)
+        rate = next_rate(naive.points, naive.points[-1].rate, floor=bisection_floor(naive.points[0].rate))
         until = deadline - self._hold_need()
         if rate is None or time.monotonic() + self.start_s + WARMUP_SECONDS + point_seconds(rate) + \
                 POINT_SLACK_S > until:

@@ -191,6 +191,14 @@ def trim(row: Mapping[str, np.ndarray], axes: Mapping[str, list[int]], pad: Mapp
     return out
 
 
+def traffic_rows(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any]
+                 ) -> list[dict[str, np.ndarray]]:
+    """The traffic's rows in order, each a one-row request at its own length (:func:`trim`)."""
+    axes = dynamic_axes(batches)
+    return [trim({n: b[n][i:i + 1] for n in names}, axes, pad)
+            for b in batches for i in range(int(next(iter(b.values())).shape[0]))]
+
+
 def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any]
                          ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """Two one-row requests of the traffic (arrays in ``names`` order) whose dynamic dims differ most: the
@@ -198,8 +206,7 @@ def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Seq
     axes = dynamic_axes(batches)
     if not any(axes.values()):
         return None
-    rows = [trim({n: b[n][i:i + 1] for n in names}, axes, pad)
-            for b in batches for i in range(next(iter(b.values())).shape[0])]
+    rows = traffic_rows(batches, names, pad)
     size = [sum(int(r[n].shape[d]) for n in names for d in axes.get(n, [])) for r in rows]
     short, long_ = rows[size.index(min(size))], rows[size.index(max(size))]
     if min(size) == max(size):
@@ -238,9 +245,7 @@ def traffic_calls(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[s
     Why: the serving search's calibration timed one call of the traffic's first batch, repeated. Its median and
     spread were then one shape's: a DETR on images of 160-256 px a side read p90/p50 1.04 at one row, though its
     requests' calls vary by the image's size, and the simulation then predicted what one shape would serve."""
-    axes = dynamic_axes(batches)
-    rows = [trim({n: b[n][i:i + 1] for n in names}, axes, pad)
-            for b in batches for i in range(int(next(iter(b.values())).shape[0]))]
+    rows = traffic_rows(batches, names, pad)
     if not rows or rows_per_call < 1:
         return []
     pads = [pad.get(n, 0) for n in names]
@@ -283,4 +288,4 @@ def warm_calls(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
 
 __all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",
            "following_dims", "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "traffic_calls",
-           "trim", "two_of_a_shape", "warm_batches", "warm_calls"]
+           "traffic_rows", "trim", "two_of_a_shape", "warm_batches", "warm_calls"]
