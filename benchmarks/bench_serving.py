@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def run_autotune(recipe: str, out: Path) -> None:
-    cmd = [sys.executable, "-m", "autotune", "run", recipe, "--out", str(out), "--no-progress"]
+def run_autotune(recipe: str, out: Path, device: str | None = None) -> None:
+    cmd = [sys.executable, "-m", "autotune", "run", recipe, "--out", str(out), "--no-progress",
+           *(["--device", device] if device else [])]
     print("$", " ".join(cmd), flush=True)
     t0 = time.monotonic()
     code = subprocess.call(cmd)
@@ -57,7 +58,9 @@ def free_port() -> int:
 def start_server(artifact: Path, port: int, cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
     """The artifact's one command, ``./run.sh serve --port P``, on the CPUs the search measured it on
     (``taskset``), the client on the others (as the search ran them)."""
-    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+    import shutil
+
+    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and shutil.which("taskset") else []
     proc = subprocess.Popen([*pin, "sh", str(artifact / "run.sh"), "serve", "--port", str(port)], cwd=artifact,
                             env=dict(os.environ, PYTHON=sys.executable), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -108,7 +111,10 @@ def checks(out: Path, seconds: float) -> dict[str, Any]:
 
     doc = json.loads((out / "report.json").read_text())
     serving = doc["serving"]
-    rec = serving["recommendation"]
+    rec = serving.get("recommendation")
+    if not rec:  # a failed stage: nothing to serve, its reason is the result
+        print(f"no recommendation to check: serving {serving.get('status')}: {serving.get('reason')}", flush=True)
+        return {"status": serving.get("status"), "reason": serving.get("reason")}
     slo = float(serving["slo_ms"])
     rate = float(rec["max_rate"])
     artifact = out / "artifact"
@@ -256,6 +262,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recipe", nargs="?")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--device", help="the run's --device (default: the recipe's)")
     ap.add_argument("--reuse", type=Path, help="check an existing run's directory instead of running")
     ap.add_argument("--seconds", type=float, default=30.0, help="the 90%% and 130%% points' length")
     ap.add_argument("--sweep", action="store_true")
@@ -271,7 +278,7 @@ def main() -> None:
     if args.reuse is None:
         if not args.recipe:
             ap.error("a recipe, or --reuse DIR")
-        run_autotune(args.recipe, out)
+        run_autotune(args.recipe, out, args.device)
     result: dict[str, Any] = {} if args.sweep_only else {"checks": checks(out, args.seconds)}
     if args.sweep or args.sweep_only:
         result["sweep"] = sweep(

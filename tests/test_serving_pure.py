@@ -277,6 +277,11 @@ def test_layouts_fit_the_cores_and_the_batch_grid_the_artifact() -> None:
     assert layouts(auto, 2) == [(1, 1), (1, 2), (2, 1)]
     assert (4, 4) not in layouts(auto, 8) and (2, 4) in layouts(auto, 8)
     assert batch_grid(auto, 12) == [1, 2, 4, 8, 12]
+    # on an accelerator: processes feeding the device, one thread each, and the naive server's layout
+    assert layouts(auto, 15, accelerator=True) == [(1, 1), (2, 1), (4, 1), (1, 15)]
+    assert layouts(auto, 2, accelerator=True) == [(1, 1), (2, 1), (1, 2)]
+    given = SimpleNamespace(instances=(1, 3), threads="auto", max_batch="auto")
+    assert layouts(given, 15, accelerator=True) == [(1, 1), (3, 1)]
     assert batch_grid(SimpleNamespace(max_batch=(1, 4, 64)), 16) == [1, 4]
     ranked = [ServingConfig(2, 1, 8, 2), ServingConfig(2, 1, 4, 2), ServingConfig(1, 2, 8, 1),
               ServingConfig(1, 1, 8, 1)]

@@ -154,6 +154,7 @@ class Target:
     input_names: tuple[str, ...]
     pad_values: Mapping[str, float] = field(default_factory=dict)
     call_seconds: float | None = None  # the pick's time per call at batch_size (the batch-loop baseline's delay)
+    device: str = "cpu"  # where the artifact runs (the run's resolved device): an accelerator changes the layouts
 
 
 @dataclass
@@ -243,8 +244,27 @@ def _powers(limit: int) -> list[int]:
     return [*out, limit]
 
 
-def layouts(spec: Any, cores: int) -> list[tuple[int, int]]:
-    """instances x threads within ``cores`` (``"auto"``: powers of two and ``cores`` itself)."""
+#: On an accelerator, ``"auto"`` instances go up to this many processes sharing the device (Triton Model Analyzer's
+#: default instance-count search stops at 5).
+ACCELERATOR_MAX_INSTANCES = 4
+
+
+def layouts(spec: Any, cores: int, *, accelerator: bool = False) -> list[tuple[int, int]]:
+    """instances x threads within ``cores`` (``"auto"``: powers of two and ``cores`` itself).
+
+    On an accelerator ``"auto"`` means 1, 2 and 4 instances of one thread each, and the naive server's one
+    instance of every core. Why: the model's work runs on the device, so a process's intra-op threads only run its
+    Python and launches, which one core does; what changes the served rate is how many processes feed the device
+    at once (their kernels overlap, and one's launches hide another's copies), the knob GPU servers expose as
+    instance count. The CPU grid (every power of two of instances x threads) would be 14 layouts on a 16-core
+    machine, each a calibration that starts a CUDA context per instance."""
+    if accelerator:
+        inst = _powers(min(cores, ACCELERATOR_MAX_INSTANCES)) if spec.instances == "auto" else list(spec.instances)
+        thr = [1] if spec.threads == "auto" else list(spec.threads)
+        out = [(n, t) for n in inst for t in thr if n * t <= cores]
+        if spec.instances == "auto" and spec.threads == "auto":
+            out.append((1, cores))
+        return list(dict.fromkeys(out)) or [(1, 1)]
     inst = _powers(cores) if spec.instances == "auto" else list(spec.instances)
     thr = _powers(cores) if spec.threads == "auto" else list(spec.threads)
     out = [(n, t) for n in inst for t in thr if n * t <= cores]
@@ -807,7 +827,7 @@ class ServingSearch:
         t0 = time.monotonic()
         deadline = t0 + float(self.spec.time_budget_s)
         self._promise = self._late(deadline)
-        self._layouts = layouts(self.spec, self.cores)
+        self._layouts = layouts(self.spec, self.cores, accelerator=self.target.device != "cpu")
         grid = batch_grid(self.spec, self.target.batch_size)
         status, reason = "ok", None
         try:

@@ -48,7 +48,8 @@ def target_of(doc: Mapping[str, Any], artifact_dir: Path, spec: Any) -> Target |
                   batch_size=batch, threads=int(threads) if isinstance(threads, int) else 0,
                   model_name=model_name_of(str(recipe.get("name") or "model"), spec.model_name),
                   input_names=names, pad_values=dict((recipe.get("data") or {}).get("pad_values") or {}),
-                  call_seconds=samples / throughput if throughput > 0 else None)
+                  call_seconds=samples / throughput if throughput > 0 else None,
+                  device=str(recipe.get("device_resolved") or recipe.get("device") or "cpu"))
 
 
 def run_serving(spec: Any, doc: dict[str, Any], out_dir: Path, *, run_started: float,
