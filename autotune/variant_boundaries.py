@@ -123,6 +123,23 @@ def limit_source(recipe: Recipe, workload: ValidatedWorkload) -> str:
 MOVING_SOURCES = ("available", "device_free")
 
 
+#: Signals a worker dies of that make a probe "does not run at this batch" once a smaller batch fit: a crash, not
+#: an error the process could report. Why: on an H200 a frozen TorchScript resnet18 under a 512-MiB allocator cap
+#: died with SIGSEGV at batch 1257 instead of raising the allocator's out-of-memory error, and the whole variant was
+#: dropped, though every batch below ran (session 47; cuDNN is known to crash rather than fail cleanly with almost
+#: no device memory left). A deployment process crashes at that batch too, so it lies past the boundary a
+#: deployment sees. A crash before any batch fit is still the variant's failure (a model that cannot run at all),
+#: and SIGILL (an instruction this CPU lacks) is never a batch's doing.
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE"})
+#: How a probe that crashed is recorded (its ``error`` starts with this), for the boundary's document.
+CRASH_PREFIX = "crashed: "
+
+
+def crash_reason(crash: WorkerCrash, fitted: int) -> str:
+    return (f"{CRASH_PREFIX}{crash.reason}; batch {fitted} ran, so this batch is taken as one that does not run "
+            "(a deployment process would crash here too), not as an out-of-memory error")
+
+
 def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, fresh: bool = False
                    ) -> Callable[[int], ProbeResult]:
     """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit".
@@ -131,6 +148,7 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
     what a deployment holds (see ``autotune.worker.op_probe``); use it with a non-reusing runner.
     """
     client, recipe_data = WorkerClient(runner), recipe.to_dict()
+    fitted: list[int] = []  # batch sizes seen to fit by this probe function
 
     def probe(batch_size: int) -> ProbeResult:
         started = len(runner.stats.startup_seconds)
@@ -139,8 +157,13 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
         crash = res.get("crash")
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
+        smaller = [b for b in fitted if b < batch_size]
+        if isinstance(crash, WorkerCrash) and crash.signal in CRASH_SIGNALS and not crash.timed_out and smaller:
+            return ProbeResult(fits=False, peak_memory_bytes=None, error=crash_reason(crash, max(smaller)))
         if res["status"] == "failed":
             raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
+        if res.get("fits"):
+            fitted.append(batch_size)
         step = res.get("step_seconds")
         return ProbeResult(fits=bool(res["fits"]), peak_memory_bytes=res.get("peak_memory_bytes"),
                            error=res.get("reason") or None, baseline_bytes=res.get("baseline_bytes"),
@@ -358,6 +381,12 @@ def find_boundaries(runner: Runner, recipe: Recipe, workload: ValidatedWorkload,
         doc["confirmed_by"] = ("probes at b and b + granularity, each in a fresh worker process"
                                if not boundary.stopped_early else
                                f"not confirmed: stopped by {boundary.stopped_by} short of the memory limit")
+        crashed = sorted({int(p["batch_size"]) for p in doc["probes"]
+                          if not p["fits"] and str(p.get("error") or "").startswith(CRASH_PREFIX)})
+        if crashed:
+            doc["crashed_at"] = crashed
+            doc["summary"] += (f"; the worker crashed at batch {', '.join(map(str, crashed))} instead of raising an "
+                               "error (taken as not running there: a deployment process would crash too)")
         docs[variant] = doc
         _found(on_found, variant, sizes, docs, failures, key, workload.variants)
     return _ordered(sizes, docs, failures, key, workload.variants)

@@ -18,6 +18,7 @@ import pytest
 
 from autotune.batch import ProbeResult
 from autotune.core.recipe import Recipe, load_recipe
+from autotune.errors import VariantError
 from autotune.runner import Runner
 from autotune.validation import validate
 from autotune.variant_boundaries import find_boundaries, probe_function
@@ -105,3 +106,36 @@ def test_boundary_found_in_a_reused_worker_is_confirmed_in_fresh_ones(tmp_path: 
     at, above = fresh_probe(recipe, found, budget), fresh_probe(recipe, found + 1, budget)
     assert at.fits, (found, at)
     assert not above.fits, (found + 1, above)
+
+
+def test_a_batch_that_crashes_the_worker_is_past_the_boundary_once_a_smaller_one_ran(write_recipe) -> None:
+    """A worker that dies of a signal at batch 4 (the tiny model segfaults from 4 rows on, as cuDNN did under an
+    allocator cap on an H200 for a frozen resnet18, session 47) sets the boundary at 3, confirmed in fresh
+    processes, and the document says the worker crashed there; the variant is not dropped."""
+    from tests.support import tiny_recipe
+
+    path = write_recipe(tiny_recipe(kwargs='kwargs = { crash = "segfault" }', variants='["eager"]',
+                                    batch_sizes='"auto"') + "[batch]\nmax_batch_size = 8\n")
+    recipe = load_recipe(path)
+    with Runner() as runner:
+        workload = validate(runner, recipe)  # batch 2: runs
+        outcome = find_boundaries(runner, recipe, workload)
+    assert not outcome.failures, outcome.failures
+    doc = outcome.documents["eager"]
+    sizes = [(p["phase"], p["batch_size"], p["fits"]) for p in doc["probes"]]
+    assert doc["max_batch_size"] == 3, sizes
+    assert "fresh worker process" in doc["confirmed_by"]
+    assert 4 in doc["crashed_at"] and "crashed at batch" in doc["summary"]
+    crashed = [p for p in doc["probes"] if p["phase"] == "confirm" and not p["fits"]]
+    assert crashed and all("SIGSEGV" in p["error"] and "does not run" in p["error"] for p in crashed)
+
+
+def test_a_crash_before_any_batch_ran_is_the_variants_failure(write_recipe) -> None:
+    """Nothing ran, so the crash says nothing about a boundary: the variant fails with the signal in its reason."""
+    from tests.support import tiny_recipe
+
+    path = write_recipe(tiny_recipe(kwargs='kwargs = { crash = "segfault" }', variants='["eager"]',
+                                    batch_sizes='"auto"') + "[batch]\nmax_batch_size = 8\n")
+    recipe = load_recipe(path)
+    with Runner(reuse=False) as runner, pytest.raises(VariantError, match="SIGSEGV"):
+        probe_function(runner, recipe, "eager", budget=None)(8)

@@ -116,6 +116,8 @@ class BoundarySection(TypedDict):
     stopped_by: NotRequired[str]
     summary: NotRequired[str]
     predicted_limit: NotRequired[dict[str, float]]
+    #: batches whose probe crashed the worker (a signal) after a smaller one ran: taken as not running there
+    crashed_at: NotRequired[list[int]]
 
 
 class ShowdownStanding(TypedDict):
