@@ -299,3 +299,44 @@ def test_plan_from_document() -> None:
     broken = {**doc, "serving": {**doc["serving"], "recommendation": {**doc["serving"]["recommendation"],
                                                                       "instances": -1}}}
     assert plan_from_document(broken) is None
+
+
+def test_a_gpu_artifacts_instances_are_placed_on_its_gpu() -> None:
+    """A run on cuda:1 ships configurations that put the instances on that GPU, as autotune measured them (the
+    first GPU serving run, session 47, wrote Triton's KIND_CPU for a CUDA TorchScript artifact)."""
+    plan = _plan(kind="torchscript", variant="frozen", device="cuda:1")
+    assert plan.gpu_index == 1 and _plan(device="cuda").gpu_index == 0 and _plan().gpu_index is None
+    result = server_configs(plan)
+    triton = result.files["triton/resnet/config.pbtxt"]
+    assert "kind: KIND_GPU" in triton and "gpus: [ 1 ]" in triton and "KIND_CPU" not in triton
+    assert "number_of_gpu=1" in result.files[TORCHSERVE_FILE]
+    assert any("CUDA_VISIBLE_DEVICES=1" in n for n in result.notes)
+    ray = result.files[RAY_FILE]
+    ast.parse(ray)
+    assert 'ray_actor_options={"num_cpus": 3, "num_gpus": 0.5}' in ray
+    assert any("1/2 of a GPU" in n and "cuda:0 there" in n for n in result.notes)
+    cpu = server_configs(_plan())
+    assert "number_of_gpu" not in cpu.files[TORCHSERVE_FILE] and "num_gpus" not in cpu.files[RAY_FILE]
+    # another accelerator: no Triton file, and the reason says why
+    text, reason, _ = triton_config(_plan(device="xpu"))
+    assert text is None and "xpu" in reason
+
+
+def test_the_gpu_placement_parses_as_tritons_model_config() -> None:
+    config = _parse_triton(server_configs(_plan(device="cuda")).files["triton/resnet/config.pbtxt"])
+    group = config.instance_group[0]
+    assert (group.count, group.kind, list(group.gpus)) == (2, _model_config_module().ModelInstanceGroup.KIND_GPU,
+                                                           [0])
+
+
+def test_plan_from_document_reads_the_runs_device() -> None:
+    doc: dict[str, Any] = {
+        "recipe": {"device": "auto", "device_resolved": "cuda"},
+        "artifact": {"status": "ok", "variant": "frozen", "kind": "torchscript", "batch_size": 8, "interface": IMAGE},
+        "serving": {"model_name": "quick", "recommendation": {
+            "variant": "frozen", "instances": 2, "threads": 1, "max_batch": 4, "max_delay_ms": 0.0}},
+    }
+    plan = plan_from_document(doc)
+    assert plan is not None and plan.device == "cuda"
+    older = plan_from_document({**doc, "recipe": {"device": "auto"}})
+    assert older is not None and older.device == "cpu"

@@ -331,6 +331,7 @@ BOUNDARY_FIELDS: dict[str, tuple[Checker, bool]] = {
     "stopped_by": (_nullable(_STR), False),
     "summary": (_nullable(_STR), False),
     "predicted_limit": (_nullable(_record({"low": (_NUMBER, True), "center": (_NUMBER, True)})), False),
+    "crashed_at": (_list_of(_INT), False),
 }
 _BOUNDARY = _record(BOUNDARY_FIELDS)
 RECIPE_FIELDS: dict[str, tuple[Checker, bool]] = {
@@ -595,6 +596,7 @@ SERVING_FIELDS: dict[str, tuple[Checker, bool]] = {
     "request_samples": (_REQUEST_SAMPLES, False),
     "rate_target": (_nullable(_POSITIVE), False),
     "cores": (_POSITIVE_INT, False),
+    "device": (_STR, False),
     "recommendation": (_nullable(_record(SERVING_RECOMMENDATION_FIELDS)), False),
     "at_fraction": (_nullable(_list_of(_record(SERVING_FRACTION_FIELDS))), False),
     "configs": (_nullable(_list_of(_SERVING_CONFIG)), False),

@@ -390,6 +390,8 @@ class ServingSection(_ServingStatus, total=False):
     request_samples: int | Literal["batch"]
     rate_target: float | None
     cores: int
+    #: where the artifact ran (the run's resolved device); absent in reports before session 47
+    device: NotRequired[str]
     recommendation: ServingRecommendation | None
     at_fraction: list[ServingAtFraction]
     configs: list[ServingConfig]

@@ -97,6 +97,17 @@ class ServingPlan:
     #: call's rows, CLIP's ``(rows, rows)`` logits), and per output the non-batch dims that follow the call's rows
     merge_requests: bool = True
     output_batch_dims: Mapping[str, Sequence[int]] | None = None
+    #: where the artifact runs (the run's resolved device: ``cpu``, ``cuda``, ``cuda:1``): a GPU artifact's instances
+    #: are placed on its GPU (Triton's ``KIND_GPU``, TorchServe's ``number_of_gpu``, Ray's ``num_gpus``)
+    device: str = "cpu"
+
+    @property
+    def gpu_index(self) -> int | None:
+        """The CUDA device's index for a ``cuda``/``cuda:N`` artifact, else None."""
+        kind, _, index = self.device.partition(":")
+        if kind != "cuda":
+            return None
+        return int(index) if index.isdigit() else 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or MODEL_NAME_PATTERN.fullmatch(self.model_name) is None:
@@ -138,6 +149,11 @@ def server_configs(plan: ServingPlan) -> ServerConfigs:
     files[RAY_FILE] = ray_deployment(plan)
     notes.append(f"ray: cd ray && serve run serve_deployment:app ({plan.instances} replica(s) of {plan.threads} "
                  "CPU(s); Ray sets OMP_NUM_THREADS to num_cpus in each replica)")
+    if plan.gpu_index is not None:
+        notes.append(f"ray: each replica asks for 1/{plan.instances} of a GPU, so the replicas share one as autotune "
+                     "measured them; Ray makes the GPU it assigns the replica's only visible one"
+                     + (f" (cuda:0 there: set load.py's device from cuda:{plan.gpu_index} to cuda)"
+                        if plan.gpu_index else ""))
     if plan.environment and plan.environment != "glibc":
         notes.append(f"all: the configuration was measured in process environment {plan.environment} (run.sh sets "
                      "its variables, e.g. LD_PRELOAD of the allocator): set them in the other servers' "
@@ -175,9 +191,18 @@ def plan_from_document(doc: Mapping[str, Any]) -> ServingPlan | None:
             merge_lengths=(serving or {}).get("merge_lengths") is not False,
             output_dynamic_dims=_output_dims((serving or {}).get("output_dynamic_dims")),
             merge_requests=(serving or {}).get("merge_requests") is not False,
-            output_batch_dims=_output_dims((serving or {}).get("output_batch_dims")))
+            output_batch_dims=_output_dims((serving or {}).get("output_batch_dims")),
+            device=_device_of(doc))
     except (KeyError, ValueError):  # a document's numbers that are not a configuration
         return None
+
+
+def _device_of(doc: Mapping[str, Any]) -> str:
+    recipe = doc.get("recipe")
+    if not isinstance(recipe, Mapping):
+        return "cpu"
+    device = recipe.get("device_resolved") or recipe.get("device")
+    return device if isinstance(device, str) and device and device != "auto" else "cpu"
 
 
 def _output_dims(value: Any) -> dict[str, tuple[int, ...]] | None:
@@ -236,6 +261,9 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
     """``(config.pbtxt text, "", notes)``, or ``(None, reason, [])`` where Triton cannot load the artifact by
     itself or the interface does not say what its tensors are."""
     backend = TRITON_BACKENDS.get(plan.kind)
+    if plan.device != "cpu" and plan.gpu_index is None:
+        return None, (f"the artifact runs on {plan.device}; Triton's instance groups place a model on CPUs or "
+                      "NVIDIA GPUs"), []
     if backend is None:
         what = "an AOTInductor package (.pt2)" if plan.kind == "aoti" else \
             "the code that builds the model (no file form)" if plan.kind == "code" else f"a {plan.kind!r} artifact"
@@ -283,7 +311,8 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
         "instance_group [",
         "  {",
         f"    count: {plan.instances}",
-        "    kind: KIND_CPU",
+        *(["    kind: KIND_CPU"] if plan.gpu_index is None else
+          ["    kind: KIND_GPU", f"    gpus: [ {plan.gpu_index} ]"]),
         "  }",
         "]",
         *(["dynamic_batching {", f"  max_queue_delay_microseconds: {delay_us}", "}"] if plan.merge_requests else
@@ -380,6 +409,7 @@ def torchserve_properties(plan: ServingPlan) -> str:
         "model_store=model_store",
         f"load_models={plan.model_name}.mar",
         f"default_workers_per_model={plan.instances}",
+        *([] if plan.gpu_index is None else ["number_of_gpu=1"]),
         models,
         "",
     ])
@@ -392,6 +422,10 @@ def torchserve_notes(plan: ServingPlan) -> list[str]:
              f"torchserve/config.properties",
              f"torch's threads per worker are not a TorchServe setting: export OMP_NUM_THREADS={plan.threads} "
              f"(or torch.set_num_threads({plan.threads}) in the handler's initialize)"]
+    if plan.gpu_index is not None:
+        notes.append(f"number_of_gpu=1: every worker on one GPU, as autotune measured them; TorchServe numbers the "
+                     f"GPUs it sees from 0, so start it with CUDA_VISIBLE_DEVICES={plan.gpu_index} (the handler's "
+                     "load.load() places the model where the artifact was built to run)")
     if _delay_ms_whole(plan) != plan.max_delay_ms:
         notes.append(f"maxBatchDelay is whole milliseconds: {plan.max_delay_ms:g} ms is written as "
                      f"{_delay_ms_whole(plan)}")
@@ -471,7 +505,7 @@ def _cut(output, cuts):
     return output
 
 
-@serve.deployment(num_replicas=@INSTANCES@, ray_actor_options={"num_cpus": @THREADS@})
+@serve.deployment(num_replicas=@INSTANCES@, ray_actor_options={"num_cpus": @THREADS@@GPUS@})
 class Model:
     def __init__(self):
         self.module = _load_module()
@@ -540,6 +574,8 @@ def ray_deployment(plan: ServingPlan) -> str:
         "@THREADS@": str(plan.threads), "@MAX_BATCH@": str(plan.max_batch if plan.merge_requests else 1),
         "@DELAY@": f"{plan.max_delay_ms:g}",
         "@DELAY_S@": repr(delay_s), "@MERGE@": repr(bool(plan.merge_lengths)),
+        # the replicas share one GPU, as autotune measured them: a fraction each (Ray schedules by it)
+        "@GPUS@": "" if plan.gpu_index is None else f', "num_gpus": {round(1.0 / plan.instances, 4)!r}',
     }
     text = _RAY_TEMPLATE
     for key, value in values.items():

@@ -1206,7 +1206,7 @@ class ServingSearch:
             "output_dynamic_dims": self.output_dynamic_dims,
             "merge_requests": self.merge_requests_why is None, "merge_requests_why": self.merge_requests_why,
             "output_batch_dims": self.output_batch_dims,
-            "cores": self.cores, "recommendation": rec,
+            "cores": self.cores, "device": self.target.device, "recommendation": rec,
             "cpus": {"server": sorted(self.server_cpus) if self.server_cpus else None,
                      "client": sorted(self.client_cpus) if self.client_cpus else None},
             "at_fraction": [dict(p.to_dict(), fraction=f) for f, p in zip(self._curve_fractions, self.curve,
