@@ -104,8 +104,19 @@ def interpolate(points: list[dict[str, Any]], fraction: float, key: str) -> floa
     return next((v for f, v in pts if abs(f - fraction) < 1e-9), None)
 
 
-def checks(out: Path, seconds: float) -> dict[str, Any]:
-    from triton_openloop import open_loop
+def split_client(cpus: dict[str, Any], processes: int) -> tuple[list[int] | None, list[int]]:
+    """(the server's CPUs, the client processes' CPUs): with ``processes`` > 1 the client takes that many of the
+    machine's last CPUs (the search's client CPU and the server's highest), the server keeps the rest."""
+    server, client = list(cpus.get("server") or []), list(cpus.get("client") or [])
+    if processes <= 1 or not server:
+        return server or None, client
+    every = sorted(set(server) | set(client))
+    take = every[-min(processes, len(every) - 1):]
+    return [c for c in server if c not in take], take
+
+
+def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, Any]:
+    from triton_openloop import open_loop, open_loop_split
 
     from autotune.serving.requests import cut_requests, load_batches
 
@@ -127,14 +138,22 @@ def checks(out: Path, seconds: float) -> dict[str, Any]:
           flush=True)
     port = free_port()
     cpus = serving.get("cpus") or {}
-    proc = start_server(artifact, port, cpus.get("server"))
-    if cpus.get("client"):
-        os.sched_setaffinity(0, set(cpus["client"]))  # tritonclient on the client's CPU, as the search's client ran
+    server_cpus, client_cpus = split_client(cpus, client_processes)
+    if client_processes > 1:
+        print(f"  tritonclient in {len(client_cpus)} processes on CPU {client_cpus}, the server on CPU {server_cpus} "
+              f"(the search measured it on {cpus.get('server')})", flush=True)
+    proc = start_server(artifact, port, server_cpus)
+    if client_cpus and client_processes <= 1:
+        os.sched_setaffinity(0, set(client_cpus))  # tritonclient on the client's CPU, as the search's client ran
     replay: dict[str, Any] = {}
     try:
         for f, secs in ((0.5, min(15.0, seconds)), (0.9, seconds), (1.3, seconds)):
-            got = open_loop(f"http://127.0.0.1:{port}", serving["model_name"], requests, rate=rate * f,
-                            seconds=secs, seed=int(f * 100))
+            if client_processes > 1:
+                got = open_loop_split(f"http://127.0.0.1:{port}", serving["model_name"], requests, rate=rate * f,
+                                      seconds=secs, seed=int(f * 100), cpus=client_cpus)
+            else:
+                got = open_loop(f"http://127.0.0.1:{port}", serving["model_name"], requests, rate=rate * f,
+                                seconds=secs, seed=int(f * 100))
             replay[str(f)] = got
             print(f"  tritonclient at {f:.0%} ({rate * f:.1f} req/s, {secs:.0f} s): p50 {got['p50_ms']:.2f} ms, "
                   f"p99 {got['p99_ms']:.2f} ms, {got['answered']}/{got['sent']} answered, "
@@ -263,6 +282,9 @@ def main() -> None:
     ap.add_argument("recipe", nargs="?")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--device", help="the run's --device (default: the recipe's)")
+    ap.add_argument("--client-processes", type=int, default=1,
+                    help="tritonclient in this many processes, each on a CPU of its own taken from the server's "
+                         "highest (a GPU server's thousands of requests/s outrun one; default 1: the search's CPU)")
     ap.add_argument("--reuse", type=Path, help="check an existing run's directory instead of running")
     ap.add_argument("--seconds", type=float, default=30.0, help="the 90%% and 130%% points' length")
     ap.add_argument("--sweep", action="store_true")
@@ -279,7 +301,7 @@ def main() -> None:
         if not args.recipe:
             ap.error("a recipe, or --reuse DIR")
         run_autotune(args.recipe, out, args.device)
-    result: dict[str, Any] = {} if args.sweep_only else {"checks": checks(out, args.seconds)}
+    result: dict[str, Any] = {} if args.sweep_only else {"checks": checks(out, args.seconds, args.client_processes)}
     if args.sweep or args.sweep_only:
         result["sweep"] = sweep(
             out, delays=tuple(float(x) for x in args.sweep_delays.split(",")) if args.sweep_delays else None,

@@ -11,7 +11,8 @@
 #             under the recipe's memory budget as an allocator cap; the run folder comes back as gen.tar.gz
 #   serve     benchmarks/bench_serving.py on benchmarks/recipes/quickstart_serving_cuda.toml: the run with its serving
 #             stage on the GPU, then the artifact's `run.sh serve` under tritonclient at 50/90/130% of the reported
-#             max rate (SERVE_SECONDS each, 15 by default), against the naive baselines; serve.json and
+#             max rate (SERVE_SECONDS each, 15 by default; tritonclient in SERVE_CLIENTS processes, 4 by default:
+#             one fell behind at 1,745 requests/s in session 47), against the naive baselines; serve.json and
 #             serve.tar.gz (the run folder without weights) come back. tritonclient travels as wheels too.
 #   memory    generate() of the GPT-2-shaped recipe's model at a few concurrencies under its 1.1 GiB cap, a fresh
 #             process each: the peaks allocated and reserved (the boundary model reads the first, the cap bounds the
@@ -73,7 +74,8 @@ print(f'plain load.py: {n} calls in {s:.2f} s, {s / n * 1e3:.3f} ms per call, ba
     serve)
       rm -rf /tmp/srv; timeout -s INT -k 20 "$((t - 10))" $PY benchmarks/bench_serving.py \
         "${SERVE_RECIPE:-benchmarks/recipes/quickstart_serving_cuda.toml}" --device "$DEVICE" --out /tmp/srv \
-        --seconds "${SERVE_SECONDS:-15}" --json "$OUT/serve.json" 2>&1 | tee "$OUT/serve.log"
+        --seconds "${SERVE_SECONDS:-15}" --client-processes "${SERVE_CLIENTS:-4}" --json "$OUT/serve.json" 2>&1 \
+        | tee "$OUT/serve.log"
       tar czf "$OUT/serve.tar.gz" -C /tmp --exclude='*.pt' --exclude='*.onnx' --exclude='*.bin' \
         --exclude='*.pt2' --exclude='*.so' srv 2>/dev/null ;;
     memory)
