@@ -103,7 +103,8 @@ def test_batching_and_instances_raise_the_predicted_rate_and_a_tight_slo_gives_n
 
 def test_a_front_end_of_its_own_is_one_fifo_server_in_the_simulation() -> None:
     """A front end on cores of its own is one event loop: each request's work queues in it, before the batcher and
-    after the call, and a finished call waits in it before its instance gets the next batch. The first GPU run
+    after the call, and a finished call's requests are answered in it before its instance gets the next batch. The
+    first GPU run
     (session 47: 0.42 ms of front-end work a request, calls of 1-4 in 1.0-1.5 ms) was predicted at the loop's
     ceiling, 2,444 requests/s, for one instance and two alike; they served 1,147 and 1,939."""
     work = 0.0004
@@ -118,7 +119,7 @@ def test_a_front_end_of_its_own_is_one_fifo_server_in_the_simulation() -> None:
     one = Simulator(BatchPolicy(4, 0.0), 1, gpu).max_rate(0.010, 99.0)[0]
     two = Simulator(BatchPolicy(4, 0.0), 2, replace(gpu, seconds=(0.00142, 0.00151, 0.00153))).max_rate(0.010, 99.0)[0]
     assert one < 0.9 / 0.000423 and two < 0.92 / 0.000423, (one, two)
-    assert one > 1500 and two > 1500, (one, two)
+    assert two > 1.2 * one, (one, two)  # one instance waits while the loop answers its calls (measured 1.69x)
     # shared cores (no front_end_rate): the loop is not simulated, its work a fixed latency as before
     shared = ServiceModel((1,), (0.010,), overhead_s=work)
     lat_shared, _ = Simulator(BatchPolicy(1, 0.0), 1, shared, requests=2000, seed=3).latencies(50.0)

@@ -12,12 +12,13 @@ best few are then confirmed with real load (:mod:`autotune.serving.search`).
 The front end (HTTP parsing, the pipes to the instances) enters in one of two ways. Where it shares the instances'
 cores, as a fixed per-request latency (``overhead_s``; the search adds its work to the calls). Where it has cores of
 its own (``front_end_rate`` set), as what it is, one event loop: a FIFO server that does each request's work, half
-before the request reaches the batcher (reading and decoding it) and half after its call (the answer), and that
-also hands each finished call back, so an instance waits behind the requests the loop holds before it is given the
-next batch. With only a ceiling on its rate and no queue, the first GPU run (session 47: resnet18, 0.42 ms of
-front-end work a request, calls of 1-4 in 1.0-1.5 ms) was predicted 2,444 requests/s for both one and two
-instances, at the ceiling; they served 1,147 and 1,939. What the model still leaves out, and why the confirmation
-stays: the front end's work on shared cores is charged to the calls, not scheduled. A call's time varies
+before the request reaches the batcher (reading and decoding it) and half after its call (the answer); a finished
+call waits in it, and its requests are answered before its instance is given the next batch (the order asyncio
+runs the server's callbacks in). With only a ceiling on its rate and no queue, the first GPU run (session 47:
+resnet18, 0.42 ms of front-end work a request, calls of 1-4 in 1.0-1.5 ms) was predicted 2,444 requests/s for one
+and two instances alike, at the ceiling; they served 1,147 and 1,939, and the loop now predicts 1,537 and 2,030.
+What the model still leaves out, and why the confirmation stays: the front end's work on shared cores is charged to
+the calls, not scheduled. A call's time varies
 around its median (``spread``, a log-normal sigma from the calibration's p90/p50); the variation between
 processes and minutes does not. So the ranking is trusted more than the numbers, and the numbers the report
 states come from the real load.
@@ -167,7 +168,7 @@ class Simulator:
         batcher = Batcher(self.policy, self.instances)
         done = np.full(n, np.nan)
         events: list[tuple[float, int, int, object]] = [(float(t), k, 0, k) for k, t in enumerate(offsets)]
-        heapq.heapify(events)  # (time, order, kind, what): 0 arrival, 1 decoded, 2 call done, 3 handed back, 4 wake
+        heapq.heapify(events)  # (time, order, kind, what): 0 arrival, 1 decoded, 2 call done, 3 answered, 4 wake
         order, free_at, calls, batched = n, 0.0, 0, 0
         half = work_s / 2
         wakes: set[float] = set()  # the batcher's deadlines already in the heap
@@ -190,13 +191,17 @@ class Simulator:
             if kind == 1:
                 batcher.add(what, now, self.samples)
             elif kind == 2:
-                push(loop_job(now, 0.0), 3, what)  # the finished call waits for the loop
+                # the finished call waits for the loop, which answers its requests before the instance is given the
+                # next batch: the server's call task sets the requests' futures, then releases the instance and
+                # dispatches, and asyncio runs the woken answers (FIFO) before the new call's first step
+                instance, reqs = cast("tuple[int, tuple[int, ...]]", what)
+                answered = loop_job(now, half * len(reqs))
+                for r in reqs:
+                    done[r] = answered
+                push(answered, 3, instance)
                 continue
             elif kind == 3:
-                instance, reqs = cast("tuple[int, tuple[int, ...]]", what)
-                batcher.release(instance)
-                for r in reqs:
-                    done[r] = loop_job(now, half)
+                batcher.release(cast("int", what))
             for d in batcher.poll(now):
                 took = self._took(d.samples, calls)
                 calls += 1
