@@ -30,3 +30,12 @@ def device_type(name: str) -> str:
 def is_accelerator(name: str) -> bool:
     """An accelerator (own memory, asynchronous launches, events), not the host CPU."""
     return device_type(name) in INDEXED_TYPES
+
+
+def cuda_index(name: str) -> int | None:
+    """The CUDA device's index (``cuda`` → 0, ``cuda:1`` → 1); None for any other device. For the servers whose
+    configuration names NVIDIA GPUs by index (Triton's ``KIND_GPU`` instance groups, TorchServe's GPU count)."""
+    kind, _, index = str(name).strip().lower().partition(":")
+    if kind != INDEXED_TYPES[0]:
+        return None
+    return int(index) if index.isdigit() else 0

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.core.device_names import cuda_index, is_accelerator
 from autotune.core.recipe.spec import MODEL_NAME_PATTERN
 
 #: The artifact kinds a Triton backend loads without Python code: kind -> the config's backend line.
@@ -104,10 +105,7 @@ class ServingPlan:
     @property
     def gpu_index(self) -> int | None:
         """The CUDA device's index for a ``cuda``/``cuda:N`` artifact, else None."""
-        kind, _, index = self.device.partition(":")
-        if kind != "cuda":
-            return None
-        return int(index) if index.isdigit() else 0
+        return cuda_index(self.device)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or MODEL_NAME_PATTERN.fullmatch(self.model_name) is None:
@@ -261,7 +259,7 @@ def triton_config(plan: ServingPlan) -> tuple[str | None, str, list[str]]:
     """``(config.pbtxt text, "", notes)``, or ``(None, reason, [])`` where Triton cannot load the artifact by
     itself or the interface does not say what its tensors are."""
     backend = TRITON_BACKENDS.get(plan.kind)
-    if plan.device != "cpu" and plan.gpu_index is None:
+    if is_accelerator(plan.device) and plan.gpu_index is None:
         return None, (f"the artifact runs on {plan.device}; Triton's instance groups place a model on CPUs or "
                       "NVIDIA GPUs"), []
     if backend is None:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autotune.core.budget import SERVING_HOLD_GRACE
+from autotune.core.device_names import is_accelerator
 from autotune.serving.batcher import BatchPolicy
 from autotune.serving.processes import Calibration, ServerProcess, ServingError, calibrate, pinned
 from autotune.serving.rate_search import (
@@ -827,7 +828,7 @@ class ServingSearch:
         t0 = time.monotonic()
         deadline = t0 + float(self.spec.time_budget_s)
         self._promise = self._late(deadline)
-        self._layouts = layouts(self.spec, self.cores, accelerator=self.target.device != "cpu")
+        self._layouts = layouts(self.spec, self.cores, accelerator=is_accelerator(self.target.device))
         grid = batch_grid(self.spec, self.target.batch_size)
         status, reason = "ok", None
         try:

@@ -2,7 +2,8 @@
 ``generate()`` recipes (bloom_generate.toml, falcon_generate.toml; session 44; a mixture of experts,
 mixtral_generate.toml, session 46), a document model, a forecaster and an optical-flow model for runs with serving
 (layoutlm_serving.toml, patchtst_serving.toml, raft.toml; session 45), and a detector on images of varying sizes
-(detr_serving.toml, session 46)."""
+(detr_serving.toml, session 46), and a segmenter whose answer is as large as its image (lraspp_serving.toml,
+session 47)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,26 @@ def detr_batches(batch_size: int, sizes: tuple[int, ...] = (160, 192, 224, 256),
             images[row, :, :h, :w] = torch.from_numpy(rng.standard_normal((3, h, w)).astype(np.float32))
             mask[row, :h, :w] = 1
         yield {"pixel_values": images, "pixel_mask": mask}
+
+
+def lraspp(classes: int = 4) -> nn.Module:
+    """torchvision's LR-ASPP segmenter on a MobileNetV3-Large backbone (no weights anywhere): a dict ``{"out": (N,
+    classes, H, W)}`` as tall and wide as its input, so each request's answer must be cut back to its own image."""
+    from torchvision.models.segmentation import lraspp_mobilenet_v3_large
+
+    return lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=classes).eval()
+
+
+def image_batches(batch_size: int, sizes: tuple[int, ...] = (96, 128, 160), batches: int = 8,
+                  seed: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+    """Images of a height and a width each drawn from ``sizes``, padded per batch to the largest of each with 0 (no
+    mask: the model sees the padding)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for _ in range(batches):
+        hw = [(int(rng.choice(sizes)), int(rng.choice(sizes))) for _ in range(batch_size)]
+        images = torch.zeros((batch_size, 3, max(h for h, _ in hw), max(w for _, w in hw)))
+        for row, (h, w) in enumerate(hw):
+            images[row, :, :h, :w] = torch.from_numpy(rng.standard_normal((3, h, w)).astype(np.float32))
+        yield {"images": images}
