@@ -120,6 +120,9 @@ def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, An
 
     from autotune.serving.requests import cut_requests, load_batches
 
+    if not (out / "report.json").is_file():  # the run stopped before its report (a bad recipe: exit 2)
+        print(f"no report to check: {out / 'report.json'} is missing", flush=True)
+        return {"status": "no report"}
     doc = json.loads((out / "report.json").read_text())
     serving = doc["serving"]
     rec = serving.get("recommendation")
