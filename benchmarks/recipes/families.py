@@ -157,4 +157,4 @@ def image_batches(batch_size: int, sizes: tuple[int, ...] = (96, 128, 160), batc
         images = torch.zeros((batch_size, 3, max(h for h, _ in hw), max(w for _, w in hw)))
         for row, (h, w) in enumerate(hw):
             images[row, :, :h, :w] = torch.from_numpy(rng.standard_normal((3, h, w)).astype(np.float32))
-        yield {"x": images}  # torchvision's forward(x)
+        yield {"input": images}  # LRASPP.forward(input)
