@@ -116,7 +116,7 @@ def split_client(cpus: dict[str, Any], processes: int) -> tuple[list[int] | None
 
 
 def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, Any]:
-    from triton_openloop import open_loop, open_loop_split
+    from triton_openloop import answers_check, open_loop, open_loop_split
 
     from autotune.serving.requests import cut_requests, load_batches
 
@@ -150,6 +150,10 @@ def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, An
         os.sched_setaffinity(0, set(client_cpus))  # tritonclient on the client's CPU, as the search's client ran
     replay: dict[str, Any] = {}
     try:
+        answers = answers_check(f"http://127.0.0.1:{port}", serving["model_name"], requests)
+        print(f"  answers: {answers['requests']} requests of distinct shapes sent at once {answers['repeats']} times "
+              f"against each alone: worst {answers['worst_relative']:.2e} of the largest magnitude"
+              + (f", wrong: {answers['wrong']}" if answers["wrong"] else ""), flush=True)
         for f, secs in ((0.5, min(15.0, seconds)), (0.9, seconds), (1.3, seconds)):
             if client_processes > 1:
                 got = open_loop_split(f"http://127.0.0.1:{port}", serving["model_name"], requests, rate=rate * f,
@@ -167,6 +171,7 @@ def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, An
         "90%: p99 within SLO+10%, all answered": replay["0.9"]["p99_ms"] <= 1.1 * slo and replay["0.9"]["failed"] == 0,
         "130%: p99 above the SLO": replay["1.3"]["p99_ms"] > slo,
         "SIGTERM: exit 0, nothing left": code == 0 and not left,
+        "answers at once = answers alone (shapes; values within 2%)": bool(answers["ok"]),
     }
     for f in (0.5, 0.9):
         for key in ("p50_ms", "p99_ms"):
@@ -189,8 +194,8 @@ def checks(out: Path, seconds: float, client_processes: int = 1) -> dict[str, An
     verdicts["recommended >= 1.3x the better naive baseline"] = ratio >= 1.3
     for name, ok in verdicts.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}", flush=True)
-    return {"replay": replay, "verdicts": verdicts, "ratio_to_baseline": ratio, "sigterm_exit": code,
-            "left_processes": left, "serving_seconds": serving.get("seconds"),
+    return {"replay": replay, "answers": answers, "verdicts": verdicts, "ratio_to_baseline": ratio,
+            "sigterm_exit": code, "left_processes": left, "serving_seconds": serving.get("seconds"),
             "share_of_run": serving.get("share_of_run")}
 
 

@@ -117,6 +117,53 @@ def _summary(rate: float, seconds: float, offsets: np.ndarray, latency: np.ndarr
             "send_lag_p99_ms": float(np.percentile(lag, 99) * 1000) if lag else 0.0, "errors": errors[:3]}
 
 
+def answers_check(url: str, model: str, requests: Sequence[Mapping[str, np.ndarray]], *, distinct: int = 12,
+                  repeats: int = 3, tolerance: float = 0.02, seed: int = 0) -> dict[str, Any]:
+    """Each of up to ``distinct`` requests of different shapes answered alone, one at a time, then all of them sent at
+    once ``repeats`` times (so the server's batcher merges them, padded): every answer must have its alone shape, and
+    values within ``tolerance`` of the alone answer's largest magnitude (the server's own merge tolerance).
+
+    Why: the latency checks never look at an answer, and a merged call cut back wrongly is still fast. A segmenter's
+    96 x 128 class map came back 96 x 96 whenever a 128 x 96 image shared its call (session 47)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    host = url.split("://", 1)[-1].rstrip("/")
+    by_shape: dict[tuple[tuple[int, ...], ...], Mapping[str, np.ndarray]] = {}
+    for r in requests:
+        by_shape.setdefault(tuple(tuple(a.shape) for a in r.values()), r)
+    chosen = list(by_shape.values())[:distinct]
+    meta = httpclient.InferenceServerClient(host).get_model_metadata(model)
+    names = [o["name"] for o in meta["outputs"]]
+
+    def send(request: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        client = httpclient.InferenceServerClient(host)
+        try:
+            got = client.infer(model, _infer_inputs(request))
+            return {n: got.as_numpy(n) for n in names}
+        finally:
+            client.close()
+
+    alone = [send(r) for r in chosen]
+    rng = np.random.default_rng(seed)
+    worst, wrong = 0.0, []
+    with ThreadPoolExecutor(max(2, len(chosen))) as pool:
+        for _ in range(repeats):
+            order = rng.permutation(len(chosen))
+            for k, got in zip(order, pool.map(lambda k: send(chosen[k]), order), strict=True):
+                for n in names:
+                    a, b = alone[k][n], got[n]
+                    if a.shape != b.shape:
+                        wrong.append(f"{n}: {b.shape} under load, {a.shape} alone")
+                        continue
+                    scale = float(np.max(np.abs(a))) if a.size else 0.0
+                    if a.size and scale > 0 and np.issubdtype(a.dtype, np.floating):
+                        worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b))) / scale)
+                    elif a.size and not np.array_equal(a, b):
+                        wrong.append(f"{n}: values differ")
+    return {"requests": len(chosen), "shapes": len(by_shape), "repeats": repeats, "worst_relative": worst,
+            "wrong": wrong[:5], "ok": not wrong and worst <= tolerance}
+
+
 def _part(args: tuple[str, str, Sequence[Mapping[str, np.ndarray]], np.ndarray, int, int, float, float, int, int]
           ) -> tuple[np.ndarray, list[float], list[str], float]:
     """One client process's share of a schedule (run in a forked child, pinned to its CPU)."""

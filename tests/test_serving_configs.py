@@ -238,6 +238,9 @@ def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path, merge: bool) -> N
         model = deployment.Model.cls()
         a, b = np.array([[1, 2, 3]]), np.array([[4, 5, 6, 7, 8], [9, 9, 9, 9, 9]])
         first, second = asyncio.run(model.infer([[a], [b]]))
+        # a 2 x 3 and a 3 x 2 "image" pad to 3 x 3: each answer is cut back to its own height and width (both had
+        # taken the height's length, session 47)
+        tall, wide = asyncio.run(model.infer([[np.ones((1, 2, 3), np.int64)], [np.ones((1, 3, 2), np.int64)]]))
     finally:
         for key, value in saved.items():
             if value is None:
@@ -245,6 +248,7 @@ def test_ray_batching_pads_calls_and_cuts_back(tmp_path: Path, merge: bool) -> N
             else:
                 sys.modules[key] = value
     if merge:
+        assert tall[0].shape == (1, 2, 3) and wide[0].shape == (1, 3, 2) and int(tall[0].sum()) == 12
         assert first[0].tolist() == [[2, 4, 6]]  # padded to 5 for the call, cut back to its own 3
         assert second[0].tolist() == [[8, 10, 12, 14, 16], [18, 18, 18, 18, 18]]
     else:  # merged, the short one would get 3 values, 2 of its own and one of padding

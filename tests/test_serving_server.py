@@ -879,6 +879,26 @@ def test_a_server_not_ready_in_time_is_killed_at_once_and_says_what_bounded_it(t
     assert leftover.stdout.strip() == "", leftover.stdout
 
 
+def test_a_square_batchs_height_and_width_are_cut_back_each_to_its_own() -> None:
+    """96 x 128 and 128 x 96 images merged pad to 128 x 128: a segmenter's class map for the first must come back
+    96 x 128, not 96 x 96 (both of its axes had taken the height's lengths: torchvision's LR-ASPP, session 47)."""
+    a, b = np.ones((1, 3, 96, 128), np.float32), np.ones((1, 3, 128, 96), np.float32)
+    arrays, layout = tensors.combine([[a], [b]], [0.0])
+    assert arrays[0].shape == (2, 3, 128, 128)
+    maps = np.zeros((2, 4, 128, 128), np.float32)
+    for cut in (None, [[2, 3]]):
+        first, second = tensors.split([maps], layout, cut)
+        assert first[0].shape == (1, 4, 96, 128) and second[0].shape == (1, 4, 128, 96)
+    # a padded length only one axis has: every dim of it takes that axis (as before)
+    _, wide = tensors.combine([[np.ones((1, 3, 64, 96), np.float32)], [np.ones((1, 3, 64, 128), np.float32)]], [0.0])
+    assert tensors.split([np.zeros((2, 128, 128))], wide)[0][0].shape == (1, 96, 96)
+    # ids and mask pad alike: one axis, not two
+    ids = [[np.ones((1, 5), np.int64), np.ones((1, 5), np.int64)], [np.ones((1, 9), np.int64), np.ones((1, 9), np.int64)]]
+    _, sentence = tensors.combine(ids, [0, 0])
+    h = np.zeros((2, 9, 9), np.float32)
+    assert tensors.split([h], sentence, [[1]])[0][0].shape == (1, 5, 9)
+
+
 def test_split_cuts_only_the_dims_that_follow_the_length() -> None:
     """A hidden size equal to a padded length is not a length: with the dims the merge check saw follow the input's
     length, only those are cut (a BART's hidden 128 at a padded length of 128 came back cut to 20, session 38)."""

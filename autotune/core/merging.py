@@ -65,6 +65,7 @@ def split(outputs: Sequence[np.ndarray], layout: Layout,
     (session 38): at another padded length the cut would have gone unnoticed."""
     total = sum(layout.rows)
     parts: list[list[np.ndarray]] = [[] for _ in layout.rows]
+    axes = _axes_by_length(layout)
     for k, o in enumerate(outputs):
         offset = 0
         known = length_dims[k] if length_dims is not None and k < len(length_dims) else None
@@ -73,12 +74,34 @@ def split(outputs: Sequence[np.ndarray], layout: Layout,
             offset += n
             if layout.padded and part.ndim > 1:
                 index: list[slice] = []
+                taken: dict[int, int] = {}  # per padded length, the output dims of that length cut so far
                 for d in range(1, part.ndim):
-                    own = next((lengths[j] for length, lengths in layout.padded if length == part.shape[d]), None)
-                    index.append(slice(0, own if known is None or d in known else None))
+                    size = int(part.shape[d])
+                    own = None
+                    if size in axes and (known is None or d in known):
+                        nth = taken.get(size, 0)
+                        taken[size] = nth + 1
+                        own = axes[size][min(nth, len(axes[size]) - 1)][j]
+                    index.append(slice(0, own))
                 part = part[(slice(None), *index)]
             parts[j].append(part)
     return parts
+
+
+def _axes_by_length(layout: Layout) -> dict[int, list[tuple[int, ...]]]:
+    """Per padded length, the distinct padded axes of that length (each as the per-request lengths), in input order.
+
+    Why in order: a square batch pads an image's height and width to one length (96 x 128 and 128 x 96 merged to
+    128 x 128), and a segmenter's class map is as tall and wide as its image. Matched by size alone, both of the
+    map's axes took the height's lengths, and a 96 x 128 image's answer came back 96 x 96 (torchvision's LR-ASPP,
+    session 47). The n-th output dim of a padded length now takes the n-th distinct axis of that length (height
+    before width, as the input has them); axes that pad alike (a sentence's ids and its mask) are one."""
+    out: dict[int, list[tuple[int, ...]]] = {}
+    for length, lengths in layout.padded:
+        seen = out.setdefault(int(length), [])
+        if tuple(lengths) not in seen:
+            seen.append(tuple(lengths))
+    return out
 
 
 def following_dims(short: Sequence[np.ndarray], long: Sequence[np.ndarray]) -> list[list[int]]:

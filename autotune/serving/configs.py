@@ -496,10 +496,16 @@ def _pad(arrays):
     return np.concatenate(out), shape
 
 
-def _cut(output, cuts):
+def _cut(output, axes, j):
+    """Output dims of a padded length cut back to request j's own: the n-th dim of a length takes the n-th padded
+    input axis of that length (an image's height before its width, when a square batch pads both to one length)."""
+    taken = {}
     for d in range(1, output.ndim):
-        if output.shape[d] in cuts:
-            output = output[(slice(None),) * d + (slice(0, cuts[output.shape[d]]),)]
+        lengths = axes.get(output.shape[d])
+        if lengths:
+            nth = taken.get(output.shape[d], 0)
+            taken[output.shape[d]] = nth + 1
+            output = output[(slice(None),) * d + (slice(0, lengths[min(nth, len(lengths) - 1)][j]),)]
     return output
 
 
@@ -531,13 +537,17 @@ class Model:
             inputs.append(batch)
             padded.append(shape)
         outputs = _leaves(self._call(inputs))
+        # per padded length, the distinct input axes padded to it (each as every request's own length), in order
+        axes = {}
+        for i, shape in enumerate(padded):
+            for d, n in enumerate(shape):
+                lengths = tuple(r[i].shape[d + 1] for r in requests)
+                if any(x < n for x in lengths) and lengths not in axes.setdefault(n, []):
+                    axes[n].append(lengths)
         answers, start = [], 0
-        for r in requests:
+        for j, r in enumerate(requests):
             rows = len(r[0])
-            # a padded length -> this request's own: output dims that long are cut back to it
-            cuts = {n: a.shape[d + 1] for a, shape in zip(r, padded) for d, n in enumerate(shape)
-                    if a.shape[d + 1] < n}
-            answers.append([_cut(o[start:start + rows], cuts) for o in outputs])
+            answers.append([_cut(o[start:start + rows], axes, j) for o in outputs])
             start += rows
         return answers
 
