@@ -170,14 +170,20 @@ def trim(row: Mapping[str, np.ndarray], axes: Mapping[str, list[int]], pad: Mapp
     The axes of one size in the row are one length (a sentence's ``input_ids`` and ``attention_mask``), cut together
     to the longest live extent among them; axes of another size are another length, cut on their own (an image's
     height and width: a 192 x 160 image of a 256 x 224 batch is its own 192 x 160, where cutting only the largest
-    size's axes left it 192 x 224, session 46). Axes that happen to share a size are one length: a 192 x 160 image
-    of a 256 x 256 batch is cut to 192 x 192."""
+    size's axes left it 192 x 224, session 46). Within one input, two axes of one size are two lengths, matched
+    across inputs in order (the first with the first: a ``pixel_values``' height with its ``pixel_mask``'s height):
+    a 192 x 160 image of a 256 x 256 batch is its own 192 x 160 too, where it had been cut to 192 x 192 (session 47,
+    as :func:`split` cuts a square batch's answers)."""
     out = dict(row)
-    groups: dict[int, list[tuple[str, int]]] = {}
+    groups: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for n, ds in axes.items():
+        seen: dict[int, int] = {}  # per size, this input's axes of it so far
         for d in ds:
-            groups.setdefault(int(row[n].shape[d]), []).append((n, d))
-    for size, members in groups.items():
+            size = int(row[n].shape[d])
+            nth = seen.get(size, 0)
+            seen[size] = nth + 1
+            groups.setdefault((size, nth), []).append((n, d))
+    for (size, _), members in groups.items():
         keep = 0
         for n, d in members:
             a = np.moveaxis(row[n], d, 1)
