@@ -66,6 +66,14 @@ STARTUP_TIMEOUT = 120.0
 STDERR_TAIL = 600
 
 
+#: Signals a worker dies of by a fault of its own. A boundary probe that dies so once a smaller size ran is past the
+#: boundary (:func:`autotune.batch.probes.crashed_past`): on an H200 a frozen TorchScript resnet18 under a 512-MiB
+#: allocator cap died with SIGSEGV at batch 1257 instead of raising the allocator's error (session 47; cuDNN is known
+#: to crash rather than fail cleanly with almost no device memory left). SIGILL (an instruction this CPU lacks) is
+#: never a size's doing.
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE"})
+
+
 @dataclass(frozen=True)
 class WorkerCrash:
     """Why a worker stopped answering (value object; becomes a candidate's reason)."""
@@ -79,6 +87,11 @@ class WorkerCrash:
     def killed_by_kernel(self) -> bool:
         """SIGKILL that we did not send: most likely the kernel's OOM killer."""
         return self.signal == "SIGKILL" and not self.timed_out
+
+    @property
+    def crashed(self) -> bool:
+        """Died of a fault of its own (:data:`CRASH_SIGNALS`: a segfault, an abort), not a timeout or a kill."""
+        return self.signal in CRASH_SIGNALS and not self.timed_out
 
 
 class WorkerCrashed(WorkerError):

@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.batch import (
+    CRASH_PREFIX,
     BatchBoundary,
     ProbeLimits,
     ProbeRecord,
     ProbeResult,
     candidate_batch_sizes,
+    crashed_past,
     find_max_batch_size,
     refine_max_batch_size,
 )
@@ -123,23 +125,6 @@ def limit_source(recipe: Recipe, workload: ValidatedWorkload) -> str:
 MOVING_SOURCES = ("available", "device_free")
 
 
-#: Signals a worker dies of that make a probe "does not run at this batch" once a smaller batch fit: a crash, not
-#: an error the process could report. Why: on an H200 a frozen TorchScript resnet18 under a 512-MiB allocator cap
-#: died with SIGSEGV at batch 1257 instead of raising the allocator's out-of-memory error, and the whole variant was
-#: dropped, though every batch below ran (session 47; cuDNN is known to crash rather than fail cleanly with almost
-#: no device memory left). A deployment process crashes at that batch too, so it lies past the boundary a
-#: deployment sees. A crash before any batch fit is still the variant's failure (a model that cannot run at all),
-#: and SIGILL (an instruction this CPU lacks) is never a batch's doing.
-CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE"})
-#: How a probe that crashed is recorded (its ``error`` starts with this), for the boundary's document.
-CRASH_PREFIX = "crashed: "
-
-
-def crash_reason(crash: WorkerCrash, fitted: int) -> str:
-    return (f"{CRASH_PREFIX}{crash.reason}; batch {fitted} ran, so this batch is taken as one that does not run "
-            "(a deployment process would crash here too), not as an out-of-memory error")
-
-
 def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int | None, fresh: bool = False
                    ) -> Callable[[int], ProbeResult]:
     """``probe(b)`` for the boundary search, run in the worker; a killed worker means "does not fit".
@@ -158,8 +143,8 @@ def probe_function(runner: Runner, recipe: Recipe, variant: str, *, budget: int 
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, peak_memory_bytes=None, error=crash.reason)
         smaller = [b for b in fitted if b < batch_size]
-        if isinstance(crash, WorkerCrash) and crash.signal in CRASH_SIGNALS and not crash.timed_out and smaller:
-            return ProbeResult(fits=False, peak_memory_bytes=None, error=crash_reason(crash, max(smaller)))
+        if isinstance(crash, WorkerCrash) and crash.crashed and smaller:
+            return crashed_past(crash.reason, f"batch {max(smaller)}")
         if res["status"] == "failed":
             raise VariantError(f"probing batch {batch_size} failed: {res['reason']}")
         if res.get("fits"):

@@ -648,3 +648,20 @@ def test_refine_follows_the_fresh_peaks_instead_of_galloping() -> None:
         blind_count = sum(1 for p in blind.probes if p.phase == "confirm")
         assert len(confirm) <= 10, (offset_mib, [(p.batch_size, p.fits) for p in confirm])
         assert len(confirm) < blind_count or blind_count <= 3, (offset_mib, len(confirm), blind_count)
+
+
+def test_a_worker_that_crashed_past_a_size_that_ran_is_a_probe_that_does_not_fit() -> None:
+    """The classification both boundaries use (the real worker's crash: tests/test_batch_real.py): a fault of the
+    worker's own, not a timeout or a kill, and never SIGILL (an instruction this CPU lacks is no size's doing)."""
+    from autotune.batch import CRASH_PREFIX, crashed_past
+    from autotune.runner import WorkerCrash
+
+    assert WorkerCrash("worker died with SIGSEGV", signal="SIGSEGV").crashed
+    assert WorkerCrash("worker died with SIGABRT", signal="SIGABRT").crashed
+    assert not WorkerCrash("timed out", signal="SIGKILL", timed_out=True).crashed
+    assert not WorkerCrash("worker died with SIGKILL", signal="SIGKILL").crashed  # the OOM killer: its own rule
+    assert not WorkerCrash("worker died with SIGILL", signal="SIGILL").crashed
+    assert not WorkerCrash("exited with 3", exit_code=3).crashed
+    got = crashed_past("worker died with SIGSEGV", "48 sequences")
+    assert not got.fits and got.peak_memory_bytes is None
+    assert got.error is not None and got.error.startswith(CRASH_PREFIX) and "48 sequences ran" in got.error

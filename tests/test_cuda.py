@@ -192,7 +192,7 @@ def test_real_cuda_boundary_agrees_with_a_plain_process(model: str, variant: str
     probes = [(p["phase"], p["batch_size"], p["fits"], p["peak_memory_bytes"], (p["error"] or "")[:160])
               for p in doc["probes"]]  # in full: a failure here must say which probe and why (session 32)
     # the confirming failure is the allocator's out-of-memory error, or a crash once a smaller batch ran (the
-    # document names it: variant_boundaries.CRASH_SIGNALS)
+    # document names it: runner.CRASH_SIGNALS, batch.crashed_past)
     assert any(p["phase"] == "confirm" and not p["fits"] and ("out of memory" in (p["error"] or "") or
                (p["error"] or "").startswith("crashed: ")) for p in doc["probes"]), "\n".join(map(str, probes))
     at_b, above = plain_fits(recipe, variant, b, budget), plain_fits(recipe, variant, b + g, budget)

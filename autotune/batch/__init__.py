@@ -40,12 +40,13 @@ from autotune.batch.probe_cost import (
     fit_probe_cost,
     saturated_at,
 )
-from autotune.batch.probes import ProbeRecord, ProbeResult
+from autotune.batch.probes import CRASH_PREFIX, ProbeRecord, ProbeResult, crashed_past
 from autotune.batch.refine import refine_max_batch_size
 
 __all__ = [
     "AIM_RATIO",
     "CONFIDENCE_Z",
+    "CRASH_PREFIX",
     "CURVATURE",
     "DEFAULT_HEADROOM",
     "DEFAULT_MAX_BATCH_SIZE",
@@ -64,6 +65,7 @@ __all__ = [
     "ProbeRecord",
     "ProbeResult",
     "candidate_batch_sizes",
+    "crashed_past",
     "find_max_batch_size",
     "fit_memory_model",
     "fit_probe_cost",

@@ -34,6 +34,19 @@ class ProbeResult:
     overhead_seconds: float = 0.0
 
 
+#: How a probe that crashed its worker is recorded (its ``error`` starts with this), for the boundary's document.
+CRASH_PREFIX = "crashed: "
+
+
+def crashed_past(reason: str, ran: str) -> ProbeResult:
+    """A probe whose worker crashed (``reason``, e.g. "worker died with SIGSEGV") once ``ran`` (e.g. "batch 1024")
+    had run: does not fit. Why: a deployment process crashes at that size too, so it lies past the boundary a
+    deployment sees; dropping the variant (or the configuration) for it threw away every size below that ran."""
+    return ProbeResult(fits=False, error=f"{CRASH_PREFIX}{reason}; {ran} ran, so this size is taken as one that "
+                                         "does not run (a deployment process would crash here too), not as an "
+                                         "out-of-memory error")
+
+
 @dataclass(frozen=True)
 class ProbeRecord:
     """One probe as the search saw it, in the order it ran (goes into report.json)."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.batch import BatchBoundary, ProbeLimits, ProbeRecord, ProbeResult, find_max_batch_size
+from autotune.batch import BatchBoundary, ProbeLimits, ProbeRecord, ProbeResult, crashed_past, find_max_batch_size
 from autotune.client import WorkerClient
 from autotune.core.recipe import Recipe
 from autotune.errors import VariantError
@@ -43,17 +43,24 @@ def probe_function(client: WorkerClient, recipe: Recipe, config: GenerateConfig,
     spec = recipe.generate
     assert spec is not None
 
+    fitted: list[int] = []  # concurrencies seen to fit by this probe function
+
     def probe(c: int) -> ProbeResult:
         res = client.generate(data, config.to_dict(), c, action="probe", memory_budget_bytes=budget,
                               calls=spec.calls, timeout=recipe.measure.timeout_s)
         crash = res.get("crash")
         if isinstance(crash, WorkerCrash) and crash.killed_by_kernel:
             return ProbeResult(fits=False, error=crash.reason)
+        smaller = [n for n in fitted if n < c]
+        if isinstance(crash, WorkerCrash) and crash.crashed and smaller:  # as a batch boundary's probe
+            return crashed_past(crash.reason, f"{max(smaller)} sequences")
         if res["status"] == "oom":
             return ProbeResult(fits=False, error=res["reason"])
         if res["status"] != "ok":
             raise VariantError(f"probing {c} sequences failed: {res['reason']}")
         got: Any = res
+        if got.get("fits"):
+            fitted.append(c)
         step = got.get("step_seconds")
         return ProbeResult(fits=bool(got.get("fits")), peak_memory_bytes=got.get("peak_memory_bytes"),
                            error=got.get("reason") or None, baseline_bytes=got.get("baseline_bytes"),
