@@ -298,3 +298,29 @@ def test_the_plot_needs_loaded_points(served: dict[str, Any]) -> None:
     served["serving"]["baselines"] = {"naive": None, "batch_loop": None}
     assert SERVING_PLOT not in render_plots(served)
     assert SERVING_PLOT not in PLOT_NAMES  # the Plots section's list stays as it was
+
+
+def test_the_batches_the_server_formed_at_the_rate_are_said(served: dict[str, Any]) -> None:
+    """The server's own account of the pick's point at its max rate (its /stats: calls, mean rows, median call): a
+    max batch of 8 means little unless the report says what the batcher formed at the rate it gives."""
+    full = next(p for p in served["serving"]["at_fraction"] if p["fraction"] == 1.0)
+    assert "calls at that rate" not in (serving_sentence(served) or "")  # a report before session 47: nothing said
+    full.update(calls=180, rows_per_call=2.6, call_p50_ms=3.14)
+    validate_report(served)
+    assert ("The server's calls at that rate held 2.6 requests on average (up to 8), each 3.14 ms at the median."
+            in (serving_sentence(served) or ""))
+    served["serving"]["recommendation"]["max_batch"] = 1  # no batching: nothing to say
+    assert "calls at that rate" not in (serving_sentence(served) or "")
+
+
+def test_a_points_calls_come_from_the_servers_account() -> None:
+    from autotune.serving.rate_search import LoadPoint
+    from autotune.serving.search import with_calls
+
+    point = LoadPoint(rate=100.0, seconds=10.0, sent=1000, ok=1000, failed=0, timed_out=0, dropped=0,
+                      achieved_rate=100.0, p50_ms=3.0, p90_ms=4.0, p99_ms=6.0, pct_ms=6.0, pct_ci_ms=(5.5, 6.5),
+                      p99_ci_ms=(5.5, 6.5), good=1000, send_lag_p99_ms=1.0, passed=True, clear=True)
+    assert with_calls(point, []) is point
+    got = with_calls(point, [(1, 0.002), (3, 0.004), (2, 0.003)])
+    assert (got.calls, got.rows_per_call, got.call_p50_ms) == (3, 2.0, 3.0)
+    assert {"calls", "rows_per_call", "call_p50_ms"} <= set(got.to_dict())

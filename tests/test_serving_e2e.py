@@ -77,6 +77,10 @@ def test_a_run_with_serving_recommends_a_measured_configuration_that_its_artifac
     measured = [c for c in serving["configs"] if c["role"] != "pruned"]
     for c in measured:  # every confirmed configuration was loaded for real, open loop, with its points
         assert c["points"] and all(p["sent"] > 0 for p in c["points"])
+        # and the server's own account of each point: its calls, as many rows as answered at most
+        assert all(0 < p["calls"] <= p["ok"] + p["failed"] + p["timed_out"] and p["rows_per_call"] >= 1
+                   for p in c["points"] if p["ok"]), c["points"]
+        assert all(p["rows_per_call"] <= c["max_batch"] for p in c["points"] if p["ok"])
         # held or not after a 10-s point at least (the pick's holds; a baseline's where its share had room)
         assert c["held"] is None or any(p["seconds"] >= 10.0 for p in c["points"])
         assert c["bisected_max_rate"] is not None

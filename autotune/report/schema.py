@@ -517,6 +517,12 @@ def _interval(value: Any, path: str) -> None:
 
 _COUNTS: dict[str, tuple[Checker, bool]] = {name: (_NON_NEGATIVE_INT, False)
                                              for name in ("sent", "ok", "failed", "timed_out", "dropped")}
+#: The server's own account of a load point (its /stats): the calls, their mean rows, the median call.
+_SERVED_CALLS: dict[str, tuple[Checker, bool]] = {
+    "calls": (_nullable(_NON_NEGATIVE_INT), False),
+    "rows_per_call": (_nullable(_NON_NEGATIVE), False),
+    "call_p50_ms": (_nullable(_NON_NEGATIVE), False),
+}
 SERVING_POINT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "rate": (_NON_NEGATIVE, True),
     "p50_ms": (_nullable(_NON_NEGATIVE), False),
@@ -526,6 +532,7 @@ SERVING_POINT_FIELDS: dict[str, tuple[Checker, bool]] = {
     "achieved_rate": (_nullable(_NON_NEGATIVE), False),
     "passed": (_nullable(_BOOL), False),
     "kept": (_nullable(_NON_NEGATIVE_INT), False),
+    **_SERVED_CALLS,
 }
 SERVING_FRACTION_FIELDS: dict[str, tuple[Checker, bool]] = {
     "fraction": (_FRACTION, True),
@@ -536,6 +543,7 @@ SERVING_FRACTION_FIELDS: dict[str, tuple[Checker, bool]] = {
     "p99_ci_ms": (_nullable(_interval), False),
     **_COUNTS,
     "achieved_rate": (_nullable(_NON_NEGATIVE), False),
+    **_SERVED_CALLS,
 }
 _KNOBS: dict[str, tuple[Checker, bool]] = {
     "variant": (_STR, True),

@@ -94,6 +94,24 @@ def serving_status_text(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _batches_formed(section: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
+    """" The server's calls at that rate held 2.6 requests on average (up to 8), in 3.1 ms each at the median." from
+    the recommendation's point at its max rate, where it may batch and the server said (its /stats)."""
+    full = next((p for p in section.get("at_fraction") or [] if isinstance(p, Mapping) and p.get("fraction") == 1.0),
+                None)
+    if full is None or not is_number(full.get("rows_per_call")) or not is_int(rec.get("max_batch")) \
+            or rec["max_batch"] < 2:
+        return ""
+    samples = section.get("request_samples")
+    each = samples if is_int(samples) and samples > 0 else None  # ("batch": a request is a whole batch of rows)
+    per = float(full["rows_per_call"]) / (each or 1)
+    text = (f" The server's calls at that rate held {per:.1f} {'requests' if each else 'rows'} on average (up to "
+            f"{rec['max_batch'] // (each or 1)})")
+    if is_number(full.get("call_p50_ms")):
+        text += f", each {_ms(full['call_p50_ms'])} ms at the median"
+    return text + "."
+
+
 def serving_sentence(doc: Mapping[str, Any]) -> str | None:
     """How to serve, in one sentence: "Serve with 2 instances x 1 thread, max batch 8, max delay 2 ms: 412
     requests/s (CI 398-425) within p99 <= 40 ms; p50 6.1 ms, p99 31 ms at that rate" (None without a
@@ -140,6 +158,7 @@ def serving_sentence(doc: Mapping[str, Any]) -> str | None:
     text += "."
     if is_number(rec.get("goodput")):
         text += f" Goodput at that rate: {_rate(rec['goodput'])} requests/s answered within the SLO."
+    text += _batches_formed(section, rec)
     if section.get("interrupted"):
         text += " The serving stage was interrupted: this is the best configuration measured before it stopped."
     notes = [str(n) for n in section.get("notes") or [] if isinstance(n, str)]

@@ -286,6 +286,11 @@ class ServingPoint(TypedDict):
     achieved_rate: float | None  # answered requests/s
     passed: bool | None  # within the SLO (None: not judged, e.g. too few requests)
     kept: NotRequired[int]  # the requests its percentiles were read from (a p99 needs 299 to be resolved)
+    #: the server's own account (its /stats): calls made, their mean rows, the median call (ms); absent before
+    #: session 47
+    calls: NotRequired[int]
+    rows_per_call: NotRequired[float | None]
+    call_p50_ms: NotRequired[float | None]
 
 
 class ServingAtFraction(TypedDict):
@@ -303,6 +308,9 @@ class ServingAtFraction(TypedDict):
     timed_out: int
     dropped: int
     achieved_rate: float | None
+    calls: NotRequired[int]  # the server's own account of the point, as in ServingPoint
+    rows_per_call: NotRequired[float | None]
+    call_p50_ms: NotRequired[float | None]
 
 
 class ServingConfig(TypedDict):

@@ -182,6 +182,19 @@ class ServerProcess:
         self.started_s = time.monotonic() - t0
         return self
 
+    def served_calls(self, model_name: str) -> list[tuple[int, float]] | None:
+        """The calls the server made since the last time it was asked, each (rows, seconds from the merge to the
+        split), and forgets them (``DELETE /v2/models/NAME/stats``); None when it did not answer."""
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.url}/v2/models/{model_name}/stats", method="DELETE")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                doc = json.loads(answer.read())
+            return [(int(rows), float(seconds)) for rows, seconds in doc.get("batches") or []]
+        except (OSError, ValueError, TypeError):
+            return None
+
     def tail(self, lines: int = 3) -> str:
         with contextlib.suppress(OSError):
             text = self.log.read_text(errors="replace").strip().splitlines()

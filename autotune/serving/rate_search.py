@@ -66,6 +66,12 @@ class LoadPoint:
     clear: bool  # the whole interval on one side of the SLO
     kept: int = 0  # the requests the percentiles were read from (the first tenth left out, errors counted in)
     errors: tuple[str, ...] = ()  # the first distinct error messages the client got (what failed requests said)
+    #: The server's own account of the point (its ``/stats``): the calls it made, their mean rows (the batches the
+    #: dynamic batcher formed at this rate), and the median call as the front end saw it (merge, the pipe both
+    #: ways, the model, the split); 0 / None where the server was not asked.
+    calls: int = 0
+    rows_per_call: float | None = None
+    call_p50_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -207,6 +207,19 @@ def _rps(rate: float) -> str:
     return f"{rate:.1f}" if rate >= 10 else f"{rate:.2f}"
 
 
+def with_calls(point: LoadPoint, calls: Sequence[tuple[int, float]]) -> LoadPoint:
+    """``point`` with the server's account of its calls (:meth:`ServerProcess.served_calls`): how many, their mean
+    rows, their median time. Why in the report: whether the dynamic batcher formed batches at the rate the report
+    gives is the question a deployer asks of a max batch, and the calibration's call times are the simulation's
+    input, the served ones what happened (a GPU's served calls were the lead for its predictions, session 47)."""
+    if not calls:
+        return point
+    rows = np.array([c[0] for c in calls], dtype=float)
+    seconds = np.array([c[1] for c in calls], dtype=float)
+    return replace(point, calls=len(calls), rows_per_call=round(float(rows.mean()), 3),
+                   call_p50_ms=round(float(np.median(seconds)) * 1000, 3))
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 3)
 
@@ -343,6 +356,7 @@ class ServingSearch:
         self.predicted: dict[ServingConfig, float] = {}
         self.calibrations: dict[tuple[int, int], Calibration] = {}
         self.overhead_s = 0.0
+        self.last_calls: list[tuple[int, float]] = []  # the server's calls during the last load (_load)
         self.calibration_s = 0.0
         self.load_s = 0.0
         self.hold_s = 0.0
@@ -387,15 +401,18 @@ class ServingSearch:
         from autotune.serving.loadgen import run_load
 
         t0 = time.monotonic()
+        server.served_calls(self.target.model_name)  # forget the calls before this load (the warm-up's)
         with pinned(self.client_cpus):
             result = run_load(server.url, self.target.model_name, self.bodies, self._offsets(rate, seconds, seed),
                               timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=seconds)
+        self.last_calls = server.served_calls(self.target.model_name) or []
         self.load_s += time.monotonic() - t0
         return result
 
     def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
         result = self._load(server, rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
-        point = point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms, percentile=self.q)
+        point = with_calls(point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms,
+                                      percentile=self.q), self.last_calls)
         self._say_point(point)
         return point
 
@@ -417,14 +434,17 @@ class ServingSearch:
         40-ms SLO and stepped 10% down into another undecided rate, until the budget ran out and no rate held
         (session 36). More requests at the same rate narrow the interval; a rate 10% lower does not decide it."""
         results: list[Any] = []
+        calls: list[tuple[int, float]] = []
         point: LoadPoint | None = None
         while len(results) < chunks and time.monotonic() + SUSTAIN_SECONDS + self._margin() <= until:
             if results:
                 self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {_rps(rate)} req/s")
             seed = self.seed + len(self.measured) * 101 + int(rate) + 7919 * len(results)
             results.append(self._load(srv, rate, SUSTAIN_SECONDS, seed))
-            before, point = point, point_from(_pooled(results), rate=rate, seconds=SUSTAIN_SECONDS * len(results),
-                                              slo_ms=self.spec.slo_ms, percentile=self.q)
+            calls += self.last_calls
+            before, point = point, with_calls(point_from(_pooled(results), rate=rate,
+                                                         seconds=SUSTAIN_SECONDS * len(results),
+                                                         slo_ms=self.spec.slo_ms, percentile=self.q), calls)
             self._record_hold(m, point, replacing=before)
             self._say_point(point)
             if point.passed or point.clear or point.pct_ms > self.spec.slo_ms:
