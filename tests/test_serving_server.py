@@ -900,6 +900,29 @@ def test_a_square_batchs_height_and_width_are_cut_back_each_to_its_own() -> None
     assert tensors.split([h], sentence, [[1]])[0][0].shape == (1, 5, 9)
 
 
+def test_the_merge_check_runs_a_tall_and_a_wide_image_between_the_extremes() -> None:
+    """The shortest and the longest image lean alike (96 x 96 and 160 x 160); a tall and a wide one padded
+    together make the square call whose height and width a cut can mix up (session 47). They run between the two,
+    up to the call's rows, and the dims that follow the length are read from all of them."""
+    def batch(*sizes: tuple[int, int]) -> dict[str, np.ndarray]:
+        h, w = max(s[0] for s in sizes), max(s[1] for s in sizes)
+        x = np.zeros((len(sizes), 3, h, w), np.float32)
+        for i, (a, b) in enumerate(sizes):
+            x[i, :, :a, :b] = 1.0
+        return {"x": x}
+
+    batches = [batch((96, 96), (96, 160)), batch((160, 96), (160, 160)), batch((128, 128), (96, 128))]
+    got = tensors.merge_trial_requests(batches, ["x"], {"x": 0.0})
+    assert got is not None
+    assert [r[0].shape[2:] for r in got] == [(96, 96), (160, 96), (96, 160), (160, 160)]
+    assert [r[0].shape[2:] for r in tensors.merge_trial_requests(batches, ["x"], {"x": 0.0}, limit=2) or []] == \
+        [(96, 96), (160, 160)]  # a call of two rows: the extremes, as before
+    # an answer as tall and wide as its image: the width follows too, though 96 x 96 and 96 x 128 share a height
+    answers = [[np.zeros((1, 4, 96, 96))], [np.zeros((1, 4, 96, 128))], [np.zeros((1, 4, 160, 96))]]
+    assert tensors.following_dims(*answers) == [[2, 3]]
+    assert tensors.following_dims(answers[0], answers[1]) == [[3]]
+
+
 def test_split_cuts_only_the_dims_that_follow_the_length() -> None:
     """A hidden size equal to a padded length is not a length: with the dims the merge check saw follow the input's
     length, only those are cut (a BART's hidden 128 at a padded length of 128 came back cut to 20, session 38)."""

@@ -104,13 +104,26 @@ def _axes_by_length(layout: Layout) -> dict[int, list[tuple[int, ...]]]:
     return out
 
 
-def following_dims(short: Sequence[np.ndarray], long: Sequence[np.ndarray]) -> list[list[int]]:
+def following_dims(short: Sequence[np.ndarray], long: Sequence[np.ndarray],
+                   *others: Sequence[np.ndarray]) -> list[list[int]]:
     """Per output, the non-batch dims whose size differs between a short request's answer and a long one's (each
-    alone): the dims that follow the input's length, the only ones :func:`split` may cut."""
+    alone), or any of ``others``' (a tall and a wide image: a 96 x 128 and a 160 x 128 image differ in height alone,
+    and a width that follows its input shows only beside a third): the dims that follow the input's length, the only
+    ones :func:`split` may cut."""
     out: list[list[int]] = []
-    for a, b in zip(short, long, strict=False):
-        a, b = np.asarray(a), np.asarray(b)
-        out.append([d for d in range(1, min(a.ndim, b.ndim)) if a.shape[d] != b.shape[d]] if a.ndim == b.ndim else [])
+    for k, a in enumerate(short):
+        a = np.asarray(a)
+        dims: set[int] = set()
+        same_rank = True
+        for answer in (long, *others):
+            if k >= len(answer):
+                continue
+            b = np.asarray(answer[k])
+            if a.ndim != b.ndim:
+                same_rank = False
+                break
+            dims |= {d for d in range(1, a.ndim) if a.shape[d] != b.shape[d]}
+        out.append(sorted(dims) if same_rank else [])
     return out
 
 

@@ -232,8 +232,9 @@ class Server:
         try:
             pad = {s.name: s.pad for s in iface.inputs}
             same = tensors.two_of_a_shape(traffic, iface.names, pad)
-            pair = tensors.shortest_and_longest(traffic, iface.names, pad) if any(s.dynamic for s in iface.inputs) \
-                else None
+            calls = max(self.opts.max_batch or 0, iface.batch_size or 1)  # the most rows one call may take
+            pair = tensors.merge_trial_requests(traffic, iface.names, pad, limit=min(4, calls)) \
+                if any(s.dynamic for s in iface.inputs) else None
         except (ValueError, KeyError) as e:
             _log(f"the merge check could not use the traffic: {e}; requests are merged")
             return
@@ -254,8 +255,8 @@ class Server:
             if tried is None:
                 return
             solo, _, why = tried
-            follow = tensors.following_dims(solo[0], solo[1])
-            self.output_dynamic_dims = {name: dims for name, dims, a, b in zip(names, follow, solo[0], solo[1],
+            follow = tensors.following_dims(*solo)
+            self.output_dynamic_dims = {name: dims for name, dims, a, b in zip(names, follow, solo[0], solo[-1],
                                                                                strict=False)
                                         if np.ndim(a) == np.ndim(b)}
             if why is None:
@@ -282,7 +283,7 @@ class Server:
         try:
             arrays, layout = tensors.combine(list(requests), pads)
             merged = list(await inst.call(arrays))
-            follow = tensors.following_dims(solo[0], solo[-1]) if lengths else None
+            follow = tensors.following_dims(*solo) if lengths else None
             why = tensors.merge_disagrees(solo, tensors.split(merged, layout, follow), lengths=lengths, names=names)
         except instances.InstanceError as e:
             why = f"the merged call failed: {e}"

@@ -220,6 +220,39 @@ def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Seq
     return [short[n] for n in names], [long_[n] for n in names]
 
 
+def merge_trial_requests(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any],
+                         limit: int = 4) -> list[list[np.ndarray]] | None:
+    """The requests the server's merge check runs alone and merged (arrays in ``names`` order): the traffic's
+    shortest first and its longest last (:func:`shortest_and_longest`, whose answers say which output dims follow
+    the length), and between them, up to ``limit`` in all, the rows whose two dynamic axes of one input lean most
+    each way (the tallest image for its width, the widest for its height). None as for the pair.
+
+    Why the crossed ones: a tall and a wide image padded together make a square call, where an output's height and
+    width are one length; a cut that mixed them up (a segmenter's 96 x 128 map came back 96 x 96, session 47)
+    passed a check of the shortest and longest alone, which lean alike."""
+    pair = shortest_and_longest(batches, names, pad)
+    if pair is None:
+        return None
+    short, long_ = pair
+    out = [short]
+    axes = dynamic_axes(batches)
+    rows = traffic_rows(batches, names, pad)
+    shapes = {tuple(a.shape for a in short), tuple(a.shape for a in long_)}
+    for n in names:
+        dims = axes.get(n, [])
+        if len(dims) < 2 or len(out) >= limit - 1:
+            continue
+        a, b = dims[0], dims[1]
+        lean = [int(r[n].shape[a]) - int(r[n].shape[b]) for r in rows]
+        for pick in (lean.index(max(lean)), lean.index(min(lean))):
+            row = [rows[pick][m] for m in names]
+            key = tuple(x.shape for x in row)
+            if key not in shapes and len(out) < limit - 1:
+                shapes.add(key)
+                out.append(row)
+    return [*out, long_]
+
+
 def two_of_a_shape(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], pad: Mapping[str, Any]
                    ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """Two one-row requests of the traffic (arrays in ``names`` order) of the same shapes and, where the traffic
@@ -293,5 +326,5 @@ def warm_calls(batches: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
 
 
 __all__ = ["MERGE_TOLERANCE", "InputSpec", "Interface", "Layout", "batch_dims", "combine", "dynamic_axes",
-           "following_dims", "merge_disagrees", "read_traffic", "shortest_and_longest", "split", "traffic_calls",
-           "traffic_rows", "trim", "two_of_a_shape", "warm_batches", "warm_calls"]
+           "following_dims", "merge_disagrees", "merge_trial_requests", "read_traffic", "shortest_and_longest",
+           "split", "traffic_calls", "traffic_rows", "trim", "two_of_a_shape", "warm_batches", "warm_calls"]
