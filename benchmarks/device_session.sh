@@ -24,7 +24,11 @@
 # Usage there: bash benchmarks/device_session.sh [DEADLINE_S] [steps...]; here, to try the steps on a CPU:
 #   OUT=/tmp/dev SKIP_WHEELS=1 PY=.venv/bin/python DEVICE=cpu bash benchmarks/device_session.sh 300 run load
 # Session 30 (an H200, 15 minutes in all): 450 s for run + load + generate (the generate step's boundary alone
-# took 220 s then), then 320 s for pytest.
+# took 220 s then), then 320 s for pytest. Session 47: `serve pytest` (the non-boundary cuda tests) in 296 s, then
+# three boundary cases in 378 s. Left for the next GPU session (BENCHMARKS, "Served on a GPU"):
+#   SERVE_CLIENTS=4 bash benchmarks/device_session.sh 420 serve      # tritonclient on 4 cores at ~1,900 req/s
+#   PYTEST_FILES=tests/test_cuda.py PYTEST_K="real_cuda_boundary and resnet18 and frozen" \
+#     bash benchmarks/device_session.sh 200 pytest                   # the crash rule (SIGSEGV at batch 1257)
 set -u
 DEADLINE=${1:-480}
 shift || true
