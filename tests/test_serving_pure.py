@@ -532,10 +532,10 @@ def test_a_failed_hold_tries_the_max_rate_it_leaves_so_what_holds_is_what_the_re
         pick = _bisected(bisection)
         tried: list[float] = []
 
-        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+        def load(srv: object, rate: float, seconds: float, seed: int) -> tuple[SimpleNamespace, list[object]]:
             tried.append(round(rate, 3))
             outcome = outcomes[len(tried) - 1]
-            return _few_result(rate, 400, 0 if outcome is True else 40, 700.0 if outcome is False else 1500.0)
+            return _few_result(rate, 400, 0 if outcome is True else 40, 700.0 if outcome is False else 1500.0), []
 
         search._load = load  # type: ignore[method-assign,assignment]
         search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
@@ -567,10 +567,10 @@ def test_a_baseline_is_held_once_where_its_share_has_room_and_a_failed_hold_lowe
         m = _bisected([_few(4.0, 400, 0), _few(6.0, 400, 0), _few(8.0, 400, 40)])
         tried: list[float] = []
 
-        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+        def load(srv: object, rate: float, seconds: float, seed: int) -> tuple[SimpleNamespace, list[object]]:
             tried.append(round(rate, 3))
             assert seconds == SUSTAIN_SECONDS
-            return _few_result(rate, 400, 0 if passes else 40)
+            return _few_result(rate, 400, 0 if passes else 40), []
 
         search._load = load  # type: ignore[method-assign,assignment]
         search._hold_baseline(m, None, time.monotonic() + room)  # type: ignore[arg-type]
@@ -607,12 +607,12 @@ def test_an_undecided_hold_runs_on_at_its_rate_and_pools_its_requests(tmp_path: 
         pick = _bisected([_few(4.0, 400, 0), _few(8.0, 400, 0), _few(9.0, 400, 40)], "search")
         tried: list[float] = []
 
-        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+        def load(srv: object, rate: float, seconds: float, seed: int) -> tuple[SimpleNamespace, list[object]]:
             n, slow = chunks[len(tried)]
             if n < 0:  # the user's Ctrl-C, mid-chunk
                 raise KeyboardInterrupt
             tried.append(round(rate, 3))
-            return spread(rate, n, slow)
+            return spread(rate, n, slow), []
 
         search._load = load  # type: ignore[method-assign,assignment]
         try:
@@ -887,10 +887,10 @@ def test_an_undecided_hold_with_no_pass_below_it_leaves_the_rate_not_held_rather
         search.measured.append(pick)
         tried: list[float] = []
 
-        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+        def load(srv: object, rate: float, seconds: float, seed: int) -> tuple[SimpleNamespace, list[object]]:
             n, slow = outcomes[len(tried)]
             tried.append(round(rate, 3))
-            return spread(rate, n, slow) if slow < 40 else _few_result(rate, n, slow)
+            return (spread(rate, n, slow) if slow < 40 else _few_result(rate, n, slow)), []
 
         search._load = load  # type: ignore[method-assign,assignment]
         search._sustain(pick, None, time.monotonic() + 600)  # type: ignore[arg-type]
@@ -965,13 +965,14 @@ def test_a_configuration_bisected_above_the_held_pick_is_held_in_turn_and_wins_o
         holds: list[float] = []
         curve: list[float] = []
 
-        def load(srv: object, rate: float, seconds: float, seed: int) -> SimpleNamespace:
+        def load(srv: object, rate: float, seconds: float, seed: int, **_: object
+                 ) -> tuple[SimpleNamespace, list[object]]:
             if seconds == SUSTAIN_SECONDS:
                 holds.append(round(rate, 3))
-                return _few_result(rate, 400, 0 if outcomes[len(holds) - 1] else 40)
+                return _few_result(rate, 400, 0 if outcomes[len(holds) - 1] else 40), []
             if seconds != WARMUP_SECONDS:
                 curve.append(round(rate, 3))
-            return _few_result(rate, 400, 0)
+            return _few_result(rate, 400, 0), []
 
         search._load = load  # type: ignore[method-assign,assignment]
         search._server = lambda config: contextlib.nullcontext()  # type: ignore[method-assign,assignment,return-value]

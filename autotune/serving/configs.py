@@ -190,12 +190,13 @@ def plan_from_document(doc: Mapping[str, Any]) -> ServingPlan | None:
             output_dynamic_dims=_output_dims((serving or {}).get("output_dynamic_dims")),
             merge_requests=(serving or {}).get("merge_requests") is not False,
             output_batch_dims=_output_dims((serving or {}).get("output_batch_dims")),
-            device=_device_of(doc))
+            device=device_of(doc))
     except (KeyError, ValueError):  # a document's numbers that are not a configuration
         return None
 
 
-def _device_of(doc: Mapping[str, Any]) -> str:
+def device_of(doc: Mapping[str, Any]) -> str:
+    """Where a run's artifact runs: report.json's resolved device (``cpu`` where the document does not say)."""
     recipe = doc.get("recipe")
     if not isinstance(recipe, Mapping):
         return "cpu"

@@ -356,7 +356,6 @@ class ServingSearch:
         self.predicted: dict[ServingConfig, float] = {}
         self.calibrations: dict[tuple[int, int], Calibration] = {}
         self.overhead_s = 0.0
-        self.last_calls: list[tuple[int, float]] = []  # the server's calls during the last load (_load)
         self.calibration_s = 0.0
         self.load_s = 0.0
         self.hold_s = 0.0
@@ -396,23 +395,26 @@ class ServingSearch:
             return schedule.rescale(schedule.replay(path), rate, seconds)
         return nonempty_poisson(rate, seconds, seed)
 
-    def _load(self, server: ServerProcess, rate: float, seconds: float, seed: int) -> LoadResult:
-        """Open-loop load at ``rate`` for ``seconds`` from the client's CPUs; its time counts in ``load_s``."""
+    def _load(self, server: ServerProcess, rate: float, seconds: float, seed: int, *, account: bool = True
+              ) -> tuple[LoadResult, list[tuple[int, float]]]:
+        """Open-loop load at ``rate`` for ``seconds`` from the client's CPUs (its time counts in ``load_s``), and
+        the calls the server made for it (:meth:`ServerProcess.served_calls`; none asked for without ``account``)."""
         from autotune.serving.loadgen import run_load
 
         t0 = time.monotonic()
-        server.served_calls(self.target.model_name)  # forget the calls before this load (the warm-up's)
+        if account:
+            server.served_calls(self.target.model_name)  # forget the calls before this load (the warm-up's)
         with pinned(self.client_cpus):
             result = run_load(server.url, self.target.model_name, self.bodies, self._offsets(rate, seconds, seed),
                               timeout_s=max(5.0, 20 * self.spec.slo_ms / 1000), seconds=seconds)
-        self.last_calls = server.served_calls(self.target.model_name) or []
+        calls = (server.served_calls(self.target.model_name) or []) if account else []
         self.load_s += time.monotonic() - t0
-        return result
+        return result, calls
 
     def _point(self, server: ServerProcess, rate: float, seconds: float) -> LoadPoint:
-        result = self._load(server, rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
+        result, calls = self._load(server, rate, seconds, self.seed + len(self.measured) * 101 + int(rate))
         point = with_calls(point_from(result, rate=rate, seconds=seconds, slo_ms=self.spec.slo_ms,
-                                      percentile=self.q), self.last_calls)
+                                      percentile=self.q), calls)
         self._say_point(point)
         return point
 
@@ -440,8 +442,9 @@ class ServingSearch:
             if results:
                 self.say(f"  undecided: {SUSTAIN_SECONDS:g} s more at {_rps(rate)} req/s")
             seed = self.seed + len(self.measured) * 101 + int(rate) + 7919 * len(results)
-            results.append(self._load(srv, rate, SUSTAIN_SECONDS, seed))
-            calls += self.last_calls
+            result, served = self._load(srv, rate, SUSTAIN_SECONDS, seed)
+            results.append(result)
+            calls += served
             before, point = point, with_calls(point_from(_pooled(results), rate=rate,
                                                          seconds=SUSTAIN_SECONDS * len(results),
                                                          slo_ms=self.spec.slo_ms, percentile=self.q), calls)
@@ -482,7 +485,7 @@ class ServingSearch:
         """Untimed load on a fresh server (WARMUP_SECONDS at WARMUP_FRACTION of ``rate``, the bodies cycled, so
         each input shape has been seen): its answers are not kept, only the time it took."""
         t0 = time.monotonic()
-        self._load(server, max(1.0, WARMUP_FRACTION * rate), WARMUP_SECONDS, self.seed + 7)
+        self._load(server, max(1.0, WARMUP_FRACTION * rate), WARMUP_SECONDS, self.seed + 7, account=False)
         self.warm_s += time.monotonic() - t0
 
     def _closed_point(self, server: ServerProcess) -> LoadPoint:

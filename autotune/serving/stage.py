@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.process_env import environment_of_variant
+from autotune.serving.configs import device_of
 from autotune.serving.search import ServingSearch, Target
 from autotune.serving.ship import (
     SERVING_JSON,
@@ -49,7 +50,7 @@ def target_of(doc: Mapping[str, Any], artifact_dir: Path, spec: Any) -> Target |
                   model_name=model_name_of(str(recipe.get("name") or "model"), spec.model_name),
                   input_names=names, pad_values=dict((recipe.get("data") or {}).get("pad_values") or {}),
                   call_seconds=samples / throughput if throughput > 0 else None,
-                  device=str(recipe.get("device_resolved") or recipe.get("device") or "cpu"))
+                  device=device_of(doc))
 
 
 def run_serving(spec: Any, doc: dict[str, Any], out_dir: Path, *, run_started: float,

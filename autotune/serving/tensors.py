@@ -212,11 +212,16 @@ def shortest_and_longest(batches: Sequence[Mapping[str, np.ndarray]], names: Seq
     axes = dynamic_axes(batches)
     if not any(axes.values()):
         return None
-    rows = traffic_rows(batches, names, pad)
+    return _extremes(traffic_rows(batches, names, pad), axes, names)
+
+
+def _extremes(rows: Sequence[Mapping[str, np.ndarray]], axes: Mapping[str, list[int]], names: Sequence[str]
+              ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """The shortest and the longest of ``rows`` by their dynamic dims' total; None when all are alike."""
     size = [sum(int(r[n].shape[d]) for n in names for d in axes.get(n, [])) for r in rows]
-    short, long_ = rows[size.index(min(size))], rows[size.index(max(size))]
-    if min(size) == max(size):
+    if not size or min(size) == max(size):
         return None
+    short, long_ = rows[size.index(min(size))], rows[size.index(max(size))]
     return [short[n] for n in names], [long_[n] for n in names]
 
 
@@ -230,13 +235,13 @@ def merge_trial_requests(batches: Sequence[Mapping[str, np.ndarray]], names: Seq
     Why the crossed ones: a tall and a wide image padded together make a square call, where an output's height and
     width are one length; a cut that mixed them up (a segmenter's 96 x 128 map came back 96 x 96, session 47)
     passed a check of the shortest and longest alone, which lean alike."""
-    pair = shortest_and_longest(batches, names, pad)
+    axes = dynamic_axes(batches)
+    rows = traffic_rows(batches, names, pad) if any(axes.values()) else []
+    pair = _extremes(rows, axes, names)
     if pair is None:
         return None
     short, long_ = pair
     out = [short]
-    axes = dynamic_axes(batches)
-    rows = traffic_rows(batches, names, pad)
     shapes = {tuple(a.shape for a in short), tuple(a.shape for a in long_)}
     for n in names:
         dims = axes.get(n, [])
